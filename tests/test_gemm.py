@@ -1,0 +1,172 @@
+"""GEMM with fused epilogue: forward, every gradient, odd shapes, strides, errors (CPU interpreter);
+bf16, large shapes and torch.compile on the GPU."""
+import pytest
+import torch
+
+from models.layers import MLP, Linear
+from triton_kernels import gemm as G
+from triton_kernels.testing import assert_close, poison_, tolerance
+
+from .conftest import DEVICE, GPU
+
+REF_ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu}
+
+
+def _reference(a, b, bias, res, act):
+    a64, b64 = a.detach().double().cpu().requires_grad_(), b.detach().double().cpu().requires_grad_()
+    bias64 = bias.detach().double().cpu().requires_grad_() if bias is not None else None
+    res64 = res.detach().double().cpu().requires_grad_() if res is not None else None
+    z = a64 @ b64
+    if bias64 is not None:
+        z = z + bias64
+    y = REF_ACT[act](z)
+    if res64 is not None:
+        y = y + res64
+    return y, (a64, b64, bias64, res64)
+
+
+def _check(M, N, K, dtype, act, has_bias=True, has_res=False, transpose_a=False, transpose_b=False,
+           precision="ieee", device=DEVICE):
+    mk = lambda *s: torch.randn(*s, device=device, dtype=dtype)  # noqa: E731
+    a = mk(K, M).t() if transpose_a else mk(M, K)
+    b = mk(N, K).t() if transpose_b else mk(K, N)
+    bias = mk(N) if has_bias else None
+    res = mk(M, N) if has_res else None
+    ts = [t for t in (a, b, bias, res) if t is not None]
+    for t in ts:
+        t.requires_grad_()
+    y = G.gemm(a, b, bias, res, act, precision)
+    y_ref, leaves = _reference(a, b, bias, res, act)
+    tf32 = precision == "tf32" and GPU
+    assert_close(y, y_ref, dtype, tf32=tf32, name="C")
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g.double().cpu())
+    for name, t, r in zip(("dA", "dB", "dbias", "dresidual"), (a, b, bias, res), leaves):
+        if t is not None:
+            assert_close(t.grad, r.grad, dtype, tf32=tf32, name=name)
+
+
+DTYPES_CPU = [torch.float32, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES_CPU)
+@pytest.mark.parametrize("act", G.ACTIVATIONS)
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (17, 3, 5), (33, 40, 70), (64, 64, 64)])
+def test_forward_backward(M, N, K, dtype, act):
+    _check(M, N, K, dtype, act, has_bias=True)
+
+
+@pytest.mark.parametrize("act", G.ACTIVATIONS)
+def test_residual_and_no_bias(act):
+    _check(19, 23, 31, torch.float32, act, has_bias=False, has_res=True)
+    _check(19, 23, 31, torch.float32, act, has_bias=True, has_res=True)
+
+
+@pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])
+def test_transposed_views(ta, tb):
+    _check(21, 34, 45, torch.float32, "gelu", transpose_a=ta, transpose_b=tb)
+
+
+def test_strided_slices():
+    a = torch.randn(40, 90)[::2, 5:50]  # row stride 180, not contiguous
+    b = torch.randn(45, 60)[:, ::3]     # column stride 3
+    y = G.gemm(a, b, activation="relu")
+    assert_close(y, torch.relu(a.double() @ b.double()), torch.float32)
+
+
+def test_output_fully_written():
+    a, b = torch.randn(37, 29), torch.randn(29, 41)
+    out = poison_(torch.empty(37, 41))
+    c, _ = G.gemm_forward(a, b, out=out)
+    assert c.data_ptr() == out.data_ptr()
+    assert torch.isfinite(out).all()
+    assert_close(out, a.double() @ b.double(), torch.float32)
+
+
+def test_empty_k_gives_bias():
+    a, b, bias = torch.randn(5, 0), torch.randn(0, 7), torch.randn(7)
+    y = G.gemm(a, b, bias, activation="relu")
+    assert torch.equal(y, torch.relu(bias).expand(5, 7))
+
+
+def test_linear_module_matches_nn_and_state_dict():
+    lin = Linear(13, 7, activation="gelu")
+    ref = torch.nn.Linear(13, 7)
+    ref.load_state_dict(lin.state_dict())
+    lin2 = Linear(13, 7, activation="gelu")
+    lin2.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 13)
+    expect = torch.nn.functional.gelu(ref(x.double().float()))
+    assert_close(lin(x), expect.double(), torch.float32)
+    assert_close(lin2(x), expect.double(), torch.float32)
+    assert "activation=gelu" in repr(lin)
+
+
+def test_mlp_trains():
+    torch.manual_seed(0)
+    net = MLP([6, 16, 1])
+    x, y = torch.randn(64, 6), torch.randn(64, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    losses = []
+    for _ in range(20):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0]
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda a, b: G.gemm(a, torch.randn(7, 3)), "a.shape\\[1\\] must equal"),
+    (lambda a, b: G.gemm(a.double(), b), "a has dtype"),
+    (lambda a, b: G.gemm(a, b.half()), "b has dtype"),
+    (lambda a, b: G.gemm(a, b, bias=torch.randn(3)), "bias has 3 elements"),
+    (lambda a, b: G.gemm(a, b, residual=torch.randn(4, 3)), "residual has shape"),
+    (lambda a, b: G.gemm(a, b, activation="tanh"), "activation must be"),
+    (lambda a, b: G.gemm(a, b, precision="fp8"), "precision must be"),
+    (lambda a, b: G.gemm(a[0], b), "a must have 2 dims"),
+    (lambda a, b: G.gemm(a, b.to("meta")), "b is on meta"),
+    (lambda a, b: Linear(5, 3, activation="tanh"), "activation must be"),
+    (lambda a, b: G.linear(torch.randn(2, 4), torch.randn(3, 5)), "x has 4 features"),
+])
+def test_bad_input_raises_before_launch(bad, match):
+    a, b = torch.randn(4, 5), torch.randn(5, 6)
+    with pytest.raises(ValueError, match=match):
+        bad(a, b)
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision", [(torch.bfloat16, "ieee"), (torch.float16, "ieee"),
+                                             (torch.float32, "tf32"), (torch.float32, "ieee")])
+@pytest.mark.parametrize("act", G.ACTIVATIONS)
+def test_gpu_large_and_odd(dtype, precision, act):
+    _check(1000, 513, 777, dtype, act, has_bias=True, has_res=True, precision=precision, device="cuda")
+    _check(2048, 1024, 4096, dtype, act, precision=precision, device="cuda", transpose_b=True)
+    _check(129, 3, 8, dtype, act, precision=precision, device="cuda", transpose_a=True)
+
+
+@pytest.mark.gpu
+def test_gpu_non_contiguous():
+    a = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)[::2, ::2]
+    b = torch.randn(1024, 300, device="cuda", dtype=torch.bfloat16)[::2]
+    y = G.gemm(a, b, activation="relu")
+    assert_close(y, torch.relu(a.double() @ b.double()), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_gpu_compile_fullgraph_mlp():
+    torch._dynamo.reset()
+    net = MLP([256, 512, 512, 10], activation="relu").cuda()
+    x = torch.randn(64, 256, device="cuda")
+    compiled = torch.compile(net, fullgraph=True)
+    y = compiled(x)
+    ref = net(x)
+    assert_close(y, ref.double(), torch.float32)
+    y.sum().backward()
+    for p in net.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+    explain = torch._dynamo.explain(net)(x)
+    assert explain.graph_break_count == 0

@@ -1,0 +1,118 @@
+"""The runtime layer: interpreter switch, persistent autotune cache (hit, miss, corrupt, concurrent)."""
+import json
+import multiprocessing as mp
+import os
+import warnings
+
+import pytest
+import torch
+
+from triton_kernels import runtime as R
+
+
+def test_interpreter_switch_on_cpu():
+    if not torch.cuda.is_available():
+        assert R.is_interpreter() and os.environ["TRITON_INTERPRET"] == "1"
+        assert R.device_name() == "cpu-interpreter"
+
+
+def test_bucket():
+    assert [R.bucket(n) for n in (1, 16, 17, 1000, 1024)] == [16, 16, 32, 1024, 1024]
+
+
+def _fake_tuner(name="unit"):
+    def kernel_src():  # stands in for a jitted kernel: only its source is hashed
+        return 1
+    cfgs = [R.Config({"B": b}, 4, 2) for b in (16, 32, 64)]
+    return R.Autotuner(name, kernel_src, cfgs, interpret_config=cfgs[0])
+
+
+def test_config_json_roundtrip():
+    c = R.Config({"BLOCK_M": 64}, 8, 3)
+    assert R.Config.from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(R.CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_cache_path_keys(cache):
+    t = _fake_tuner()
+    p = t.cache_path()
+    assert p.parent == cache and R.device_slug() in p.name and t._source_hash in p.name
+
+
+def _simulate_tune(t, key, best):
+    t._store(t.key_str(key), best, 0.5, [{"config": best.to_json(), "ms": 0.5}], 0.1)
+
+
+def test_cache_hit_and_miss(cache, monkeypatch):
+    t = _fake_tuner()
+    monkeypatch.setattr(R, "INTERPRET", False)
+    tuned = []
+    monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: tuned.append(k) or cfgs[-1])
+    _simulate_tune(t, ("a", 1), t.configs[1])
+    assert t.pick(("a", 1), run=None) == t.configs[1]          # disk hit, no tuning
+    assert tuned == [] and t.events[-1][1] == "hit"
+    assert t.pick(("b", 2), run=None) == t.configs[-1]         # miss -> tune
+    assert tuned == [t.key_str(("b", 2))]
+    assert t.pick(("a", 1), run=None, tracing=True) == t.configs[1]
+    t2 = _fake_tuner()                                           # a new process sees the file
+    monkeypatch.setattr(t2, "_tune", lambda *a: pytest.fail("should not tune"))
+    assert t2.pick(("a", 1), run=None) == t.configs[1]
+    assert t2.pick(("zzz",), run=None, tracing=True) == t2.configs[0]  # fake inputs: never time
+
+
+def test_interpreter_uses_designated_config(cache):
+    t = _fake_tuner()
+    if R.INTERPRET:
+        assert t.pick("k", run=lambda c: pytest.fail("must not run")) == t.interpret_config
+
+
+def test_corrupt_cache_file_is_ignored(cache, monkeypatch):
+    t = _fake_tuner()
+    monkeypatch.setattr(R, "INTERPRET", False)
+    t.cache_path().write_text("{not json")
+    monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[0])
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        assert t.pick("k", run=None) == t.configs[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _simulate_tune(t, "k2", t.configs[2])  # overwrites the corrupt file with a valid one
+    assert json.loads(t.cache_path().read_text())["k2"]["best"]["kwargs"] == {"B": 64}
+
+
+def _writer(path_env, i):
+    os.environ[R.CACHE_ENV] = path_env
+    t = _fake_tuner()
+    for j in range(20):
+        _simulate_tune(t, f"w{i}-{j}", t.configs[j % 3])
+
+
+def test_concurrent_writers_merge(cache):
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(cache), i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    data = json.loads(_fake_tuner().cache_path().read_text())
+    assert len(data) == 80  # every writer's every entry survived; the file is valid JSON
+
+
+def test_atomic_write_leaves_no_temp(tmp_path):
+    p = tmp_path / "x.json"
+    R.atomic_write_text(p, "{}")
+    R.atomic_write_text(p, '{"a": 1}')
+    assert json.loads(p.read_text()) == {"a": 1}
+    assert [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")] == []
+
+
+def test_check_tensor_errors():
+    with pytest.raises(ValueError, match="x must be a torch.Tensor"):
+        R.check_tensor("x", [1, 2])
+    with pytest.raises(ValueError, match="y has dtype"):
+        R.check_tensor("y", torch.zeros(2, dtype=torch.int8), dtypes=[torch.float32])

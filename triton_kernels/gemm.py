@@ -1,0 +1,365 @@
+"""GEMM with a fused epilogue:  C = act(A @ B + bias) (+ residual), forward and backward.
+
+Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides (transposed views are
+read in place, never copied). Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee"
+(exact fp32 FMA) or "tf32" (tensor cores) precision. act in {"none", "relu", "gelu"} (exact erf GELU,
+as nn.GELU()).
+
+Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
+    dA = dZ @ B^T      (the same GEMM kernel, B^T a strided view)
+    dB = A^T @ dZ      (the same GEMM kernel)
+    dbias = sum_rows(dZ), dresidual = dC
+dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import (
+    INTERPRET,
+    Autotuner,
+    Config,
+    bucket,
+    check_tensor,
+    register_tuner,
+)
+
+ACTIVATIONS = ("none", "relu", "gelu")
+_ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
+PRECISIONS = ("ieee", "tf32")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _apply_act(z, ACT: tl.constexpr):
+    if ACT == 1:
+        z = tl.maximum(z, 0.0)
+    elif ACT == 2:
+        z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
+    return z
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    stride_cm, stride_cn, stride_rm, stride_rn, stride_zm, stride_zn,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """One program computes a BLOCK_M x BLOCK_N tile of C.
+
+    Tiling: the program walks K in steps of BLOCK_K, loading an A tile (BLOCK_M x BLOCK_K) and a B tile
+    (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers; Triton pipelines the loads
+    over `num_stages` shared-memory buffers and issues tensor-core MMAs (wgmma on Hopper).
+    Tile order: programs are grouped GROUP_M tile-rows at a time, so consecutive programs share the
+    same B columns and a few A rows -> better L2 reuse than row-major order.
+    Epilogue (in registers, before the one store): + bias[n], optional save of Z, activation,
+    + residual, cast to C's dtype.
+    """
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # wrap out-of-range rows/cols onto valid ones for the loads (results there are masked at the store)
+    offs_am = tl.where(offs_m < M, offs_m, 0)
+    offs_bn = tl.where(offs_n < N, offs_n, 0)
+    a_ptrs = a_ptr + offs_am[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :].to(tl.int64) * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc += bias[None, :].to(tl.float32)
+    if SAVE_Z:
+        z_ptrs = z_ptr + offs_m[:, None].to(tl.int64) * stride_zm + offs_n[None, :] * stride_zn
+        tl.store(z_ptrs, acc.to(z_ptr.dtype.element_ty), mask=mask)
+    acc = _apply_act(acc, ACT)
+    if HAS_RES:
+        r_ptrs = res_ptr + offs_m[:, None].to(tl.int64) * stride_rm + offs_n[None, :] * stride_rn
+        acc += tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
+    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _act_bwd_kernel(
+    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
+    M, N,
+    stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
+    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias).
+
+    Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
+    relu'(Z) = [C > 0], so no pre-activation needs saving. Column sums are added into an fp32
+    dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    rows = offs_m[:, None].to(tl.int64)
+    dz = tl.load(dc_ptr + rows * stride_dcm + offs_n[None, :] * stride_dcn, mask=mask, other=0.0).to(tl.float32)
+    if ACT != 0:
+        z = tl.load(z_ptr + rows * stride_zm + offs_n[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
+        if ACT == 1:
+            dz = tl.where(z > 0.0, dz, 0.0)
+        else:
+            cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
+            pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
+            dz = dz * (cdf + z * pdf)
+    if STORE_DZ:
+        tl.store(dz_ptr + rows * stride_dzm + offs_n[None, :] * stride_dzn, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+    if COLSUM:
+        tl.atomic_add(dbias_ptr + offs_n, tl.sum(dz, axis=0), mask=offs_n < N)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning space
+# ----------------------------------------------------------------------------------------------------
+def _cfg(bm, bn, bk, warps, stages, group=8):
+    return Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, warps, stages)
+
+
+GEMM_CONFIGS = [
+    # large tiles for Hopper (wgmma 64xN per warpgroup; 8 warps = 2 warpgroups)
+    _cfg(128, 256, 64, 8, 3), _cfg(256, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 4),
+    _cfg(128, 128, 64, 8, 4), _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 128, 8, 3),
+    _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4), _cfg(64, 64, 64, 4, 4),
+    # small / skinny shapes
+    _cfg(64, 32, 32, 4, 4), _cfg(32, 64, 32, 4, 4), _cfg(32, 32, 32, 4, 3), _cfg(16, 32, 32, 2, 3),
+    _cfg(128, 32, 32, 4, 4), _cfg(32, 128, 32, 4, 4),
+    # fp32 friendly (smaller K tile)
+    _cfg(128, 128, 32, 8, 3), _cfg(128, 64, 32, 4, 3), _cfg(64, 64, 32, 4, 3),
+]
+INTERPRET_CONFIG = _cfg(32, 32, 32, 4, 1)
+SMEM_LIMIT = 220 * 1024
+
+_tuner = register_tuner(Autotuner("gemm", _gemm_kernel, GEMM_CONFIGS, interpret_config=INTERPRET_CONFIG))
+
+
+def _prune(M: int, N: int, K: int, elem: int) -> list[Config]:
+    out = []
+    for c in GEMM_CONFIGS:
+        bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
+        if c.num_stages * (bm * bk + bk * bn) * elem > SMEM_LIMIT:
+            continue
+        # tiles far larger than the problem only waste the tuner's time
+        if bm > 2 * bucket(M) or bn > 2 * bucket(N) or bk > 2 * bucket(K):
+            continue
+        out.append(c)
+    return out or [INTERPRET_CONFIG]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------------
+def _launch(kernel, grid, *args, **kwargs):
+    """Launch a jitted kernel; on the GPU through wrap_triton so torch.compile can trace it."""
+    if INTERPRET:
+        kernel[grid](*args, **kwargs)
+    else:
+        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
+
+
+def _is_fake(*ts) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts if t is not None)
+
+
+def _validate(a, b, bias, residual, activation, precision):
+    check_tensor("a", a, ndim=2, dtypes=DTYPES)
+    check_tensor("b", b, ndim=2, dtypes=DTYPES, device=a.device)
+    if b.dtype != a.dtype:
+        raise ValueError(f"b has dtype {b.dtype} but a has {a.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a.shape[1] must equal b.shape[0]")
+    M, N = a.shape[0], b.shape[1]
+    if bias is not None:
+        check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=a.device)
+        if bias.shape[0] != N:
+            raise ValueError(f"bias has {bias.shape[0]} elements, expected N={N}")
+    if residual is not None:
+        check_tensor("residual", residual, ndim=2, dtypes=DTYPES, device=a.device)
+        if tuple(residual.shape) != (M, N):
+            raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {(M, N)}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+
+
+def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,
+                 out=None):
+    """Launch the fused GEMM; returns (C, Z) where Z is the pre-activation (or None)."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = out if out is not None else torch.empty((M, N), device=a.device, dtype=a.dtype)
+    z = torch.empty((M, N), device=a.device, dtype=a.dtype) if save_preact else None
+    prec = precision if a.dtype == torch.float32 else "ieee"  # 16-bit inputs always use tensor cores
+    dummy = c
+    args = (a, b, c, bias if bias is not None else dummy, residual if residual is not None else dummy,
+            z if z is not None else dummy, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            c.stride(0), c.stride(1),
+            residual.stride(0) if residual is not None else 0, residual.stride(1) if residual is not None else 0,
+            z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0)
+    flags = dict(HAS_BIAS=bias is not None, HAS_RES=residual is not None, SAVE_Z=save_preact,
+                 ACT=_ACT_CODE[activation], PRECISION="tf32" if prec == "tf32" else "ieee")
+    if M == 0 or N == 0:
+        return c, z
+
+    def run(cfg: Config):
+        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(N, cfg.kwargs["BLOCK_N"]),)
+        _launch(_gemm_kernel, grid, *args, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages)
+
+    if K == 0:  # empty reduction: C = act(bias) (+ residual)
+        zero = torch.zeros((M, 1), device=a.device, dtype=a.dtype)
+        return gemm_forward(zero, torch.zeros((1, N), device=a.device, dtype=a.dtype), bias, residual,
+                            activation, precision, save_preact, out)
+    key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, bias is not None,
+           residual is not None, a.stride(1) == 1, b.stride(1) == 1)
+    configs = _prune(M, N, K, a.element_size())
+    cfg = _tuner.pick(key, run, configs, tracing=_is_fake(a, b))
+    run(cfg)
+    return c, z
+
+
+def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need_dbias=False):
+    """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias fp32 or None)."""
+    M, N = dc.shape
+    act = _ACT_CODE[activation]
+    dz = torch.empty_like(dc) if (need_dz and act != 0) else None
+    dbias = torch.zeros((N,), device=dc.device, dtype=torch.float32) if need_dbias else None
+    if (dz is None and dbias is None) or M == 0 or N == 0:
+        return (dz if dz is not None else dc if need_dz else None), dbias
+    BM, BN = (32, 32) if INTERPRET else (64, 128)
+    z = saved if saved is not None else dc
+    dzt = dz if dz is not None else dc
+    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
+    _launch(_act_bwd_kernel, grid, dc, z, dzt, dbias if dbias is not None else dc, M, N,
+            dc.stride(0), dc.stride(1), z.stride(0), z.stride(1), dzt.stride(0), dzt.stride(1),
+            ACT=act, Z_IS_OUTPUT=z_is_output, STORE_DZ=dz is not None, COLSUM=dbias is not None,
+            BLOCK_M=BM, BLOCK_N=BN, num_warps=4)
+    return (dz if dz is not None else (dc if need_dz else None)), dbias
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+@torch.library.triton_op("tk::gemm", mutates_args=())
+def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+             activation: str, precision: str, save_preact: bool) -> list[torch.Tensor]:
+    c, z = gemm_forward(a, b, bias, residual, activation, precision, save_preact)
+    return [c, z if z is not None else c.new_empty((0,))]
+
+
+@torch.library.triton_op("tk::act_backward", mutates_args=())
+def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
+                     need_dz: bool, need_dbias: bool) -> list[torch.Tensor]:
+    dz, dbias = act_backward(dc, saved if saved.numel() else None, activation, z_is_output=z_is_output,
+                             need_dz=need_dz, need_dbias=need_dbias)
+    # outputs must not alias inputs of a custom op: copy the pass-through case
+    dz = dz.clone() if (dz is not None and dz is dc) else dz
+    return [dz if dz is not None else dc.new_empty((0,)),
+            dbias if dbias is not None else dc.new_empty((0,), dtype=torch.float32)]
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, bias, residual, activation, precision, save_preact = inputs
+    c, z = output
+    ctx.activation, ctx.precision = activation, precision
+    ctx.has_bias, ctx.has_res = bias is not None, residual is not None
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+    if activation == "none":
+        saved, z_is_output = None, False
+    elif save_preact:
+        saved, z_is_output = z, False
+    else:  # relu with no residual: the output carries the sign of Z
+        saved, z_is_output = c, True
+    ctx.save_for_backward(a, b, saved)
+    ctx.z_is_output = z_is_output
+
+
+def _backward(ctx, grads):
+    dc = grads[0]
+    a, b, saved = ctx.saved_tensors
+    need_a, need_b, need_bias, need_res = ctx.needs_input_grad[:4]
+    dz = dc
+    dbias = None
+    if ctx.activation != "none" or need_bias:
+        dz_, db = torch.ops.tk.act_backward(dc, saved if saved is not None else dc.new_empty((0,)),
+                                            ctx.activation, ctx.z_is_output,
+                                            ctx.activation != "none", bool(need_bias and ctx.has_bias))
+        if ctx.activation != "none":
+            dz = dz_
+        dbias = db.to(ctx.bias_dtype) if (need_bias and ctx.has_bias) else None
+    da = db_ = None
+    if need_a:
+        da = torch.ops.tk.gemm(dz, b.t(), None, None, "none", ctx.precision, False)[0]
+    if need_b:
+        db_ = torch.ops.tk.gemm(a.t(), dz, None, None, "none", ctx.precision, False)[0]
+    dres = dc if (need_res and ctx.has_res) else None
+    return da, db_, dbias, dres, None, None, None
+
+
+torch.library.register_autograd("tk::gemm", _backward, setup_context=_setup_context)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+         activation: str = "none", precision: str = "ieee") -> torch.Tensor:
+    """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
+
+    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores).
+    """
+    _validate(a, b, bias, residual, activation, precision)
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, bias, residual))
+    save_preact = needs_grad and (activation == "gelu" or (activation == "relu" and residual is not None))
+    return torch.ops.tk.gemm(a, b, bias, residual, activation, precision, save_preact)[0]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
+           residual: torch.Tensor | None = None, precision: str = "ieee") -> torch.Tensor:
+    """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear."""
+    check_tensor("x", x, ndim=range(1, 9))
+    check_tensor("weight", weight, ndim=2)
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"x has {x.shape[-1]} features but weight expects {weight.shape[1]} (weight {tuple(weight.shape)})")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    r2 = residual.reshape(-1, residual.shape[-1]) if residual is not None else None
+    y = gemm(x2, weight.t(), bias, r2, activation, precision)
+    return y.reshape(*lead, weight.shape[0])

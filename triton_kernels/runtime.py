@@ -1,0 +1,393 @@
+"""Runtime layer shared by every kernel in the playground.
+
+* Interpreter detection: on a machine without CUDA, ``TRITON_INTERPRET=1`` is set *before* triton is
+  imported, so ``import triton_kernels`` just works on a CPU box (kernels then run in Triton's
+  interpreter, for correctness only).
+* Device helpers: the device kernels should run on, a readable device name, dtype helpers.
+* :class:`Autotuner`: picks the fastest launch configuration per (shape bucket, dtypes) key and keeps
+  it in a persistent on-disk cache keyed by device name, triton version and kernel source hash.
+  Every config it tries is recorded (``trials``) so autotune sweeps can reuse the timings.
+  Under the interpreter it runs one designated config without timing.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+# --------------------------------------------------------------------------------------------------
+# Interpreter detection. Must run before the first `import triton` anywhere in the process.
+# --------------------------------------------------------------------------------------------------
+if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+    if "triton" in sys.modules:  # pragma: no cover - depends on import order of the caller
+        warnings.warn(
+            "triton was imported before triton_kernels on a machine without CUDA; set "
+            "TRITON_INTERPRET=1 in the environment so kernels run in the interpreter",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton  # noqa: E402  (must follow the interpreter switch)
+
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def is_interpreter() -> bool:
+    """True when Triton kernels run in the CPU interpreter (no performance meaning)."""
+    return INTERPRET
+
+
+def default_device() -> torch.device:
+    """The device kernels run on: the current CUDA device, else the CPU (interpreter)."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    """A readable device name, e.g. 'NVIDIA H100 80GB HBM3' or 'cpu-interpreter'."""
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu-interpreter"
+
+
+def device_slug(device: torch.device | str | None = None) -> str:
+    """File-system friendly device name, used for results/<device>/ and cache keys."""
+    name = device_name(device)
+    out = "".join(c if c.isalnum() else "_" for c in name).strip("_")
+    while "__" in out:
+        out = out.replace("__", "_")
+    return out
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def bucket(n: int, minimum: int = 16) -> int:
+    """Shape bucket used in autotune keys: the next power of two, at least ``minimum``."""
+    return max(minimum, next_power_of_2(n))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+_TL_DTYPES = {}
+
+
+def tl_dtype(dtype: torch.dtype):
+    """The triton.language dtype matching a torch dtype."""
+    import triton.language as tl
+
+    if not _TL_DTYPES:
+        _TL_DTYPES.update(
+            {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+             torch.float64: tl.float64, torch.int32: tl.int32, torch.int64: tl.int64}
+        )
+    return _TL_DTYPES[dtype]
+
+
+# --------------------------------------------------------------------------------------------------
+# Input validation shared by launchers: errors name the argument, raised before any launch.
+# --------------------------------------------------------------------------------------------------
+def check_tensor(
+    name: str,
+    t: Any,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+    device: torch.device | None = None,
+) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.ndim not in allowed:
+            raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dims, got shape {tuple(t.shape)}")
+    if dtypes is not None:
+        dtypes = tuple(dtypes)
+        if t.dtype not in dtypes:
+            raise ValueError(f"{name} has dtype {t.dtype}; supported: {', '.join(map(str, dtypes))}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
+    if not INTERPRET and t.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor (got {t.device}); CPU tensors run only in the interpreter")
+
+
+def check_same(name_a: str, a: Any, name_b: str, b: Any, what: str = "dtype") -> None:
+    if getattr(a, what) != getattr(b, what):
+        raise ValueError(f"{name_b} has {what} {getattr(b, what)} but {name_a} has {getattr(a, what)}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Autotuning with a persistent cache.
+# --------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One launch configuration: constexpr meta-parameters plus num_warps / num_stages."""
+
+    kwargs: dict
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def to_json(self) -> dict:
+        return {"kwargs": dict(self.kwargs), "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Config":
+        return cls(dict(d["kwargs"]), int(d["num_warps"]), int(d["num_stages"]))
+
+    def __str__(self) -> str:
+        kw = ", ".join(f"{k}={v}" for k, v in self.kwargs.items())
+        return f"{kw}, warps={self.num_warps}, stages={self.num_stages}"
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_json(), sort_keys=True))
+
+
+CACHE_ENV = "TRITON_PLAYGROUND_CACHE"
+
+
+def cache_dir() -> Path:
+    """Where tuned configs live: $TRITON_PLAYGROUND_CACHE, else ~/.cache/triton_playground/autotune."""
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return Path(root)
+    return Path.home() / ".cache" / "triton_playground" / "autotune"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so readers never see a partial file (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """Advisory exclusive lock (fcntl) so concurrent writers merge instead of overwriting."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "a+") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        except (ImportError, OSError):  # pragma: no cover - non-POSIX
+            pass
+        yield
+
+
+def read_json(path: Path) -> dict:
+    """Read a JSON cache file; a missing file is empty, a corrupt one is ignored with a warning."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("top level is not an object")
+        return data
+    except ValueError as e:
+        warnings.warn(f"ignoring corrupt autotune cache {path}: {e}", RuntimeWarning, stacklevel=2)
+        return {}
+
+
+def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush_l2: bool = True) -> list[float]:
+    """Per-repetition times (ms) of ``fn`` with CUDA events, the L2 flushed before each repetition."""
+    cache = torch.empty(64 * 1024 * 1024, dtype=torch.int8, device="cuda") if flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for s, e in zip(starts, ends):
+        if cache is not None:
+            cache.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _median(xs: Sequence[float]) -> float:
+    ys = sorted(xs)
+    n = len(ys)
+    return ys[n // 2] if n % 2 else 0.5 * (ys[n // 2 - 1] + ys[n // 2])
+
+
+class Autotuner:
+    """Choose and remember the best :class:`Config` of a kernel per key.
+
+    Parameters
+    ----------
+    name: short name of the kernel family (file name of its cache).
+    kernel: the ``@triton.jit`` function (its source is hashed into the cache key).
+    configs: candidate configs tried on the GPU.
+    interpret_config: the one config run under the interpreter (never timed).
+    prune: optional ``prune(configs, *args) -> configs`` dropping configs that cannot suit a shape.
+    verbose: print one line per tuning / cache hit (also enabled by TRITON_PLAYGROUND_VERBOSE=1).
+
+    Use::
+
+        tuner = Autotuner("gemm", _gemm_kernel, CONFIGS, interpret_config=SMALL)
+        cfg = tuner.pick(key, lambda cfg: launch(cfg))   # launch(cfg) runs the kernel once
+    """
+
+    def __init__(
+        self,
+        name: str,
+        kernel: Any,
+        configs: Sequence[Config],
+        *,
+        interpret_config: Config,
+        verbose: bool | None = None,
+        warmup: int = 3,
+        rep: int = 10,
+    ) -> None:
+        self.name = name
+        self.kernel = kernel
+        self.configs = list(configs)
+        self.interpret_config = interpret_config
+        self.verbose = verbose if verbose is not None else os.environ.get("TRITON_PLAYGROUND_VERBOSE") == "1"
+        self.warmup, self.rep = warmup, rep
+        self._memory: dict[str, Config] = {}
+        self.trials: dict[str, list[dict]] = {}  # key -> [{config, ms}] for every config tried
+        self.events: list[tuple[str, str]] = []  # (key, "hit" | "tuned" | "memory") log for reports
+        self._source_hash = self._hash_source(kernel, self.configs)
+
+    # -- keys ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _hash_source(kernel: Any, configs: Sequence[Config]) -> str:
+        fns = kernel if isinstance(kernel, (list, tuple)) else [kernel]
+        h = hashlib.sha256()
+        for k in fns:
+            fn = getattr(k, "fn", k)
+            try:
+                h.update(inspect.getsource(fn).encode())
+            except (OSError, TypeError):
+                h.update(repr(fn).encode())
+        for c in configs:
+            h.update(json.dumps(c.to_json(), sort_keys=True).encode())
+        return h.hexdigest()[:16]
+
+    def cache_path(self) -> Path:
+        dev = device_slug()
+        tv = triton.__version__.replace("+", "_")
+        return cache_dir() / f"{self.name}-{dev}-triton{tv}-{self._source_hash}.json"
+
+    @staticmethod
+    def key_str(key: Any) -> str:
+        return json.dumps(key, default=str, separators=(",", ":")) if not isinstance(key, str) else key
+
+    # -- the main entry -----------------------------------------------------------------------------
+    def pick(self, key: Any, run: Callable[[Config], Any], configs: Sequence[Config] | None = None,
+             tracing: bool = False) -> Config:
+        """The config for ``key``; ``run(cfg)`` launches the kernel once with ``cfg`` (used for timing).
+
+        ``tracing``: the inputs are fake (torch.compile is tracing the op), so nothing can be timed:
+        a remembered or cached config is used if there is one, else the first candidate.
+        """
+        if INTERPRET:
+            return self.interpret_config
+        configs = list(configs) if configs is not None else self.configs
+        k = self.key_str(key)
+        cfg = self._memory.get(k)
+        if cfg is not None:
+            return cfg
+        entry = read_json(self.cache_path()).get(k)
+        if entry is not None:
+            try:
+                cfg = Config.from_json(entry["best"])
+                self._memory[k] = cfg
+                self.trials.setdefault(k, entry.get("trials", []))
+                self._log(k, "hit", f"cache hit -> {cfg}")
+                return cfg
+            except (KeyError, TypeError, ValueError):
+                warnings.warn(f"ignoring malformed cache entry {k} in {self.cache_path()}", RuntimeWarning)
+        if tracing:
+            return configs[0]
+        return self._tune(k, run, configs)
+
+    def _tune(self, k: str, run: Callable[[Config], Any], configs: list[Config]) -> Config:
+        t0 = time.perf_counter()
+        trials = []
+        best, best_ms = None, float("inf")
+        for cfg in configs:
+            try:
+                ms = _median(cuda_time_ms(lambda: run(cfg), warmup=self.warmup, rep=self.rep))
+            except Exception as e:  # out of resources, compile failure: record and move on
+                trials.append({"config": cfg.to_json(), "ms": None, "error": type(e).__name__})
+                continue
+            trials.append({"config": cfg.to_json(), "ms": ms})
+            if ms < best_ms:
+                best, best_ms = cfg, ms
+        if best is None:
+            raise RuntimeError(f"{self.name}: no config ran for key {k}; trials: {trials}")
+        elapsed = time.perf_counter() - t0
+        self._memory[k] = best
+        self.trials[k] = trials
+        self._store(k, best, best_ms, trials, elapsed)
+        self._log(k, "tuned", f"tuned {len(configs)} configs in {elapsed:.1f}s -> {best} ({best_ms:.4f} ms)")
+        return best
+
+    def _store(self, k: str, best: Config, best_ms: float, trials: list, elapsed: float) -> None:
+        path = self.cache_path()
+        entry = {
+            "best": best.to_json(), "best_ms": best_ms, "trials": trials, "tune_seconds": elapsed,
+            "device": device_name(), "triton": triton.__version__, "torch": torch.__version__,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        try:
+            with _file_lock(path):
+                data = read_json(path)  # merge with what other processes wrote meanwhile
+                data[k] = entry
+                atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
+        except OSError as e:  # a read-only cache must never break a run
+            warnings.warn(f"could not write autotune cache {path}: {e}", RuntimeWarning)
+
+    def _log(self, k: str, what: str, msg: str) -> None:
+        self.events.append((k, what))
+        if self.verbose:
+            print(f"[autotune {self.name}] {k}: {msg}", file=sys.stderr)
+
+    def clear_memory(self) -> None:
+        """Forget in-process choices (the on-disk cache is kept)."""
+        self._memory.clear()
+
+
+ALL_TUNERS: dict[str, Autotuner] = {}
+
+
+def register_tuner(t: Autotuner) -> Autotuner:
+    ALL_TUNERS[t.name] = t
+    return t

@@ -1,0 +1,56 @@
+"""Correctness helpers shared by the tests and the benchmark harness.
+
+One tolerance table for the whole project (relative error ||out - ref|| / ||ref|| against a float64
+reference). The interpreter computes tl.dot exactly in fp32, so "tf32" applies only on the GPU.
+"""
+from __future__ import annotations
+
+import torch
+
+# key: the precision the computation ran in
+TOLERANCE: dict[str, float] = {
+    "float64": 1e-10,
+    "float32": 1e-5,   # ieee fp32
+    "tf32": 1e-3,      # tf32 tensor cores, or interpreter-vs-GPU dot
+    "float16": 5e-3,
+    "bfloat16": 2e-2,
+}
+
+
+def tolerance(dtype: torch.dtype | str, tf32: bool = False) -> float:
+    """Relative-error tolerance for results computed from inputs of ``dtype``."""
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    if name == "float32" and tf32:
+        name = "tf32"
+    return TOLERANCE[name]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64 (NaN anywhere gives inf, so it never passes)."""
+    out64 = out.detach().to("cpu", torch.float64)
+    ref64 = ref.detach().to("cpu", torch.float64)
+    if out64.shape != ref64.shape:
+        raise ValueError(f"shape mismatch: out {tuple(out64.shape)} vs ref {tuple(ref64.shape)}")
+    if not torch.isfinite(out64).all() and torch.isfinite(ref64).all():
+        return float("inf")
+    den = ref64.norm().item()
+    num = (out64 - ref64).norm().item()
+    if den == 0.0:
+        return num
+    return num / den
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | str, *, tf32: bool = False,
+                 name: str = "output", scale: float = 1.0) -> float:
+    """Fail unless rel_err(out, ref) <= scale * tolerance(dtype)."""
+    err = rel_err(out, ref)
+    tol = scale * tolerance(dtype, tf32)
+    assert err <= tol, f"{name}: relative error {err:.3e} > tolerance {tol:.1e} ({dtype})"
+    return err
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill an output buffer with NaN (or -1 for integers) so unwritten elements show up."""
+    if t.is_floating_point():
+        return t.fill_(float("nan"))
+    return t.fill_(-1)
