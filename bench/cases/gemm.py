@@ -1,0 +1,119 @@
+"""GEMM cases: Triton fused GEMM vs torch.matmul (cuBLAS) / eager linear+bias+act / torch.compile."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from triton_kernels import gemm as G
+
+from ..harness import Case
+
+ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": F.gelu}
+
+
+def _set_tf32(on: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+def matmul_case(M, N, K, dtype, tf32=False, name="gemm") -> Case:
+    """C = A @ B: our kernel vs torch.matmul (cuBLAS)."""
+    prec = "tf32" if tf32 else "ieee"
+
+    def inputs(seed, device):
+        _set_tf32(tf32)
+        g = torch.Generator(device=device).manual_seed(seed)
+        return (torch.randn(M, K, device=device, dtype=dtype, generator=g),
+                torch.randn(K, N, device=device, dtype=dtype, generator=g))
+
+    es = torch.tensor([], dtype=dtype).element_size()
+    return Case(
+        suite="ops", name=name, params={"M": M, "N": N, "K": K, "precision": prec}, dtype=dtype,
+        inputs=inputs,
+        fns={"eager": torch.matmul, "triton": lambda a, b: G.gemm(a, b, precision=prec)},
+        reference=lambda a, b: a.double() @ b.double(),
+        flops=2.0 * M * N * K, bytes=float(es * (M * K + K * N + M * N)), tf32=tf32,
+    )
+
+
+def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
+    """y = act(x @ W^T + b): eager F.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours."""
+    prec = "tf32" if tf32 else "ieee"
+    f = ACT[act]
+
+    def inputs(seed, device):
+        _set_tf32(tf32)
+        g = torch.Generator(device=device).manual_seed(seed)
+        x = torch.randn(M, K, device=device, dtype=dtype, generator=g)
+        w = torch.randn(N, K, device=device, dtype=dtype, generator=g) / K ** 0.5
+        b = torch.randn(N, device=device, dtype=dtype, generator=g)
+        if backward:
+            x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
+            return x, w, b, torch.randn(M, N, device=device, dtype=dtype, generator=g)
+        return x, w, b
+
+    def eager(x, w, b, *gy):
+        y = f(F.linear(x, w, b))
+        if not backward:
+            return y
+        return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
+
+    def triton_fn(x, w, b, *gy):
+        y = G.linear(x, w, b, activation=act, precision=prec)
+        if not backward:
+            return y
+        return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
+
+    def reference(x, w, b, *gy):
+        x64, w64, b64 = (t.detach().double().requires_grad_(backward) for t in (x, w, b))
+        with torch.enable_grad():
+            y = f(F.linear(x64, w64, b64))
+            if not backward:
+                return y.detach()
+            return (y.detach(), *torch.autograd.grad(y, (x64, w64, b64), gy[0].double()))
+
+    es = torch.tensor([], dtype=dtype).element_size()
+    io = M * K + N * K + N + M * N
+    return Case(
+        suite="ops", name=f"linear_{act}" + ("_fwdbwd" if backward else ""),
+        params={"M": M, "K": K, "N": N, "precision": prec}, dtype=dtype, inputs=inputs,
+        fns={"eager": eager, "triton": triton_fn}, reference=reference,
+        flops=2.0 * M * N * K * (3 if backward else 1),
+        bytes=float(es * (io * (3 if backward else 1))), tf32=tf32, backward=backward,
+        graph_ok=not backward,
+    )
+
+
+def cases(quick: bool = False, shapes=None, dtypes=None) -> list[Case]:
+    from triton_kernels.runtime import INTERPRET
+
+    out: list[Case] = []
+    if shapes:  # exactly the shapes asked for, as plain matmuls
+        for s in shapes:
+            M, N, K = (s + s + s)[:3] if len(s) < 3 else s[:3]
+            for dt in dtypes or [torch.bfloat16]:
+                out.append(matmul_case(M, N, K, dt))
+        return out
+    if INTERPRET:
+        return [matmul_case(33, 17, 40, torch.float32), matmul_case(64, 64, 64, torch.float16),
+                linear_case(37, 29, 23, torch.float32, "relu"), linear_case(16, 24, 8, torch.float32, "gelu", True)]
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    # the acceptance shapes
+    out += [matmul_case(8192, 8192, 8192, bf16), linear_case(4096, 8704, 1024, bf16, "relu"),
+            matmul_case(4096, 4096, 4096, f16), matmul_case(4096, 4096, 4096, f32, tf32=True),
+            matmul_case(4096, 4096, 4096, bf16)]
+    if quick:
+        return out
+    out += [matmul_case(4096, 4096, 4096, f32), linear_case(4096, 8704, 1024, bf16, "gelu"),
+            linear_case(4096, 8704, 1024, bf16, "relu", backward=True)]
+    for n in (256, 512, 1024, 2048, 8192):  # square sweep (latency vs size)
+        out.append(matmul_case(n, n, n, bf16))
+    for n in (1024, 2048, 8192):
+        out.append(matmul_case(n, n, n, f32, tf32=True))
+    # the studies' shapes
+    out += [linear_case(128, 784, 10, f32, "none"),                       # MNIST softmax regression
+            linear_case(1024, 16, 16, f32, "relu"), linear_case(1024, 64, 64, f32, "relu"),  # SGEMM widths
+            linear_case(512, 8704, 1024, bf16, "relu"), linear_case(512, 1024, 1024, bf16, "relu"),  # Char-CNN FC
+            linear_case(512, 1024, 4, bf16, "none"),
+            linear_case(512, 512, 10, f32, "none", tf32=True)]             # ResNet-18 head
+    return out

@@ -1,0 +1,1 @@
+"""Loaders for the studies' real data sets (validated, with clear errors)."""

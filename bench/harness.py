@@ -1,0 +1,431 @@
+"""The shared benchmark harness: cases -> backends -> checked, timed, tidy rows.
+
+A :class:`Case` is a named workload: an input factory (fresh random inputs per seed), a float64
+reference, analytic FLOP and byte counts, and one callable per backend that has its own
+implementation (at least ``eager``; ``triton`` for our kernels). Derived backends are built here:
+
+* ``compile``               torch.compile(eager fn, dynamic=False), dynamo reset per case, compile time
+                            measured separately;
+* ``compile-max-autotune``  the same with mode="max-autotune" (opt-in: slow);
+* ``<backend>+graph``       the backend captured once in a CUDA graph and replayed.
+
+For every (case, backend): correctness first (relative error vs float64; a wrong result is a row with
+status ``wrong`` and no timing), then the time (median, p20, p80; L2 flushed = cold, and warm for small
+working sets), TFLOP/s, GB/s, % of the measured roofline, speedup vs eager and vs compile with a
+confidence interval from interleaved repeats, peak memory, compile/autotune time, provenance.
+Failures (OOM, compile error, unsupported dtype) become rows with a status; the run goes on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import torch
+
+from triton_kernels.runtime import INTERPRET, default_device
+from triton_kernels.testing import rel_err, tolerance
+
+from . import results as R
+
+Fn = Callable[..., Any]
+
+
+@dataclasses.dataclass
+class Case:
+    """A named workload.
+
+    suite:     "ops", "mnist", "sgemm", ...
+    name:      case name, e.g. "gemm", "softmax_fwd", "epoch"
+    params:    shape and options (JSON-able); goes into the row's params column
+    dtype:     the input dtype (sets the tolerance and the roofline ceiling)
+    inputs:    inputs(seed, device) -> tuple of arguments (fresh random data for each seed)
+    fns:       backend name -> fn(*inputs) -> output (tensor or tuple of tensors). "eager" is the
+               reference implementation compile backends are derived from; "triton" our kernels.
+    reference: reference(*inputs) -> float64 output(s), computed on the inputs' device; None = no check
+    flops, bytes: analytic counts for one call (bytes: the fewest bytes that must move)
+    tf32:      fp32 case computed with tf32 tensor cores (looser tolerance)
+    tol:       override the tolerance (default: the project's table for dtype)
+    error:     error(out, ref) -> float, for outputs that need a custom comparison
+    graph_ok:  whether CUDA-graph variants apply (no host syncs, static shapes)
+    kind:      "op" | "model" (model-level cases: a training step, an epoch, an inference batch)
+    backward:  whether fns include the backward pass
+    """
+
+    suite: str
+    name: str
+    params: dict
+    dtype: torch.dtype
+    inputs: Callable[[int, torch.device], tuple]
+    fns: dict[str, Fn]
+    reference: Callable[..., Any] | None = None
+    flops: float = 0.0
+    bytes: float = 0.0
+    tf32: bool = False
+    tol: float | None = None
+    error: Callable[[Any, Any], float] | None = None
+    graph_ok: bool = True
+    kind: str = "op"
+    backward: bool = False
+
+    @property
+    def label(self) -> str:
+        shape = ",".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.name}[{shape}]"
+
+    def tolerance(self) -> float:
+        return self.tol if self.tol is not None else tolerance(self.dtype, self.tf32)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Backends: registered by name; each builder returns a callable for a case, or None (not applicable).
+# ----------------------------------------------------------------------------------------------------
+BACKENDS: dict[str, Callable[[Case], Fn | None]] = {}
+GRAPH_SUFFIX = "+graph"
+
+
+def register_backend(name: str):
+    """Decorator: ``@register_backend("mine")`` over ``builder(case) -> fn | None``."""
+
+    def deco(builder):
+        BACKENDS[name] = builder
+        return builder
+
+    return deco
+
+
+@register_backend("eager")
+def _eager(case: Case):
+    return case.fns.get("eager")
+
+
+@register_backend("triton")
+def _triton(case: Case):
+    return case.fns.get("triton")
+
+
+def _compiled(mode: str | None):
+    def build(case: Case):
+        if (mode is None and "compile" in case.fns):
+            return case.fns["compile"]
+        base = case.fns.get("eager")
+        if base is None:
+            return None
+        torch._dynamo.reset()  # a fresh cache per case, so compile time is this case's alone
+        return torch.compile(base, dynamic=False, mode=mode)
+
+    return build
+
+
+register_backend("compile")(_compiled(None))
+register_backend("compile-max-autotune")(_compiled("max-autotune"))
+
+DEFAULT_BACKENDS = ("eager", "compile", "triton")
+
+
+def base_backend(name: str) -> str:
+    return name[: -len(GRAPH_SUFFIX)] if name.endswith(GRAPH_SUFFIX) else name
+
+
+def build_backend(name: str, case: Case) -> Fn | None:
+    base = base_backend(name)
+    if base not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; registered: {', '.join(sorted(BACKENDS))} (+graph variants)")
+    return BACKENDS[base](case)
+
+
+class CudaGraphed:
+    """Capture ``fn(*inputs)`` once in a CUDA graph; calling it replays the graph (same inputs)."""
+
+    def __init__(self, fn: Fn, inputs: tuple, warmup: int = 3):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up (JIT, autotune, allocator) outside the capture
+            for _ in range(warmup):
+                fn(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = fn(*inputs)
+
+    def __call__(self, *inputs):
+        self.graph.replay()
+        return self.out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------------
+_FLUSH: torch.Tensor | None = None
+
+
+def _flush_buffer() -> torch.Tensor:
+    global _FLUSH
+    if _FLUSH is None:  # larger than any L2 (50 MB on H100, 60 MB on H200)
+        _FLUSH = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    return _FLUSH
+
+
+def time_call(fn: Callable[[], Any], rep: int, *, flush: bool = True, device: torch.device | None = None) -> list[float]:
+    """``rep`` per-call times in ms: CUDA events (L2 flushed before each call when ``flush``), or
+    perf_counter on the CPU (interpreter: not a performance figure)."""
+    device = device or default_device()
+    if device.type != "cuda":
+        out = []
+        for _ in range(rep):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    buf = _flush_buffer() if flush else None
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for s, e in zip(starts, ends):
+        if buf is not None:
+            buf.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (q in [0, 1]) of a non-empty sequence."""
+    ys = sorted(xs)
+    if not ys:
+        raise ValueError("quantile of an empty sequence")
+    pos = q * (len(ys) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+def median(xs: Sequence[float]) -> float:
+    return quantile(xs, 0.5)
+
+
+def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 2000, alpha: float = 0.05,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """Ratio median(num)/median(den) with a percentile-bootstrap CI; num/den are per-round medians from
+    interleaved repeats (round i of each measured back to back)."""
+    import random
+
+    if len(num) != len(den) or not num:
+        raise ValueError("num and den must be non-empty and of equal length")
+    rng = random.Random(seed)
+    k = len(num)
+    est = median(num) / median(den)
+    boots = []
+    for _ in range(n):
+        idx = [rng.randrange(k) for _ in range(k)]
+        boots.append(median([num[i] for i in idx]) / median([den[i] for i in idx]))
+    return est, quantile(boots, alpha / 2), quantile(boots, 1 - alpha / 2)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Ceilings (measured per device by bench.roofline --measure)
+# ----------------------------------------------------------------------------------------------------
+def load_ceilings() -> dict | None:
+    import json
+
+    p = R.results_dir() / "ceilings.json"
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except ValueError:
+        return None
+
+
+def roofline_floor_ms(case: Case, ceilings: dict | None) -> float | None:
+    """The fastest possible time for the case's FLOPs and bytes on the measured ceilings."""
+    if not ceilings or (not case.flops and not case.bytes):
+        return None
+    key = "tf32" if case.tf32 else str(case.dtype).replace("torch.", "")
+    peak = ceilings.get("gemm_tflops", {}).get(key)
+    bw = ceilings.get("copy_gbps")
+    t_f = case.flops / (peak * 1e12) * 1e3 if (peak and case.flops) else 0.0
+    t_b = case.bytes / (bw * 1e9) * 1e3 if (bw and case.bytes) else 0.0
+    return max(t_f, t_b) or None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Running cases
+# ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class RunConfig:
+    backends: Sequence[str] = DEFAULT_BACKENDS
+    rounds: int = 5             # interleaved rounds (speedup CI)
+    rep: int | None = None      # timed calls per round (None: adaptive, ~target_ms per round)
+    target_ms: float = 100.0
+    warm_limit_bytes: float = 16e6  # also time warm (no flush) below this working set
+    seed: int = 0
+    check: bool = True
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _error(case: Case, out, ref) -> float:
+    if case.error is not None:
+        return float(case.error(out, ref))
+    outs, refs = _as_tuple(out), _as_tuple(ref)
+    if len(outs) != len(refs):
+        raise ValueError(f"{case.label}: {len(outs)} outputs but {len(refs)} references")
+    return max(rel_err(o, r) for o, r in zip(outs, refs))
+
+
+def _classify(e: BaseException) -> str:
+    name = type(e).__name__
+    msg = str(e)
+    if isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in msg.lower():
+        return "oom"
+    if isinstance(e, NotImplementedError) or "unsupported" in msg.lower() or "not supported" in msg.lower():
+        return "unsupported"
+    mod = type(e).__module__
+    if "dynamo" in mod or "inductor" in mod or "Compilation" in name or "triton" in mod:
+        return "compile-error"
+    return "error"
+
+
+def run_case(case: Case, cfg: RunConfig) -> list[dict]:
+    """Check and time one case on every requested backend; returns long-format rows."""
+    device = default_device()
+    is_cuda = device.type == "cuda"
+    ceilings = load_ceilings() if is_cuda else None
+    params = dict(case.params)
+    rows: list[dict] = []
+
+    def row(backend, metric, value, unit, **kw):
+        rows.append(R.make_row(case.suite, case.name, params, case.dtype, backend, metric, value, unit, **kw))
+
+    try:
+        inputs = case.inputs(cfg.seed, device)
+    except Exception as e:  # e.g. OOM building inputs
+        for b in cfg.backends:
+            row(b, "time_ms", None, "ms", status=_classify(e), note=f"inputs: {type(e).__name__}: {e}"[:300])
+        return rows
+    ref = None
+    if cfg.check and case.reference is not None:
+        with torch.no_grad():
+            ref = case.reference(*inputs)  # float64, on the inputs' device (fast fp64 on the GPU)
+
+    # 1. build, first call (compile / autotune time), correctness
+    ready: dict[str, Fn] = {}
+    errors: dict[str, float | None] = {}
+    for b in cfg.backends:
+        if b.endswith(GRAPH_SUFFIX) and (not is_cuda or not case.graph_ok):
+            row(b, "time_ms", None, "ms", status="unsupported",
+                note="CUDA graphs need a GPU" if not is_cuda else "case not graph-capturable")
+            continue
+        try:
+            fn = build_backend(b, case)
+            if fn is None:
+                row(b, "time_ms", None, "ms", status="unsupported", note="no implementation for this case")
+                continue
+            if is_cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if b.endswith(GRAPH_SUFFIX):
+                fn = CudaGraphed(fn, inputs)
+            out = fn(*inputs)
+            if is_cuda:
+                torch.cuda.synchronize()
+            first_s = time.perf_counter() - t0
+            err = _error(case, out, ref) if ref is not None else None
+            errors[b] = err
+            del out
+        except Exception as e:  # the run goes on: a failing backend is a row with its status
+            row(b, "time_ms", None, "ms", status=_classify(e), note=f"{type(e).__name__}: {e}"[:300])
+            if is_cuda:
+                torch.cuda.empty_cache()
+            continue
+        if "compile" in base_backend(b):
+            row(b, "compile_s", first_s, "s", note="torch.compile time (first call)")
+        else:
+            row(b, "first_call_s", first_s, "s", note="first call: JIT compile, autotuning, graph capture")
+        if err is not None and not (err <= case.tolerance()):
+            row(b, "time_ms", None, "ms", error_vs_fp64=err, status="wrong",
+                note=f"relative error {err:.3e} > tolerance {case.tolerance():.1e}: not timed")
+            continue
+        ready[b] = fn
+
+    if not ready:
+        return rows
+
+    # 2. timing: interleaved rounds, cold (L2 flushed); warm for small working sets
+    calls = {b: (lambda fn=fn: fn(*inputs)) for b, fn in ready.items()}
+    reps = {}
+    for b, call in calls.items():
+        if cfg.rep:
+            reps[b] = cfg.rep
+        else:
+            est = median(time_call(call, 3, device=device))
+            reps[b] = int(min(200, max(3 if not is_cuda else 10, cfg.target_ms / max(est, 1e-3))))
+            if not is_cuda:
+                reps[b] = min(reps[b], 3)
+    rounds = cfg.rounds if is_cuda else 1
+    samples: dict[str, list[float]] = {b: [] for b in calls}
+    round_medians: dict[str, list[float]] = {b: [] for b in calls}
+    for _ in range(rounds):
+        for b, call in calls.items():
+            ts = time_call(call, reps[b], device=device)
+            samples[b].extend(ts)
+            round_medians[b].append(median(ts))
+    warm = {}
+    if is_cuda and case.bytes and case.bytes < cfg.warm_limit_bytes:
+        for b, call in calls.items():
+            warm[b] = time_call(call, reps[b], flush=False, device=device)
+
+    floor = roofline_floor_ms(case, ceilings)
+    for b in calls:
+        ts = samples[b]
+        med = median(ts)
+        err = errors.get(b)
+        kw = dict(error_vs_fp64=err)
+        row(b, "time_ms", med, "ms", p20=quantile(ts, 0.2), p80=quantile(ts, 0.8),
+            note="cold L2" + (f", {len(ts)} calls in {rounds} interleaved rounds" if is_cuda else ""), **kw)
+        if b in warm:
+            w = warm[b]
+            row(b, "time_warm_ms", median(w), "ms", p20=quantile(w, 0.2), p80=quantile(w, 0.8), **kw)
+        if case.flops:
+            row(b, "tflops", case.flops / (med * 1e-3) / 1e12, "TFLOP/s", **kw)
+        if case.bytes:
+            row(b, "gbps", case.bytes / (med * 1e-3) / 1e9, "GB/s", **kw)
+        if floor is not None:
+            row(b, "pct_roofline", 100.0 * floor / med, "%", **kw)
+        for ref_b in ("eager", "compile"):
+            if ref_b in calls and ref_b != b:
+                est, lo, hi = bootstrap_ratio_ci(round_medians[ref_b], round_medians[b])
+                row(b, f"speedup_vs_{ref_b}", est, "x", ci_low=lo, ci_high=hi,
+                    note=f"95% bootstrap CI over {rounds} interleaved rounds", **kw)
+    if is_cuda:
+        for b, call in calls.items():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            call()
+            torch.cuda.synchronize()
+            row(b, "peak_mem_mb", (torch.cuda.max_memory_allocated() - base) / 2**20, "MB")
+    del inputs, calls, ready
+    return rows
+
+
+def run_cases(cases: Sequence[Case], cfg: RunConfig, progress: bool = True) -> list[dict]:
+    rows: list[dict] = []
+    for i, case in enumerate(cases):
+        if progress:
+            print(f"[{i + 1}/{len(cases)}] {case.suite}/{case.label} {str(case.dtype).replace('torch.', '')}",
+                  flush=True)
+        try:
+            rows.extend(run_case(case, cfg))
+        except Exception as e:  # never lose the rows of the other cases
+            traceback.print_exc()
+            rows.append(R.make_row(case.suite, case.name, case.params, case.dtype, "-", "time_ms", None, "ms",
+                                   status=_classify(e), note=f"{type(e).__name__}: {e}"[:300]))
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,140 @@
+"""Measure the device's ceilings and draw the roofline.
+
+    python -m bench.roofline --measure     copy bandwidth + GEMM peak per dtype -> results/<device>/ceilings.json
+    python -m bench.roofline --plot [CSV or DIR ...]   every case of the results as a point -> roofline.png
+
+Copy bandwidth counts bytes read + written of a large device-to-device copy; GEMM peaks are cuBLAS
+8192^3 products on random data (bf16, fp16, tf32, fp32 ieee). % of roofline for a case is
+max(FLOPs / peak[dtype], bytes / copy bandwidth) / measured time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from triton_kernels.runtime import INTERPRET, atomic_write_text, device_name
+
+from . import results as R
+from .harness import median, quantile, time_call
+
+
+def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict:
+    if not torch.cuda.is_available():
+        raise SystemExit("--measure needs a CUDA GPU (ceilings are per device)")
+    rows = []
+    numel = int(size_gb * 1e9) // 4
+    src = torch.randn(numel, device="cuda")
+    dst = torch.empty_like(src)
+    ts = time_call(lambda: dst.copy_(src), 30, flush=False)
+    copy_gbps = 2 * src.numel() * 4 / (median(ts) * 1e-3) / 1e9
+    rows.append(R.make_row("roofline", "copy", {"bytes": 2 * numel * 4}, "float32", "torch", "gbps", copy_gbps,
+                           "GB/s", p20=2 * numel * 4 / (quantile(ts, 0.8) * 1e-3) / 1e9,
+                           p80=2 * numel * 4 / (quantile(ts, 0.2) * 1e-3) / 1e9))
+    del src, dst
+    peaks = {}
+    for name, dtype, tf32 in (("bfloat16", torch.bfloat16, False), ("float16", torch.float16, False),
+                              ("tf32", torch.float32, True), ("float32", torch.float32, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        c = torch.empty(n, n, device="cuda", dtype=dtype)
+        ts = time_call(lambda: torch.matmul(a, b, out=c), 5 if name == "float32" else 20)
+        peaks[name] = 2 * n ** 3 / (median(ts) * 1e-3) / 1e12
+        rows.append(R.make_row("roofline", "gemm_peak", {"M": n, "N": n, "K": n}, name, "cublas", "tflops",
+                               peaks[name], "TFLOP/s", p20=2 * n ** 3 / (quantile(ts, 0.8) * 1e-3) / 1e12,
+                               p80=2 * n ** 3 / (quantile(ts, 0.2) * 1e-3) / 1e12))
+        del a, b, c
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ceilings = {"device": device_name(), "copy_gbps": copy_gbps, "gemm_tflops": peaks, **R.provenance()}
+    d = R.results_dir(out)
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(d / "ceilings.json", json.dumps(ceilings, indent=1))
+    R.write_rows(rows, out, "roofline")
+    print(json.dumps({"copy_gbps": round(copy_gbps, 1), "gemm_tflops": {k: round(v, 1) for k, v in peaks.items()}}))
+    return ceilings
+
+
+def points(df) -> "pd.DataFrame":  # noqa: F821
+    """(case, backend, dtype) -> arithmetic intensity and achieved TFLOP/s from a results table."""
+    import pandas as pd
+
+    ok = df[(df["status"] == "ok") & df["metric"].isin(["tflops", "gbps"])].copy()
+    ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
+    keys = ["suite", "case", "params", "dtype", "backend"]
+    wide = ok.groupby(keys + ["metric"])["value"].first().unstack("metric").dropna(subset=["tflops", "gbps"])
+    wide["intensity"] = wide["tflops"] * 1e12 / (wide["gbps"] * 1e9)
+    return wide.reset_index()
+
+
+def plot(sources: list[str], ceilings_path: str | None, png: str | None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    srcs = sources or [str(R.results_dir())]
+    df = R.read_results(srcs)
+    cpath = Path(ceilings_path) if ceilings_path else None
+    if cpath is None:
+        for s in srcs:
+            p = Path(s)
+            cand = (p if p.is_dir() else p.parent) / "ceilings.json"
+            if cand.exists():
+                cpath = cand
+                break
+    if cpath is None or not cpath.exists():
+        raise SystemExit("no ceilings.json found: run `python -m bench.roofline --measure` on the GPU first")
+    ceil = json.loads(cpath.read_text())
+    pts = points(df)
+    fig, ax = plt.subplots(figsize=(9, 6))
+    ai = np.logspace(-2, 4, 200)
+    bw = ceil["copy_gbps"] * 1e9
+    for name, peak in ceil["gemm_tflops"].items():
+        ax.plot(ai, np.minimum(peak, bw * ai / 1e12), lw=1, label=f"roof {name} ({peak:.0f} TFLOP/s)")
+    markers = {"eager": "o", "compile": "s", "triton": "^"}
+    for (backend,), g in pts.groupby(["backend"]):
+        ax.scatter(g["intensity"], g["tflops"], marker=markers.get(backend.split("+")[0], "x"), s=28,
+                   label=backend, alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Roofline on {ceil.get('device', '?')} (copy {ceil['copy_gbps']:.0f} GB/s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    out = Path(png) if png else cpath.parent / "roofline.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    print(f"wrote {out} ({len(pts)} points)")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--measure", action="store_true")
+    p.add_argument("--plot", nargs="*", metavar="CSV_OR_DIR")
+    p.add_argument("--ceilings", default=None, help="ceilings.json to draw (default: beside the results)")
+    p.add_argument("--png", default=None)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if not args.measure and args.plot is None:
+        p.print_help()
+        return 2
+    if args.measure:
+        if INTERPRET:
+            print("no GPU here: ceilings are measured on the device; nothing measured", file=sys.stderr)
+            return 1
+        measure(args.out)
+    if args.plot is not None:
+        plot(args.plot, args.ceilings, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
