@@ -29,6 +29,7 @@ def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict
     numel = int(size_gb * 1e9) // 4
     src = torch.randn(numel, device="cuda")
     dst = torch.empty_like(src)
+    time_call(lambda: dst.copy_(src), 3, flush=False)  # warm-up
     ts = time_call(lambda: dst.copy_(src), 30, flush=False)
     copy_gbps = 2 * src.numel() * 4 / (median(ts) * 1e-3) / 1e9
     rows.append(R.make_row("roofline", "copy", {"bytes": 2 * numel * 4}, "float32", "torch", "gbps", copy_gbps,
@@ -42,6 +43,7 @@ def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         c = torch.empty(n, n, device="cuda", dtype=dtype)
+        time_call(lambda: torch.matmul(a, b, out=c), 2)  # warm-up (cuBLAS handle, heuristics)
         ts = time_call(lambda: torch.matmul(a, b, out=c), 5 if name == "float32" else 20)
         peaks[name] = 2 * n ** 3 / (median(ts) * 1e-3) / 1e12
         rows.append(R.make_row("roofline", "gemm_peak", {"M": n, "N": n, "K": n}, name, "cublas", "tflops",
