@@ -1,0 +1,317 @@
+"""Softmax and log-softmax over the last dimension, forward and backward.
+
+For a row x of length N (math in fp32 whatever the input dtype):
+    m = max_j x_j,   s = sum_j exp(x_j - m)
+    softmax:      y_j = exp(x_j - m) / s
+    log-softmax:  y_j = x_j - m - log(s)
+Backward, from the saved output y and the incoming gradient dy:
+    softmax:      dx_j = y_j * (dy_j - sum_k dy_k y_k)
+    log-softmax:  dx_j = dy_j - exp(y_j) * sum_k dy_k
+
+Two tilings, chosen by the row length:
+* "row" kernels (next_pow2(N) <= MAX_FUSED_N): a program holds BLOCK_M whole rows in registers
+  (BLOCK_N = next_pow2(N) columns), so every element is read once and written once.
+* "looped" kernels (longer rows): one program per row walks the row in BLOCK_N chunks. The forward
+  keeps an online (running) max and rescaled sum, then a second sweep writes y; the backward first
+  reduces sum(dy*y) (or sum(dy)), then writes dx. The second sweep runs over the chunks in reverse
+  order, so the chunks read last in the first sweep (most likely still in L2) are re-read first.
+
+Inputs fp32 / fp16 / bf16 with any row stride (and any column stride; a unit stride is specialised
+by Triton and gives 16-byte vector accesses); outputs are contiguous, in the input dtype.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemm import _is_fake, _launch
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Longest row (rounded up to a power of two) handled by the one-block-per-row kernels; longer rows
+# use the looped kernels. 16384 fp32 values per row = 64 KB of registers per program.
+MAX_FUSED_N = 16384
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _softmax_fwd_row_kernel(
+    x_ptr, y_ptr, M, N,
+    stride_xm, stride_xn, stride_ym,
+    LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """y[rows] = (log-)softmax(x[rows]) for a BLOCK_M x BLOCK_N tile holding BLOCK_M whole rows.
+
+    x: (M, N) with strides (stride_xm, stride_xn); y: (M, N) with strides (stride_ym, 1).
+    """
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    r64 = rows[:, None].to(tl.int64)
+    x = tl.load(x_ptr + r64 * stride_xm + cols[None, :] * stride_xn, mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)
+    m = tl.max(x, axis=1)
+    m = tl.where(m == -float("inf"), 0.0, m)  # all -inf row (or padding row): avoid inf - inf
+    z = x - m[:, None]
+    e = tl.exp(z)
+    s = tl.sum(e, axis=1)
+    if LOG:
+        y = z - tl.log(s)[:, None]
+    else:
+        y = e * (1.0 / s)[:, None]
+    tl.store(y_ptr + r64 * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_fwd_looped_kernel(
+    x_ptr, y_ptr, M, N,
+    stride_xm, stride_xn, stride_ym,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program per row of any length: online max / sum sweep, then a reverse sweep writing y."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_xm
+    y_row = y_ptr + row * stride_ym
+    cols = tl.arange(0, BLOCK_N)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        x = tl.load(x_row + c * stride_xn, mask=c < N, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
+        m = m_new
+    m = tl.where(m == -float("inf"), 0.0, m)
+    log_s = tl.log(s)
+    inv_s = 1.0 / s
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    for i in range(0, n_chunks):
+        c = (n_chunks - 1 - i) * BLOCK_N + cols
+        x = tl.load(x_row + c * stride_xn, mask=c < N, other=0.0).to(tl.float32)
+        if LOG:
+            y = x - m - log_s
+        else:
+            y = tl.exp(x - m) * inv_s
+        tl.store(y_row + c, y.to(y_ptr.dtype.element_ty), mask=c < N)
+
+
+@triton.jit
+def _softmax_bwd_row_kernel(
+    dy_ptr, y_ptr, dx_ptr, M, N,
+    stride_dym, stride_dyn, stride_ym, stride_yn, stride_dxm,
+    LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dx[rows] from dy[rows] and y[rows] for BLOCK_M whole rows (see the module docstring)."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    r64 = rows[:, None].to(tl.int64)
+    dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0).to(tl.float32)
+    if LOG:
+        y = tl.load(y_ptr + r64 * stride_ym + cols[None, :] * stride_yn, mask=mask, other=-float("inf"))
+        y = y.to(tl.float32)
+        dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
+    else:
+        y = tl.load(y_ptr + r64 * stride_ym + cols[None, :] * stride_yn, mask=mask, other=0.0).to(tl.float32)
+        dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
+    tl.store(dx_ptr + r64 * stride_dxm + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_looped_kernel(
+    dy_ptr, y_ptr, dx_ptr, M, N,
+    stride_dym, stride_dyn, stride_ym, stride_yn, stride_dxm,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program per row of any length: reduce sum(dy*y) (or sum(dy)), then a reverse sweep for dx."""
+    row = tl.program_id(0).to(tl.int64)
+    dy_row = dy_ptr + row * stride_dym
+    y_row = y_ptr + row * stride_ym
+    dx_row = dx_ptr + row * stride_dxm
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        c = start + cols
+        dy = tl.load(dy_row + c * stride_dyn, mask=c < N, other=0.0).to(tl.float32)
+        if LOG:
+            acc += dy
+        else:
+            y = tl.load(y_row + c * stride_yn, mask=c < N, other=0.0).to(tl.float32)
+            acc += dy * y
+    total = tl.sum(acc, axis=0)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    for i in range(0, n_chunks):
+        c = (n_chunks - 1 - i) * BLOCK_N + cols
+        dy = tl.load(dy_row + c * stride_dyn, mask=c < N, other=0.0).to(tl.float32)
+        y = tl.load(y_row + c * stride_yn, mask=c < N, other=0.0).to(tl.float32)
+        if LOG:
+            dx = dy - tl.exp(y) * total
+        else:
+            dx = y * (dy - total)
+        tl.store(dx_row + c, dx.to(dx_ptr.dtype.element_ty), mask=c < N)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning spaces
+# ----------------------------------------------------------------------------------------------------
+def _row_configs(M: int, N: int) -> list[Config]:
+    """Candidates for the row kernels: rows per program x warps, sized to the row length."""
+    bn = next_power_of_2(N)
+    out = []
+    for elems in (2048, 4096, 8192, 16384):
+        bm = max(1, elems // bn)
+        if bm > bucket(M, 1) or bm * bn > max(MAX_FUSED_N, bn):
+            continue
+        for warps in (4, 8, 16):
+            if warps * 32 * 4 > max(bm * bn, 512):  # fewer than 4 elements per thread: too many warps
+                continue
+            out.append(Config({"BLOCK_M": bm}, warps, 1))
+    return list(dict.fromkeys(out)) or [Config({"BLOCK_M": 1}, 4, 1)]
+
+
+def _looped_configs() -> list[Config]:
+    return [Config({"BLOCK_N": bn}, w, 1) for bn in (2048, 4096, 8192) for w in (4, 8, 16) if bn >= w * 32 * 4]
+
+
+def _interpret_row_config(N: int) -> Config:
+    return Config({"BLOCK_M": max(1, min(64, 4096 // next_power_of_2(N)))}, 4, 1)
+
+
+_INTERPRET_LOOPED = Config({"BLOCK_N": 256}, 4, 1)
+
+_fwd_row_tuner = register_tuner(Autotuner("softmax_fwd_row", _softmax_fwd_row_kernel, _row_configs(1 << 14, 1024),
+                                          interpret_config=Config({"BLOCK_M": 1}, 4, 1)))
+_fwd_loop_tuner = register_tuner(Autotuner("softmax_fwd_looped", _softmax_fwd_looped_kernel, _looped_configs(),
+                                           interpret_config=_INTERPRET_LOOPED))
+_bwd_row_tuner = register_tuner(Autotuner("softmax_bwd_row", _softmax_bwd_row_kernel, _row_configs(1 << 14, 1024),
+                                          interpret_config=Config({"BLOCK_M": 1}, 4, 1)))
+_bwd_loop_tuner = register_tuner(Autotuner("softmax_bwd_looped", _softmax_bwd_looped_kernel, _looped_configs(),
+                                           interpret_config=_INTERPRET_LOOPED))
+
+
+def _pick(tuner: Autotuner, key, run, configs, interp_cfg: Config, fake: bool) -> Config:
+    if INTERPRET:
+        return interp_cfg
+    return tuner.pick(key, run, configs, tracing=fake)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers (2-D inputs; the public functions below flatten any shape to rows)
+# ----------------------------------------------------------------------------------------------------
+def softmax_forward(x: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """(log-)softmax over the last dim of a 2-D tensor; returns a contiguous tensor of x's dtype."""
+    M, N = x.shape
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    args = (x, y, M, N, x.stride(0), x.stride(1), y.stride(0))
+    key = (bucket(M), bucket(N), str(x.dtype), log, x.stride(1) == 1)
+    if next_power_of_2(N) <= MAX_FUSED_N:
+        bn = next_power_of_2(N)
+
+        def run(cfg):
+            grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),)
+            _launch(_softmax_fwd_row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+        cfg = _pick(_fwd_row_tuner, key, run, _row_configs(M, N), _interpret_row_config(N), _is_fake(x))
+    else:
+        def run(cfg):
+            _launch(_softmax_fwd_looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+        cfg = _pick(_fwd_loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, _is_fake(x))
+    run(cfg)
+    return y
+
+
+def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """dx for (log-)softmax from the output y and the incoming gradient dy (both 2-D, same shape)."""
+    M, N = y.shape
+    dx = torch.empty((M, N), device=y.device, dtype=y.dtype)
+    if M == 0 or N == 0:
+        return dx
+    args = (dy, y, dx, M, N, dy.stride(0), dy.stride(1), y.stride(0), y.stride(1), dx.stride(0))
+    key = (bucket(M), bucket(N), str(y.dtype), str(dy.dtype), log, dy.stride(1) == 1)
+    if next_power_of_2(N) <= MAX_FUSED_N:
+        bn = next_power_of_2(N)
+
+        def run(cfg):
+            grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),)
+            _launch(_softmax_bwd_row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+        cfg = _pick(_bwd_row_tuner, key, run, _row_configs(M, N), _interpret_row_config(N), _is_fake(dy, y))
+    else:
+        def run(cfg):
+            _launch(_softmax_bwd_looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+        cfg = _pick(_bwd_loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, _is_fake(dy, y))
+    run(cfg)
+    return dx
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+@torch.library.triton_op("tk::softmax", mutates_args=())
+def _softmax_op(x: torch.Tensor, log: bool) -> torch.Tensor:
+    return softmax_forward(x, log)
+
+
+@torch.library.triton_op("tk::softmax_backward", mutates_args=())
+def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tensor:
+    return softmax_backward(dy, y, log)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.log = inputs[1]
+    ctx.save_for_backward(output)
+
+
+def _backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    if not ctx.needs_input_grad[0]:
+        return None, None
+    return torch.ops.tk.softmax_backward(dy, y, ctx.log), None
+
+
+torch.library.register_autograd("tk::softmax", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public functions
+# ----------------------------------------------------------------------------------------------------
+def _validate(x, dim) -> int:
+    check_tensor("x", x, dtypes=DTYPES)
+    if x.ndim == 0:
+        raise ValueError("x must have at least 1 dim, got a 0-dim tensor")
+    if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"dim must be an int in [{-x.ndim}, {x.ndim - 1}] for x of shape {tuple(x.shape)}, got {dim!r}")
+    return dim % x.ndim
+
+
+def _apply(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    dim = _validate(x, dim)
+    xt = x.movedim(dim, -1) if dim != x.ndim - 1 else x
+    shape = xt.shape
+    x2 = xt.reshape(-1, shape[-1])  # a view when the layout allows it, else one copy
+    y = torch.ops.tk.softmax(x2, log).reshape(shape)
+    return y.movedim(-1, dim) if dim != x.ndim - 1 else y
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """softmax(x) along ``dim`` (fp32 math), differentiable and torch.compile-friendly."""
+    return _apply(x, dim, False)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """log_softmax(x) along ``dim`` (fp32 math), differentiable and torch.compile-friendly."""
+    return _apply(x, dim, True)
