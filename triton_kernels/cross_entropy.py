@@ -1,0 +1,474 @@
+"""Cross-entropy over logits (M, V), forward and backward in one pass, plus the argmax-accuracy count.
+
+Per row i with target t (weights w_c, default 1; smoothing eps; W = sum_c w_c):
+    lse    = log sum_c exp(x_c)                          (online max / rescaled sum over chunks)
+    loss_i = (1 - eps) * w_t * (lse - x_t)  +  (eps / V) * sum_c w_c * (lse - x_c)
+           = (1 - eps) * w_t * (lse - x_t)  +  (eps / V) * (W * lse - sum_c w_c x_c)
+which is torch's definition (nll_loss on log_softmax, plus the smoothing term of
+torch.nn.functional.cross_entropy). Rows whose target is ignore_index contribute 0 to the loss, 0 to the
+denominator and a zero gradient. Reductions: "none" -> loss_i; "sum" -> sum_i loss_i;
+"mean" -> sum_i loss_i / sum_{i not ignored} w_{t_i} (NaN when every row is ignored, as torch).
+The gradient of the reduced loss with respect to the logits, with p_c = exp(x_c - lse) and
+scale = 1 / denominator for "mean", 1 otherwise:
+    dx_c = scale * [ ((1 - eps) w_t + (eps / V) W) p_c  -  (1 - eps) w_t [c == t]  -  (eps / V) w_c ]
+It is written DURING the forward (the logits are read once more from the same program, usually from
+L2), so the backward is only a multiplication by the incoming gradient -- done in place, and skipped on
+the device (no host sync) when that gradient is 1, as it is after `loss.backward()`.
+The same sweep counts the rows whose argmax (first maximal index, as torch.argmax) equals the target.
+
+Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid, pid + P, ...). A row
+that fits one block (V <= BLOCK_V) is held in registers: one read, one write. Longer rows (vocabularies
+up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps the running max, the rescaled sum of
+exponentials, the argmax and the smoothing sum; sweep 2 goes over the chunks in reverse order (most
+recently read chunks first, while they are still in L2) and writes the gradient. Each program keeps its
+loss / weight / correct sums in registers and writes one partial per program; a one-program finalize
+kernel adds the P partials -- no atomics, deterministic. For "mean" with a gradient, the denominator
+sum_i w_{t_i} is needed before the first gradient is written: each program computes it from the targets
+(cheap while M * P is small) or a one-program prologue kernel writes it to device memory.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemm import _is_fake, _launch
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+TARGET_DTYPES = (torch.int64, torch.int32)
+REDUCTIONS = ("none", "sum", "mean")
+_RED_CODE = {"none": 0, "sum": 1, "mean": 2}
+MAX_ONE_CHUNK_V = 8192  # rows up to this many classes (next power of two) stay in registers
+BLOCK_T = 1024          # targets per step when summing the denominator
+MAX_PARTIALS = 4096     # upper bound on the persistent grid (finalize loads all partials in one block)
+INTERPRET_BLOCK_V = 1024  # chunk size in the CPU interpreter (tests lower it to exercise the chunked sweep)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    """sum over rows i with target[i] != ignore_index of weight[target[i]] (or 1): the "mean" denominator."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, M, BLOCK):
+        i = start + offs
+        t = tl.load(target_ptr + i, mask=i < M, other=ignore_index).to(tl.int32)
+        valid = (t != ignore_index) & (i < M)
+        if HAS_WEIGHT:
+            ok = valid & (t >= 0) & (t < V)
+            w = tl.load(weight_ptr + tl.where(ok, t, 0), mask=ok, other=0.0)
+            acc += tl.where(valid, w, 0.0)
+        else:
+            acc += tl.where(valid, 1.0, 0.0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _ce_denominator_kernel(target_ptr, weight_ptr, denom_ptr, M, V, ignore_index,
+                           HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: denom_ptr[0] = the "mean" denominator (see _target_weight_sum)."""
+    tl.store(denom_ptr, _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT, BLOCK))
+
+
+@triton.jit
+def _ce_fwd_kernel(
+    logits_ptr, target_ptr, weight_ptr, grad_ptr, row_loss_ptr, part_loss_ptr, part_wsum_ptr,
+    part_correct_ptr, denom_ptr,
+    M, V, stride_lm, stride_lv, stride_gm, stride_t, ignore_index, eps,
+    HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
+    REDUCTION: tl.constexpr, DENOM_IN_KERNEL: tl.constexpr, STORE_ROW_LOSS: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_T: tl.constexpr,
+):
+    """Loss, gradient and correct count for the rows pid, pid + P, ... (P = number of programs).
+
+    logits: (M, V) strides (stride_lm, stride_lv); target: (M,) stride stride_t; weight: (V,) fp32;
+    grad: (M, V) strides (stride_gm, 1); row_loss: (M,); part_*: (P,) per-program partial sums;
+    denom: (1,) fp32, read when the "mean" gradient scale comes from the prologue kernel.
+    """
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_V)
+    NEG_INF: tl.constexpr = -float("inf")
+
+    # the gradient scale of the reduction
+    scale = 1.0
+    if COMPUTE_GRAD and REDUCTION == 2:
+        if DENOM_IN_KERNEL:
+            denom = _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT, BLOCK_T)
+        else:
+            denom = tl.load(denom_ptr)
+        scale = 1.0 / denom
+    # total class weight (smoothing term)
+    w_total = V * 1.0
+    if HAS_WEIGHT and SMOOTH:
+        wacc = tl.zeros((BLOCK_V,), dtype=tl.float32)
+        for start in range(0, V, BLOCK_V):
+            c = start + cols
+            wacc += tl.load(weight_ptr + c, mask=c < V, other=0.0)
+        w_total = tl.sum(wacc, axis=0)
+
+    loss_acc = 0.0
+    wsum_acc = 0.0
+    correct_acc = 0
+    row64 = pid.to(tl.int64) - nprog  # 64-bit row index (rows * stride can exceed 2**31)
+    for _ in range(pid, M, nprog):
+        row64 += nprog
+        x_row = logits_ptr + row64 * stride_lm
+        t = tl.load(target_ptr + row64 * stride_t).to(tl.int32)
+        valid = t != ignore_index
+        in_range = (t >= 0) & (t < V)
+        t_safe = tl.where(in_range, t, 0)
+        w_t = 1.0
+        if HAS_WEIGHT:
+            w_t = tl.load(weight_ptr + t_safe)
+        w_t = tl.where(valid, w_t, 0.0)
+
+        # ---- sweep 1: max, sum of exponentials, argmax, smoothing sum
+        if ONE_CHUNK:
+            mask = cols < V
+            x = tl.load(x_row + cols * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
+            m, best = tl.max(x, axis=0, return_indices=True)
+            m_safe = tl.where(m == NEG_INF, 0.0, m)
+            s = tl.sum(tl.exp(x - m_safe), axis=0)
+            sx = 0.0
+            if SMOOTH:
+                if HAS_WEIGHT:
+                    wc = tl.load(weight_ptr + cols, mask=mask, other=0.0)
+                    sx = tl.sum(tl.where(mask, x * wc, 0.0), axis=0)
+                else:
+                    sx = tl.sum(tl.where(mask, x, 0.0), axis=0)
+        else:
+            m = NEG_INF
+            s = 0.0
+            best = 0
+            sx_acc = tl.zeros((BLOCK_V,), dtype=tl.float32)
+            for start in range(0, V, BLOCK_V):
+                c = start + cols
+                mask = c < V
+                xc = tl.load(x_row + c * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
+                cmax, cidx = tl.max(xc, axis=0, return_indices=True)
+                best = tl.where(cmax > m, start + cidx, best)  # strict: keeps the first maximum
+                m_new = tl.maximum(m, cmax)
+                m_safe = tl.where(m_new == NEG_INF, 0.0, m_new)
+                s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(xc - m_safe), axis=0)
+                m = m_new
+                if SMOOTH:
+                    if HAS_WEIGHT:
+                        wc = tl.load(weight_ptr + c, mask=mask, other=0.0)
+                        sx_acc += tl.where(mask, xc * wc, 0.0)
+                    else:
+                        sx_acc += tl.where(mask, xc, 0.0)
+            sx = tl.sum(sx_acc, axis=0)
+            m_safe = tl.where(m == NEG_INF, 0.0, m)
+        lse = m_safe + tl.log(s)
+
+        # ---- the row's loss and correctness
+        x_t = tl.load(x_row + t_safe.to(tl.int64) * stride_lv).to(tl.float32)
+        loss = w_t * (lse - x_t)
+        if SMOOTH:
+            loss = (1.0 - eps) * loss + tl.where(valid, (eps / V) * (w_total * lse - sx), 0.0)
+        bad = valid & (in_range == 0)  # an out-of-range target poisons its row (and the reduction)
+        loss = tl.where(bad, float("nan"), loss)
+        if STORE_ROW_LOSS:
+            tl.store(row_loss_ptr + row64, loss.to(row_loss_ptr.dtype.element_ty))
+        loss_acc += loss
+        wsum_acc += w_t
+        correct_acc += tl.where(valid & (best == t), 1, 0)
+
+        # ---- sweep 2: the gradient
+        if COMPUTE_GRAD:
+            coef_t = scale * (1.0 - eps) * w_t
+            coef_u = tl.where(valid, scale * eps / V, 0.0)
+            coef_p = coef_t + coef_u * w_total
+            coef_p = tl.where(bad, float("nan"), coef_p)
+            g_row = grad_ptr + row64 * stride_gm
+            if ONE_CHUNK:
+                g = coef_p * tl.exp(x - lse) - tl.where(cols == t, coef_t, 0.0)
+                if SMOOTH:
+                    if HAS_WEIGHT:
+                        g -= coef_u * wc
+                    else:
+                        g -= coef_u
+                tl.store(g_row + cols, g.to(grad_ptr.dtype.element_ty), mask=mask)
+            else:
+                n_chunks = tl.cdiv(V, BLOCK_V)
+                for i in range(0, n_chunks):
+                    c = (n_chunks - 1 - i) * BLOCK_V + cols
+                    mask = c < V
+                    xc = tl.load(x_row + c * stride_lv, mask=mask, other=0.0).to(tl.float32)
+                    g = coef_p * tl.exp(xc - lse) - tl.where(c == t, coef_t, 0.0)
+                    if SMOOTH:
+                        if HAS_WEIGHT:
+                            g -= coef_u * tl.load(weight_ptr + c, mask=mask, other=0.0)
+                        else:
+                            g -= coef_u
+                    tl.store(g_row + c, g.to(grad_ptr.dtype.element_ty), mask=mask)
+
+    tl.store(part_loss_ptr + pid, loss_acc)
+    tl.store(part_wsum_ptr + pid, wsum_acc)
+    tl.store(part_correct_ptr + pid, correct_acc)
+
+
+@triton.jit
+def _ce_finalize_kernel(part_loss_ptr, part_wsum_ptr, part_correct_ptr, loss_ptr, correct_ptr, P,
+                        REDUCTION: tl.constexpr, BLOCK_P: tl.constexpr):
+    """One program: loss = sum of partial losses (/ sum of partial weights for "mean"), correct = sum."""
+    offs = tl.arange(0, BLOCK_P)
+    mask = offs < P
+    correct = tl.sum(tl.load(part_correct_ptr + offs, mask=mask, other=0), axis=0)
+    tl.store(correct_ptr, correct.to(tl.int64))
+    if REDUCTION != 0:
+        loss = tl.sum(tl.load(part_loss_ptr + offs, mask=mask, other=0.0), axis=0)
+        if REDUCTION == 2:
+            loss = loss / tl.sum(tl.load(part_wsum_ptr + offs, mask=mask, other=0.0), axis=0)
+        tl.store(loss_ptr, loss.to(loss_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _ce_scale_grad_kernel(grad_ptr, go_ptr, M, V, stride_gm, stride_go, BLOCK_V: tl.constexpr):
+    """In place: grad[row, :] *= go[row * stride_go] (stride_go = 0: one scalar). Rows whose factor is
+    exactly 1 are skipped without touching memory, so `loss.backward()` costs one tiny launch."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_V)
+    row64 = pid.to(tl.int64) - nprog
+    for _ in range(pid, M, nprog):
+        row64 += nprog
+        f = tl.load(go_ptr + row64 * stride_go).to(tl.float32)
+        if f != 1.0:
+            g_row = grad_ptr + row64 * stride_gm
+            for start in range(0, V, BLOCK_V):
+                c = start + cols
+                g = tl.load(g_row + c, mask=c < V, other=0.0).to(tl.float32)
+                tl.store(g_row + c, (g * f).to(grad_ptr.dtype.element_ty), mask=c < V)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning space: chunk size, warps, programs per SM (the persistent grid)
+# ----------------------------------------------------------------------------------------------------
+def _configs(V: int) -> list[Config]:
+    if next_power_of_2(V) <= MAX_ONE_CHUNK_V:
+        bv = next_power_of_2(V)
+        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for w in (1, 2, 4, 8, 16) for p in (4, 8, 16, 32)
+               if w * 32 <= max(bv // 4, 32) and w * p <= 64]
+    else:
+        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for bv in (2048, 4096, 8192) for w in (4, 8, 16)
+               for p in (1, 2, 4, 8) if bv >= w * 32 * 4 and w * p <= 64]
+    return out
+
+
+_INTERPRET_CONFIG = Config({"BLOCK_V": 256, "PER_SM": 2}, 4, 1)
+_tuner = register_tuner(Autotuner("cross_entropy", _ce_fwd_kernel, _configs(1 << 15),
+                                  interpret_config=_INTERPRET_CONFIG))
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda" and not INTERPRET:
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------------
+def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor] = None,
+                          ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                          compute_grad: bool = True):
+    """Launch the fused kernel on 2-D logits (M, V) and targets (M,).
+
+    Returns (loss, n_correct, grad): loss 0-dim ("mean"/"sum") or (M,) ("none") in the logits dtype;
+    n_correct a 0-dim int64 tensor on the device; grad (M, V) in the logits dtype -- the gradient of the
+    reduced loss for an incoming gradient of 1 -- or None.
+    """
+    M, V = logits.shape
+    dev = logits.device
+    red = _RED_CODE[reduction]
+    loss = torch.empty((M,) if red == 0 else (), device=dev, dtype=logits.dtype)
+    correct = torch.empty((), device=dev, dtype=torch.int64)
+    grad = torch.empty((M, V), device=dev, dtype=logits.dtype) if compute_grad else None
+    w = weight if weight is not None else logits  # dummy pointer when there is no weight
+    smooth = label_smoothing > 0.0
+    fake = _is_fake(logits, target)
+    if INTERPRET:
+        configs = [Config({"BLOCK_V": min(INTERPRET_BLOCK_V, next_power_of_2(V)), "PER_SM": 2}, 4, 1)]
+    else:
+        configs = _configs(V)
+    n_sms = _num_sms(dev)
+
+    def grid_size(cfg):
+        return max(1, min(M, n_sms * cfg.kwargs["PER_SM"], MAX_PARTIALS))
+
+    def launch(cfg, P, part_loss, part_wsum, part_correct, denom, denom_in_kernel):
+        bv = cfg.kwargs["BLOCK_V"]
+        _launch(_ce_fwd_kernel, (P,), logits, target, w, grad if grad is not None else logits,
+                loss, part_loss, part_wsum, part_correct, denom,
+                M, V, logits.stride(0), logits.stride(1), grad.stride(0) if grad is not None else 0,
+                target.stride(0), ignore_index, float(label_smoothing),
+                HAS_WEIGHT=weight is not None, SMOOTH=smooth, COMPUTE_GRAD=compute_grad, REDUCTION=red,
+                DENOM_IN_KERNEL=denom_in_kernel, STORE_ROW_LOSS=red == 0, ONE_CHUNK=V <= bv,
+                BLOCK_V=bv, BLOCK_T=BLOCK_T, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    def buffers(P):
+        return (torch.empty((P,), device=dev, dtype=torch.float32), torch.empty((P,), device=dev, dtype=torch.float32),
+                torch.empty((P,), device=dev, dtype=torch.int32))
+
+    denom = torch.empty((1,), device=dev, dtype=torch.float32)
+    need_denom = compute_grad and red == 2
+    if M == 0:
+        if red == 0:
+            return loss, correct.zero_(), grad
+        return loss.fill_(float("nan") if red == 2 else 0.0), correct.zero_(), grad
+
+    def plan(cfg):
+        P = grid_size(cfg)
+        # each program sums the targets itself while that is cheap; otherwise a prologue kernel does
+        return P, need_denom and M * P <= (1 << 22)
+
+    def run(cfg):
+        P, in_kernel = plan(cfg)
+        bufs = buffers(P)
+        if need_denom and not in_kernel:
+            _launch(_ce_denominator_kernel, (1,), target, w, denom, M, V, ignore_index,
+                    HAS_WEIGHT=weight is not None, BLOCK=BLOCK_T, num_warps=4)
+        launch(cfg, P, *bufs, denom, in_kernel)
+        return P, bufs
+
+    key = (bucket(M), bucket(V), str(logits.dtype), weight is not None, smooth, compute_grad, red,
+           logits.stride(1) == 1)
+    cfg = configs[0] if INTERPRET else _tuner.pick(key, run, configs, tracing=fake)
+    P, (part_loss, part_wsum, part_correct) = run(cfg)
+    _launch(_ce_finalize_kernel, (1,), part_loss, part_wsum, part_correct, loss, correct, P,
+            REDUCTION=red, BLOCK_P=next_power_of_2(P), num_warps=4)
+    return loss, correct, grad
+
+
+def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
+    """grad *= grad_output (0-dim, or (M,) per row) in place; skipped on the device where the factor is 1."""
+    M, V = grad.shape
+    if M == 0 or V == 0:
+        return grad
+    go = grad_output.reshape(1) if grad_output.ndim == 0 else grad_output
+    stride_go = 0 if grad_output.ndim == 0 else grad_output.stride(0)
+    bv = min(4096, next_power_of_2(V)) if not INTERPRET else min(256, next_power_of_2(V))
+    P = max(1, min(M, _num_sms(grad.device) * 8))
+    _launch(_ce_scale_grad_kernel, (P,), grad, go, M, V, grad.stride(0), stride_go, BLOCK_V=bv, num_warps=8)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+@torch.library.triton_op("tk::cross_entropy", mutates_args=())
+def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
+                      ignore_index: int, reduction: str, label_smoothing: float,
+                      compute_grad: bool) -> list[torch.Tensor]:
+    loss, correct, grad = cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                                compute_grad)
+    return [loss, correct, grad if grad is not None else logits.new_empty((0,))]
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.reduction = inputs[4]
+    ctx.compute_grad = inputs[6]
+    ctx.save_for_backward(output[2])
+    ctx.used = False
+
+
+def _backward(ctx, grads):
+    dloss = grads[0]
+    (grad,) = ctx.saved_tensors
+    if not ctx.needs_input_grad[0]:
+        return (None,) * 7
+    if not ctx.compute_grad:
+        raise RuntimeError("cross_entropy ran without computing its gradient (compute_grad=False)")
+    if dloss is None:
+        return (None,) * 7
+    go = dloss if ctx.reduction != "none" else dloss.reshape(-1)
+    if _is_fake(grad, dloss):
+        # traced (torch.compile): a functional multiply, fused by the compiler
+        dx = grad * (go[:, None] if go.ndim == 1 else go).to(grad.dtype)
+    else:
+        if ctx.used:
+            raise RuntimeError("cross_entropy's gradient is computed in the forward and scaled in place: "
+                               "its backward can run only once (retain_graph is not supported)")
+        ctx.used = True
+        dx = scale_grad_(grad, go.to(torch.float32))
+    return dx, None, None, None, None, None, None
+
+
+torch.library.register_autograd("tk::cross_entropy", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public function
+# ----------------------------------------------------------------------------------------------------
+def _validate(logits, target, weight, ignore_index, reduction, label_smoothing):
+    check_tensor("logits", logits, dtypes=DTYPES)
+    if logits.ndim == 0:
+        raise ValueError("logits must have at least 1 dim (classes), got a 0-dim tensor")
+    if not isinstance(target, torch.Tensor):
+        raise ValueError(f"target must be a torch.Tensor, got {type(target).__name__}")
+    if target.is_floating_point():
+        raise ValueError(f"target must hold integer class indices (int64 or int32), got dtype {target.dtype}; "
+                         "class-probability targets are not supported")
+    check_tensor("target", target, dtypes=TARGET_DTYPES, device=logits.device)
+    expect = () if logits.ndim == 1 else (logits.shape[0], *logits.shape[2:])
+    if tuple(target.shape) != tuple(expect):
+        raise ValueError(f"target has shape {tuple(target.shape)} but logits of shape {tuple(logits.shape)} "
+                         f"need target of shape {tuple(expect)}")
+    V = logits.shape[0 if logits.ndim == 1 else 1]
+    if weight is not None:
+        check_tensor("weight", weight, ndim=1, dtypes=DTYPES, device=logits.device)
+        if weight.shape[0] != V:
+            raise ValueError(f"weight has {weight.shape[0]} elements but logits have {V} classes")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if not isinstance(ignore_index, int):
+        raise ValueError(f"ignore_index must be an int, got {ignore_index!r}")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+
+
+def check_targets(target: torch.Tensor, num_classes: int, ignore_index: int = -100) -> None:
+    """Raise ValueError if a target (other than ignore_index) is outside [0, num_classes). Host sync."""
+    bad = ((target < 0) | (target >= num_classes)) & (target != ignore_index)
+    if bool(bad.any()):
+        first = target[bad].reshape(-1)[0].item()
+        raise ValueError(f"target holds class index {first} outside [0, {num_classes}) "
+                         f"(and not ignore_index={ignore_index})")
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
+                  ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                  return_correct: bool = False, check_target: bool | None = None):
+    """torch.nn.functional.cross_entropy (class-index targets) in one fused pass over the logits.
+
+    logits (N, C) / (C,) / (N, C, d1, ...), target (N,) / () / (N, d1, ...) of int64 or int32.
+    return_correct: also return the number of non-ignored rows whose argmax equals the target, as a
+    0-dim int64 tensor on the device (no host sync): ``loss, n_correct = cross_entropy(..., return_correct=True)``.
+    check_target: verify targets are in range on the host (a device sync); default: only for CPU
+    tensors. Unchecked out-of-range targets give a NaN loss and NaN gradient rows.
+    """
+    _validate(logits, target, weight, ignore_index, reduction, label_smoothing)
+    V = logits.shape[0 if logits.ndim == 1 else 1]
+    if check_target or (check_target is None and target.device.type == "cpu"):
+        check_targets(target, V, ignore_index)
+    if logits.ndim == 1:
+        x2, t2 = logits.unsqueeze(0), target.reshape(1)
+    elif logits.ndim == 2:
+        x2, t2 = logits, target
+    else:  # (N, C, d1, ...) -> (N * d1 * ..., C)
+        x2, t2 = logits.movedim(1, -1).reshape(-1, V), target.reshape(-1)
+    w = weight.to(torch.float32).contiguous() if weight is not None else None
+    compute_grad = torch.is_grad_enabled() and logits.requires_grad
+    loss, correct, _ = torch.ops.tk.cross_entropy(x2, t2, w, ignore_index, reduction, float(label_smoothing),
+                                                  compute_grad)
+    if reduction == "none":
+        loss = loss.reshape(target.shape)
+    return (loss, correct) if return_correct else loss
