@@ -1,0 +1,238 @@
+"""The MNIST softmax-regression study: the optimisation ladder, one epoch-scale case per rung.
+
+    python -m bench.mnist [--data DIR] [--epochs 10] [--batch 128] [--lr 0.1] [--variants a,b,...]
+                          [--log-every N] [--quick] [--out DIR] [--seed 0]
+
+Every variant trains the same model (same initial weights, same per-epoch permutations, batch 128,
+plain SGD) for --epochs epochs; loss and accuracy are accumulated on the device and read by the host
+every --log-every epochs (every epoch for eager-dataloader, as in the seed study's baseline). Printed
+and written (long-format rows, results/<device>/mnist.csv): the average epoch time over the latter half
+of training (wall clock, the device synchronised at each epoch end), p20/p80 of those epochs, the total
+wall time, one-off setup time (compilation, graph capture, autotuning), the final test accuracy, and the
+relative difference of the final weights from a float64 run on the same batches (error_vs_fp64).
+A variant whose test accuracy is more than 0.3 points from eager's gets status "wrong".
+
+--quick: 2 epochs; in the CPU interpreter also a small real-format subset (1024 train / 512 test
+examples); CUDA-graph variants are then "unsupported" and no time is a performance figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+
+import torch
+
+import triton_kernels  # noqa: F401  (interpreter switch before triton loads)
+from bench.data import mnist as mnist_data
+from models.softmax_regression import GRAPH_VARIANTS, VARIANTS, SoftmaxRegression, make_trainer
+from triton_kernels.runtime import INTERPRET, default_device, device_name
+from triton_kernels.testing import rel_err
+
+from . import results as R
+from .harness import quantile
+
+SUITE = "mnist"
+ACC_TOLERANCE_POINTS = 0.3
+
+# Figures quoted beside ours (ms per epoch, batch 128).
+SEED_STUDY = {
+    "eager-dataloader": ("seed study, best PyTorch", 600.0),
+    "eager-preloaded": ("H100 eager, data on GPU", 209.0),
+    "compile": ("H100 torch.compile", 398.0),
+    "eager+graph": ("H100 CUDA-graphed eager step", 19.6),
+    "triton": ("seed study, hand-written CUDA C++", 17.0),
+    "triton+graph": ("seed study, hand-written CUDA C++", 17.0),
+    "triton+epoch-graph": ("target for the Triton backend", 2.0),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=None, help="directory with the MNIST IDX files (default .data/mnist, "
+                                                "then ../shared/data/mnist)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default 10; --quick 2)")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
+    p.add_argument("--log-every", type=int, default=None,
+                   help="read loss/accuracy every N epochs (default: only after the last epoch)")
+    p.add_argument("--train-limit", type=int, default=None, help="use the first N training examples")
+    p.add_argument("--test-limit", type=int, default=None, help="use the first N test examples")
+    p.add_argument("--quick", action="store_true", help="2 epochs; tiny subset in the CPU interpreter")
+    p.add_argument("--out", default=None, help="output directory (default results/<device>/)")
+    p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.variants:
+        a.variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+        bad = [v for v in a.variants if v not in VARIANTS]
+        if bad:
+            p.error(f"--variants: unknown {bad}; known: {', '.join(VARIANTS)}")
+    else:
+        a.variants = list(VARIANTS)
+    if a.epochs is None:
+        a.epochs = 2 if a.quick else 10
+    if a.quick and INTERPRET:
+        a.train_limit = a.train_limit or 1024
+        a.test_limit = a.test_limit or 512
+    if a.epochs < 1 or a.batch < 1 or not a.lr > 0:
+        p.error("--epochs, --batch and --lr must be positive")
+    a.log_every = a.log_every or a.epochs
+    return a
+
+
+def permutations(n: int, epochs: int, seed: int) -> list[torch.Tensor]:
+    """The batch order of every epoch, identical for every variant."""
+    return [torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + e)) for e in range(epochs)]
+
+
+def fp64_reference(init: dict, train, perms, batch: int, lr: float, device) -> torch.Tensor:
+    """Final weights (W | b) of the same training in float64 (same batches, same order)."""
+    x, y = train.images.to(device, torch.float64), train.labels.to(device)
+    w = init["weight"].to(device, torch.float64).clone()
+    b = init["bias"].to(device, torch.float64).clone()
+    for perm in perms:
+        perm = perm.to(device)
+        for s in range(0, len(perm), batch):
+            idx = perm[s:s + batch]
+            xb = x[idx]
+            p = torch.softmax(xb @ w.T + b, dim=1)
+            p[torch.arange(len(idx), device=device), y[idx]] -= 1.0
+            p /= len(idx)
+            w -= lr * (p.T @ xb)
+            b -= lr * p.sum(0)
+    return torch.cat([w, b[:, None]], dim=1)
+
+
+def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> dict:
+    """Train one rung; returns its measurements (or a status on failure)."""
+    out = {"variant": variant, "status": "ok", "note": ""}
+    if variant in GRAPH_VARIANTS and device.type != "cuda":
+        out.update(status="unsupported", note="CUDA graphs need a CUDA device")
+        return out
+    try:
+        torch._dynamo.reset()
+        model = SoftmaxRegression(device=device)
+        model.load_state_dict(init)
+        t0 = time.perf_counter()
+        trainer = make_trainer(variant, model, train.images, train.labels, args.batch, args.lr, device)
+        trainer.prepare()
+        R_sync(device)
+        out["setup_s"] = time.perf_counter() - t0
+        epoch_ms, log = [], []
+        wall0 = time.perf_counter()
+        for e, perm in enumerate(perms):
+            t = time.perf_counter()
+            trainer.train_epoch(perm)
+            if variant == "eager-dataloader" or (e + 1) % args.log_every == 0 or e + 1 == len(perms):
+                loss, acc = trainer.read_stats()
+                log.append({"epoch": e + 1, "train_loss": loss, "train_acc": acc})
+            R_sync(device)
+            epoch_ms.append(1e3 * (time.perf_counter() - t))
+        out["total_s"] = time.perf_counter() - wall0
+        half = epoch_ms[len(epoch_ms) // 2:]
+        out.update(epoch_ms=sum(half) / len(half), p20=quantile(half, 0.2), p80=quantile(half, 0.8),
+                   epochs_ms=epoch_ms, log=log, train_loss=log[-1]["train_loss"], train_acc=log[-1]["train_acc"])
+        out["test_acc"] = 100.0 * model.accuracy(test.images, test.labels)
+        w = torch.cat([model.weight.detach(), model.bias.detach()[:, None]], dim=1)
+        out["err_fp64"] = rel_err(w, ref_w)
+        if not all(math.isfinite(r["train_loss"]) for r in log):
+            out["status"] = "wrong"
+    except torch.cuda.OutOfMemoryError:
+        out.update(status="oom", note=traceback.format_exc(limit=1)[-300:])
+    except Exception as e:  # a failing rung becomes a row; the study goes on
+        status = "compile-error" if "compile" in variant and "dynamo" in type(e).__module__ + str(e) else "error"
+        out.update(status=status, note=f"{type(e).__name__}: {str(e)[:300]}")
+        traceback.print_exc(file=sys.stderr)
+    return out
+
+
+def R_sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def to_rows(results: list[dict], params: dict) -> list[dict]:
+    rows = []
+    for r in results:
+        v, st, note = r["variant"], r["status"], r.get("note", "")
+        p = json.dumps(params, sort_keys=True)
+        def mk(metric, value, unit, **kw):
+            kw.setdefault("note", note)
+            return R.make_row(SUITE, "epoch", p, torch.float32, v, metric, value, unit, status=st, **kw)
+
+        if "epoch_ms" not in r:
+            rows.append(mk("epoch_ms", None, "ms"))
+            continue
+        err = r.get("err_fp64")
+        rows += [
+            mk("epoch_ms", r["epoch_ms"], "ms", p20=r["p20"], p80=r["p80"], error_vs_fp64=err),
+            mk("total_s", r["total_s"], "s"),
+            mk("setup_s", r["setup_s"], "s"),
+            mk("test_acc", r["test_acc"], "pct", error_vs_fp64=err),
+            mk("train_loss", r["train_loss"], "nats"),
+        ]
+        ref = SEED_STUDY.get(v)
+        if ref:
+            rows.append(mk("reference_epoch_ms", ref[1], "ms", note=ref[0]))
+    return rows
+
+
+def print_table(results: list[dict], args, device) -> None:
+    print(f"\nMNIST softmax regression, batch {args.batch}, lr {args.lr}, {args.epochs} epochs, "
+          f"{device_name(device)}" + ("  [CPU interpreter: times are NOT performance figures]" if INTERPRET else ""))
+    hdr = f"{'variant':<20} {'epoch ms':>10} {'p20-p80':>17} {'total s':>8} {'test acc':>8} {'vs fp64':>9} " \
+          f"{'status':<12} reference"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in results:
+        ref = SEED_STUDY.get(r["variant"])
+        ref_s = f"{ref[1]:g} ms ({ref[0]})" if ref else ""
+        if "epoch_ms" in r:
+            print(f"{r['variant']:<20} {r['epoch_ms']:>10.3f} {r['p20']:>8.3f}-{r['p80']:<8.3f} {r['total_s']:>8.3f} "
+                  f"{r['test_acc']:>7.2f}% {r['err_fp64']:>9.2e} {r['status']:<12} {ref_s}")
+        else:
+            print(f"{r['variant']:<20} {'-':>10} {'-':>17} {'-':>8} {'-':>8} {'-':>9} {r['status']:<12} {ref_s}"
+                  + (f"  ({r['note'][:80]})" if r.get("note") else ""))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = default_device()
+    pin = device.type == "cuda"
+    train = mnist_data.load_split("train", args.data, limit=args.train_limit, pin_memory=pin)
+    test = mnist_data.load_split("test", args.data, limit=args.test_limit)
+    perms = permutations(len(train), args.epochs, args.seed)
+    torch.manual_seed(args.seed)
+    init = {k: v.clone() for k, v in SoftmaxRegression().state_dict().items()}
+    ref_w = fp64_reference(init, train, perms, args.batch, args.lr, device)
+    params = {"batch": args.batch, "epochs": args.epochs, "lr": args.lr, "n_train": len(train),
+              "n_test": len(test), "log_every": args.log_every, "seed": args.seed}
+
+    results = []
+    for v in args.variants:
+        r = run_variant(v, args, train, test, init, perms, ref_w, device)
+        results.append(r)
+        print(f"[mnist] {v}: {r['status']}" + (f", {r['epoch_ms']:.3f} ms/epoch, test acc {r['test_acc']:.2f}%"
+                                              if "epoch_ms" in r else f" {r.get('note', '')[:120]}"),
+              file=sys.stderr)
+    eager = next((r for r in results if r["variant"] in ("eager-preloaded", "eager-dataloader")
+                  and "test_acc" in r), None)
+    if eager is not None:
+        for r in results:
+            if "test_acc" in r and r["status"] == "ok" and abs(r["test_acc"] - eager["test_acc"]) > ACC_TOLERANCE_POINTS:
+                r["status"] = "wrong"
+                r["note"] = f"test accuracy {r['test_acc']:.2f}% vs eager {eager['test_acc']:.2f}%"
+    print_table(results, args, device)
+    if not args.no_write:
+        path = R.write_rows(to_rows(results, params), args.out, SUITE)
+        print(f"rows -> {path}")
+    return 0 if all(r["status"] in ("ok", "unsupported") for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
