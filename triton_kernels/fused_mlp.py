@@ -1,0 +1,744 @@
+"""Fully fused deep-narrow MLPs (GloNet, plain MLP, ResNet-MLP with batch norm): the whole stack's
+forward in one kernel, its backward in one kernel, weight-gradient partials reduced across row tiles.
+
+The networks (width W in {16, 32, 64}, any depth, fp32):
+
+    GloNet / MLP, N dense layers:     h_0 = relu(x W_0^T + b_0)            x: (B, IN), W_0: (W, IN)
+                                      h_l = relu(h_{l-1} W_l^T + b_l)      l = 1 .. N-1, W_l: (W, W)
+        GloNet:  g = sum_l h_l  (the "GloNet layer"),  y = g . w_head + b_head
+        MLP:     y = h_{N-1} . w_head + b_head
+
+    ResNet-MLP, a stem and N/2 blocks of two dense layers with batch norm (BN):
+                                      h_0 = x W_s^T + b_s
+        block j:  a = relu(BN_{2j}(h_j W_{2j}^T + b_{2j}))
+                  h_{j+1} = relu(h_j + BN_{2j+1}(a W_{2j+1}^T + b_{2j+1}))
+                  y = h_{N/2} . w_head + b_head
+        BN_l(z) = gamma_l * (z - mu) * rstd + beta_l, with (mu, rstd) the batch statistics in training
+        (biased variance; running stats updated with the unbiased one, momentum as nn.BatchNorm1d) and
+        the running statistics in evaluation.
+
+Parameters live in ONE flat fp32 buffer (see :class:`Layout`): [W_0 | b_0 | W_1..W_L stacked | b_1..
+b_L stacked | (gamma | beta) | w_head | b_head]. Kernels address it with offsets; a model's nn.Linear
+parameters can be views into it (so the fused Adam of adam.py updates everything in one launch).
+
+Tiling
+------
+* GloNet / MLP (``_mlp_fwd_kernel``, ``_mlp_bwd_kernel``): program p owns rows [p*BLOCK_M, (p+1)*BLOCK_M)
+  for the WHOLE depth: the (BLOCK_M, W) activation tile stays in registers from layer to layer; each layer
+  is one tl.dot (BLOCK_M x W x W) + bias + ReLU, and the next layer's W x W weights (1-16 KB) are loaded
+  one iteration ahead so their latency hides behind the current layer. The GloNet sum g is a register
+  accumulator. Each layer's output is stored (L, B, W) for the backward (it is both the ReLU mask and the
+  next layer's input). The 14 input features are zero-padded to KIN = max(16, next_pow2(IN)) in the
+  masked load (tl.dot needs K >= 16).
+  The backward walks the layers in reverse with dh in registers: dz = dh * [h > 0], the program's
+  partial dW_l = dz^T h_{l-1} (a (W, BLOCK_M) x (BLOCK_M, W) dot) and db_l = colsum(dz) go to a
+  (num_programs, P) partial buffer in the flat layout, dh_{l-1} = dz W_l (+ dg for GloNet, since every
+  h_l also feeds the sum). The partials are summed over programs by ``_colsum_kernel`` (or inside the
+  fused Adam, adam.py), deterministically.
+* ResNet-MLP in training mode (``_resnet_fwd_kernel``, ``_resnet_bwd_kernel``): batch statistics need
+  every row of the batch at every layer. Instead of a grid-wide barrier (not expressible in Triton, and
+  a deadlock under the sequential interpreter), ONE program owns the whole batch (BLOCK_M =
+  next_pow2(B); 1024 x 16 fp32 = 64 KB of registers spread over 8-16 warps) and computes mean / variance
+  with in-register column reductions, so BN, ReLU, the residual add, the running-stat update and the
+  BN backward (dz = rstd (dxh - mean(dxh) - xh mean(dxh xh))) are all fused. What cannot be fused away:
+  the parallelism across row tiles (one SM does the whole step) and the size limit B * W <= 65536 for
+  training mode. In evaluation mode BN is affine and the same kernels run with a grid over row tiles.
+
+Launches per training step: forward, backward, (partials reduction fused into) Adam, plus the step
+counter: all capturable in one CUDA graph (no host syncs, static shapes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+
+KINDS = ("glonet", "mlp", "resnet")
+WIDTHS = (16, 32, 64)
+PRECISIONS = ("ieee", "tf32")
+MAX_BN_TILE = 65536  # rows * width held by the single training-mode ResNet program
+
+
+# ----------------------------------------------------------------------------------------------------
+# Flat parameter layout
+# ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Offsets of every parameter in the flat buffer.
+
+    kind: "glonet" | "mlp" | "resnet"; in_features: IN; width: W; depth: N, the number of dense layers
+    (GloNet/MLP: including the first IN -> W layer; ResNet: the 2 * N/2 block layers, plus a stem).
+    ``n_hidden`` is the number of stacked W x W layers: N - 1 (GloNet/MLP) or N (ResNet).
+    """
+
+    kind: str
+    in_features: int
+    width: int
+    depth: int
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.width not in WIDTHS:
+            raise ValueError(f"width must be one of {WIDTHS}, got {self.width}")
+        if self.in_features < 1:
+            raise ValueError(f"in_features must be >= 1, got {self.in_features}")
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1, got {self.depth}")
+        if self.kind == "resnet" and self.depth % 2:
+            raise ValueError(f"depth of a ResNet-MLP must be even (N/2 blocks of two layers), got {self.depth}")
+
+    @property
+    def n_hidden(self) -> int:
+        return self.depth if self.kind == "resnet" else self.depth - 1
+
+    @property
+    def n_bn(self) -> int:
+        return self.depth if self.kind == "resnet" else 0
+
+    @property
+    def kin(self) -> int:
+        return max(16, next_power_of_2(self.in_features))
+
+    @property
+    def offsets(self) -> dict:
+        W, IN, H = self.width, self.in_features, self.n_hidden
+        o = {"w_in": 0}
+        o["b_in"] = o["w_in"] + W * IN
+        o["w_hid"] = o["b_in"] + W
+        o["b_hid"] = o["w_hid"] + H * W * W
+        o["gamma"] = o["b_hid"] + H * W
+        o["beta"] = o["gamma"] + self.n_bn * W
+        o["w_head"] = o["beta"] + self.n_bn * W
+        o["b_head"] = o["w_head"] + W
+        o["end"] = o["b_head"] + 1
+        return o
+
+    @property
+    def numel(self) -> int:
+        return self.offsets["end"]
+
+    def views(self, flat: torch.Tensor) -> dict:
+        """Named views into a flat buffer: w_in (W, IN), b_in (W,), w_hid (H, W, W), b_hid (H, W),
+        gamma / beta (n_bn, W), w_head (1, W), b_head (1,)."""
+        if flat.ndim != 1 or flat.numel() != self.numel:
+            raise ValueError(f"flat buffer must be 1-D with {self.numel} elements, got shape {tuple(flat.shape)}")
+        o, W, IN, H = self.offsets, self.width, self.in_features, self.n_hidden
+        return {
+            "w_in": flat[o["w_in"]:o["b_in"]].view(W, IN),
+            "b_in": flat[o["b_in"]:o["w_hid"]],
+            "w_hid": flat[o["w_hid"]:o["b_hid"]].view(H, W, W),
+            "b_hid": flat[o["b_hid"]:o["gamma"]].view(H, W),
+            "gamma": flat[o["gamma"]:o["beta"]].view(self.n_bn, W),
+            "beta": flat[o["beta"]:o["w_head"]].view(self.n_bn, W),
+            "w_head": flat[o["w_head"]:o["b_head"]].view(1, W),
+            "b_head": flat[o["b_head"]:o["end"]],
+        }
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels: GloNet / MLP (row tiles)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _mlp_fwd_kernel(
+    x_ptr, t_ptr, p_ptr, acts_ptr, g_ptr, y_ptr, loss_ptr,
+    B, IN, NH, stride_xm, stride_xk,
+    OFF_WHID, OFF_BHID, OFF_WHEAD, OFF_BHEAD,
+    GLONET: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr, PRECISION: tl.constexpr,
+    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Forward of the whole stack for BLOCK_M rows.
+
+    x: (B, IN) any strides; t: (B,) targets (WITH_LOSS); p: flat params (Layout); acts: (NH+1, B, W)
+    layer outputs; g: (B, W) GloNet sum; y: (B,) predictions; loss: (num_programs,) sum of squared errors.
+    """
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < B
+    cols = tl.arange(0, W)
+    kin = tl.arange(0, KIN)
+    BW = B * W
+    act_offs = rows[:, None] * W + cols[None, :]
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
+                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    # layer 0: W_0 is (W, IN) row-major; read W_0^T as a (KIN, W) tile, zero-padded rows k >= IN
+    w0t = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
+    b0 = tl.load(p_ptr + W * IN + cols)
+    # prefetch hidden layer 0 (masked off when there is none)
+    w_lim = W * tl.minimum(NH, 1)  # W when there is a hidden layer, else 0 (mask everything off)
+    wt_n = tl.load(p_ptr + OFF_WHID + cols[None, :] * W + cols[:, None], mask=cols[:, None] < w_lim, other=0.0)
+    b_n = tl.load(p_ptr + OFF_BHID + cols, mask=cols < w_lim, other=0.0)
+    h = tl.maximum(tl.dot(x, w0t, input_precision=PRECISION) + b0[None, :], 0.0)
+    if SAVE:
+        tl.store(acts_ptr + act_offs, h, mask=rmask[:, None])
+    g = h
+    for l in range(0, NH):
+        wt = wt_n
+        bl = b_n
+        nxt = tl.minimum(l + 1, NH - 1)  # next layer's weights, loaded while this one computes
+        wt_n = tl.load(p_ptr + OFF_WHID + nxt * (W * W) + cols[None, :] * W + cols[:, None])
+        b_n = tl.load(p_ptr + OFF_BHID + nxt * W + cols)
+        h = tl.maximum(tl.dot(h, wt, input_precision=PRECISION) + bl[None, :], 0.0)
+        if SAVE:
+            tl.store(acts_ptr + (l + 1) * BW + act_offs, h, mask=rmask[:, None])
+        if GLONET:
+            g += h
+    wh = tl.load(p_ptr + OFF_WHEAD + cols)
+    bh = tl.load(p_ptr + OFF_BHEAD)
+    if GLONET:
+        feat = g
+        if SAVE:
+            tl.store(g_ptr + act_offs, g, mask=rmask[:, None])
+    else:
+        feat = h
+    y = tl.sum(feat * wh[None, :], axis=1) + bh
+    tl.store(y_ptr + rows, y, mask=rmask)
+    if WITH_LOSS:
+        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
+        d = tl.where(rmask, y - t, 0.0)
+        tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
+
+
+@triton.jit
+def _mlp_bwd_kernel(
+    x_ptr, t_ptr, dy_ptr, p_ptr, acts_ptr, g_ptr, y_ptr, part_ptr,
+    B, IN, NH, P, stride_xm, stride_xk, dy_scale,
+    OFF_WHID, OFF_BHID, OFF_WHEAD, OFF_BHEAD,
+    GLONET: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
+    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Backward of the whole stack for BLOCK_M rows; writes this program's gradient partials.
+
+    dy: (B,) upstream gradient of y, or (LOSS_GRAD) dy = dy_scale * (y - t) computed here (MSE: 2/B).
+    part: (num_programs, P) partial gradients in the flat layout of p.
+    """
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < B
+    cols = tl.arange(0, W)
+    kin = tl.arange(0, KIN)
+    BW = B * W
+    act_offs = rows[:, None] * W + cols[None, :]
+    part = part_ptr + pid.to(tl.int64) * P
+    if LOSS_GRAD:
+        y = tl.load(y_ptr + rows, mask=rmask, other=0.0)
+        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
+        dy = tl.where(rmask, dy_scale * (y - t), 0.0)
+    else:
+        dy = tl.load(dy_ptr + rows, mask=rmask, other=0.0)
+    h = tl.load(acts_ptr + NH * BW + act_offs, mask=rmask[:, None], other=0.0)
+    if GLONET:
+        feat = tl.load(g_ptr + act_offs, mask=rmask[:, None], other=0.0)
+    else:
+        feat = h
+    wh = tl.load(p_ptr + OFF_WHEAD + cols)
+    tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * feat, axis=0))
+    tl.store(part + OFF_BHEAD, tl.sum(dy, axis=0))
+    dg = dy[:, None] * wh[None, :]
+    dh = dg
+    # prefetch layer NH's weights (as stored, (W_out, W_in)) and its input h_{NH-1}
+    top = tl.maximum(NH - 1, 0)
+    w_lim = W * tl.minimum(NH, 1)  # W when there is a hidden layer, else 0 (mask everything off)
+    w_n = tl.load(p_ptr + OFF_WHID + top * (W * W) + cols[:, None] * W + cols[None, :],
+                  mask=cols[:, None] < w_lim, other=0.0)
+    hp_n = tl.load(acts_ptr + top * BW + act_offs, mask=rmask[:, None] & (cols[None, :] < w_lim), other=0.0)
+    for i in range(0, NH):
+        l = NH - i  # layer l (hidden index l - 1), its input is h_{l-1}
+        w = w_n
+        hp = hp_n
+        nxt = tl.maximum(l - 2, 0)
+        w_n = tl.load(p_ptr + OFF_WHID + nxt * (W * W) + cols[:, None] * W + cols[None, :])
+        hp_n = tl.load(acts_ptr + nxt * BW + act_offs, mask=rmask[:, None], other=0.0)
+        dz = tl.where(h > 0.0, dh, 0.0)
+        dw = tl.dot(tl.trans(dz), hp, input_precision=PRECISION)
+        tl.store(part + OFF_WHID + (l - 1) * (W * W) + cols[:, None] * W + cols[None, :], dw)
+        tl.store(part + OFF_BHID + (l - 1) * W + cols, tl.sum(dz, axis=0))
+        dh = tl.dot(dz, w, input_precision=PRECISION)
+        if GLONET:
+            dh += dg
+        h = hp
+    # layer 0: input x (zero-padded to KIN columns)
+    dz = tl.where(h > 0.0, dh, 0.0)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
+                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    dw0 = tl.dot(tl.trans(dz), x, input_precision=PRECISION)  # (W, KIN)
+    tl.store(part + cols[:, None] * IN + kin[None, :], dw0, mask=kin[None, :] < IN)
+    tl.store(part + W * IN + cols, tl.sum(dz, axis=0))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels: ResNet-MLP with batch norm
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _bn_stats(z, rmask, inv_n, eps):
+    """Column mean and 1/sqrt(biased var + eps) of z over the valid rows (two-pass, in registers)."""
+    mean = tl.sum(tl.where(rmask[:, None], z, 0.0), axis=0) * inv_n
+    zc = tl.where(rmask[:, None], z - mean[None, :], 0.0)
+    var = tl.sum(zc * zc, axis=0) * inv_n
+    return mean, var
+
+
+@triton.jit
+def _resnet_fwd_kernel(
+    x_ptr, t_ptr, p_ptr, run_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, loss_ptr, bstat_ptr,
+    B, IN, NBLK, stride_xm, stride_xk, inv_n, unbias, momentum, eps,
+    OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
+    TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
+    PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """ResNet-MLP forward. TRAIN: one program, BLOCK_M >= B rows (batch statistics); else row tiles.
+
+    run: (2, L, W) running mean / var (read in eval; updated in place when UPDATE_RUNNING);
+    rstd: (L, W) saved 1/sqrt(var + eps); bstat: (2, L, W) batch mean / biased var (TRAIN);
+    hs: (NBLK+1, B, W) block inputs and the final output; xh: (L, B, W) normalised pre-activations;
+    a: (NBLK, B, W) first-layer outputs of each block; y: (B,); loss: (num_programs,).
+    """
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < B
+    cols = tl.arange(0, W)
+    kin = tl.arange(0, KIN)
+    BW = B * W
+    L = 2 * NBLK
+    act_offs = rows[:, None] * W + cols[None, :]
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
+                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
+    h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
+    for j in range(0, NBLK):
+        if SAVE:
+            tl.store(hs_ptr + j * BW + act_offs, h, mask=rmask[:, None])
+        u = h
+        for s in tl.static_range(2):
+            l = 2 * j + s
+            wt = tl.load(p_ptr + OFF_WHID + l * (W * W) + cols[None, :] * W + cols[:, None])
+            z = tl.dot(u, wt, input_precision=PRECISION) + tl.load(p_ptr + OFF_BHID + l * W + cols)[None, :]
+            if TRAIN:
+                mean, var = _bn_stats(z, rmask, inv_n, eps)
+                if UPDATE_RUNNING:
+                    rm = tl.load(run_ptr + l * W + cols)
+                    rv = tl.load(run_ptr + L * W + l * W + cols)
+                    tl.store(run_ptr + l * W + cols, rm + momentum * (mean - rm))
+                    tl.store(run_ptr + L * W + l * W + cols, rv + momentum * (var * unbias - rv))
+                tl.store(bstat_ptr + l * W + cols, mean)
+                tl.store(bstat_ptr + L * W + l * W + cols, var)
+            else:
+                mean = tl.load(run_ptr + l * W + cols)
+                var = tl.load(run_ptr + L * W + l * W + cols)
+            rstd = 1.0 / tl.sqrt(var + eps)
+            xh = (z - mean[None, :]) * rstd[None, :]
+            bn = xh * tl.load(p_ptr + OFF_GAMMA + l * W + cols)[None, :] + tl.load(p_ptr + OFF_BETA + l * W + cols)[None, :]
+            if SAVE:
+                tl.store(xh_ptr + l * BW + act_offs, xh, mask=rmask[:, None])
+                if pid == 0:
+                    tl.store(rstd_ptr + l * W + cols, rstd)
+            if s == 0:
+                u = tl.maximum(bn, 0.0)
+                if SAVE:
+                    tl.store(a_ptr + j * BW + act_offs, u, mask=rmask[:, None])
+            else:
+                h = tl.maximum(h + bn, 0.0)
+    if SAVE:
+        tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
+    y = tl.sum(h * tl.load(p_ptr + OFF_WHEAD + cols)[None, :], axis=1) + tl.load(p_ptr + OFF_BHEAD)
+    tl.store(y_ptr + rows, y, mask=rmask)
+    if WITH_LOSS:
+        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
+        d = tl.where(rmask, y - t, 0.0)
+        tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
+
+
+@triton.jit
+def _bn_bwd(dbn, xh, gamma, rstd, rmask, inv_n, TRAIN: tl.constexpr):
+    """Given dL/d(BN output): returns (dz, dgamma, dbeta). Training mode includes the batch-stat terms."""
+    dbn = tl.where(rmask[:, None], dbn, 0.0)
+    xh = tl.where(rmask[:, None], xh, 0.0)
+    dgamma = tl.sum(dbn * xh, axis=0)
+    dbeta = tl.sum(dbn, axis=0)
+    dxh = dbn * gamma[None, :]
+    if TRAIN:
+        m1 = dbeta * gamma * inv_n          # mean(dxh)
+        m2 = dgamma * gamma * inv_n         # mean(dxh * xh)
+        dz = rstd[None, :] * (dxh - m1[None, :] - xh * m2[None, :])
+        dz = tl.where(rmask[:, None], dz, 0.0)
+    else:
+        dz = dxh * rstd[None, :]
+    return dz, dgamma, dbeta
+
+
+@triton.jit
+def _resnet_bwd_kernel(
+    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr,
+    B, IN, NBLK, P, stride_xm, stride_xk, dy_scale, inv_n,
+    OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
+    TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
+    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
+
+    Per block, from dh = dL/dh_{j+1}:  dpre = dh [h_{j+1} > 0];  BN_{2j+1} backward -> dz2;
+    dW_{2j+1} = dz2^T a;  da = dz2 W_{2j+1};  dr = da [a > 0];  BN_{2j} backward -> dz1;
+    dW_{2j} = dz1^T h_j;  dh_j = dpre + dz1 W_{2j}.
+    """
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < B
+    cols = tl.arange(0, W)
+    kin = tl.arange(0, KIN)
+    BW = B * W
+    act_offs = rows[:, None] * W + cols[None, :]
+    part = part_ptr + pid.to(tl.int64) * P
+    if LOSS_GRAD:
+        y = tl.load(y_ptr + rows, mask=rmask, other=0.0)
+        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
+        dy = tl.where(rmask, dy_scale * (y - t), 0.0)
+    else:
+        dy = tl.load(dy_ptr + rows, mask=rmask, other=0.0)
+    h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
+    tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
+    tl.store(part + OFF_BHEAD, tl.sum(dy, axis=0))
+    dh = dy[:, None] * tl.load(p_ptr + OFF_WHEAD + cols)[None, :]
+    for i in range(0, NBLK):
+        j = NBLK - 1 - i
+        l1 = 2 * j
+        l2 = 2 * j + 1
+        hin = tl.load(hs_ptr + j * BW + act_offs, mask=rmask[:, None], other=0.0)
+        a = tl.load(a_ptr + j * BW + act_offs, mask=rmask[:, None], other=0.0)
+        xh2 = tl.load(xh_ptr + l2 * BW + act_offs, mask=rmask[:, None], other=0.0)
+        xh1 = tl.load(xh_ptr + l1 * BW + act_offs, mask=rmask[:, None], other=0.0)
+        w2 = tl.load(p_ptr + OFF_WHID + l2 * (W * W) + cols[:, None] * W + cols[None, :])
+        w1 = tl.load(p_ptr + OFF_WHID + l1 * (W * W) + cols[:, None] * W + cols[None, :])
+        dpre = tl.where(h > 0.0, dh, 0.0)
+        dz2, dg2, db2 = _bn_bwd(dpre, xh2, tl.load(p_ptr + OFF_GAMMA + l2 * W + cols),
+                                tl.load(rstd_ptr + l2 * W + cols), rmask, inv_n, TRAIN)
+        tl.store(part + OFF_GAMMA + l2 * W + cols, dg2)
+        tl.store(part + OFF_BETA + l2 * W + cols, db2)
+        tl.store(part + OFF_WHID + l2 * (W * W) + cols[:, None] * W + cols[None, :],
+                 tl.dot(tl.trans(dz2), a, input_precision=PRECISION))
+        tl.store(part + OFF_BHID + l2 * W + cols, tl.sum(dz2, axis=0))
+        dr = tl.where(a > 0.0, tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
+        dz1, dg1, db1 = _bn_bwd(dr, xh1, tl.load(p_ptr + OFF_GAMMA + l1 * W + cols),
+                                tl.load(rstd_ptr + l1 * W + cols), rmask, inv_n, TRAIN)
+        tl.store(part + OFF_GAMMA + l1 * W + cols, dg1)
+        tl.store(part + OFF_BETA + l1 * W + cols, db1)
+        tl.store(part + OFF_WHID + l1 * (W * W) + cols[:, None] * W + cols[None, :],
+                 tl.dot(tl.trans(dz1), hin, input_precision=PRECISION))
+        tl.store(part + OFF_BHID + l1 * W + cols, tl.sum(dz1, axis=0))
+        dh = dpre + tl.dot(dz1, w1, input_precision=PRECISION)
+        h = hin
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
+                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    dh = tl.where(rmask[:, None], dh, 0.0)
+    tl.store(part + cols[:, None] * IN + kin[None, :], tl.dot(tl.trans(dh), x, input_precision=PRECISION),
+             mask=kin[None, :] < IN)
+    tl.store(part + W * IN + cols, tl.sum(dh, axis=0))
+
+
+@triton.jit
+def _colsum_kernel(part_ptr, out_ptr, NP, P, BLOCK: tl.constexpr):
+    """out[i] = sum_r part[r, i]: the deterministic reduction of gradient partials over row tiles."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < P
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for r in range(0, NP):
+        acc += tl.load(part_ptr + r * P + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, acc, mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning spaces
+# ----------------------------------------------------------------------------------------------------
+def _rcfg(bm, warps):
+    return Config({"BLOCK_M": bm}, warps, 1)
+
+
+# row tiles: 1024 rows / 16 = 64 programs ... enough to keep the dependent chains of many SMs busy;
+# small warps counts keep the per-layer dot + layout shuffle short (latency, not throughput, matters)
+ROW_CONFIGS = [_rcfg(bm, w) for bm in (16, 32, 64) for w in (1, 2, 4)]
+ROW_INTERPRET = _rcfg(16, 4)
+BN_CONFIGS = [Config({}, w, 1) for w in (4, 8, 16)]
+BN_INTERPRET = Config({}, 4, 1)
+
+_fwd_tuner = register_tuner(Autotuner("fused_mlp_fwd", _mlp_fwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
+_bwd_tuner = register_tuner(Autotuner("fused_mlp_bwd", _mlp_bwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
+_rfwd_tuner = register_tuner(Autotuner("fused_resnet_fwd", _resnet_fwd_kernel, BN_CONFIGS + ROW_CONFIGS,
+                                       interpret_config=BN_INTERPRET))
+_rbwd_tuner = register_tuner(Autotuner("fused_resnet_bwd", _resnet_bwd_kernel, BN_CONFIGS + ROW_CONFIGS,
+                                       interpret_config=BN_INTERPRET))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------------
+def _launch(kernel, grid, *args, **kwargs):
+    """Launch a jitted kernel; on the GPU through wrap_triton so torch.compile can trace it."""
+    if INTERPRET:
+        kernel[grid](*args, **kwargs)
+    else:
+        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
+
+
+def _is_fake(*ts) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts if t is not None)
+
+
+def validate(layout: Layout, x, params, target=None, running=None, precision="ieee", training=True):
+    """Check every input of the fused ops; ValueErrors name the argument (nothing is launched)."""
+    if not isinstance(layout, Layout):
+        raise ValueError(f"layout must be a Layout, got {type(layout).__name__}")
+    check_tensor("x", x, ndim=2, dtypes=(torch.float32,))
+    check_tensor("params", params, ndim=1, dtypes=(torch.float32,), device=x.device)
+    if x.shape[1] != layout.in_features:
+        raise ValueError(f"x has {x.shape[1]} features but the network expects in_features={layout.in_features}")
+    if x.shape[0] < 1:
+        raise ValueError("x must have at least one row")
+    if params.numel() != layout.numel:
+        raise ValueError(f"params has {params.numel()} elements, the {layout.kind} layout needs {layout.numel}")
+    if not params.is_contiguous():
+        raise ValueError("params must be contiguous (one flat buffer)")
+    if target is not None:
+        check_tensor("target", target, ndim=1, dtypes=(torch.float32,), device=x.device)
+        if target.shape[0] != x.shape[0]:
+            raise ValueError(f"target has {target.shape[0]} rows but x has {x.shape[0]}")
+        if not target.is_contiguous():
+            raise ValueError("target must be contiguous")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if (layout.n_hidden + 2) * x.shape[0] * layout.width >= 2**31:
+        raise ValueError(f"x has {x.shape[0]} rows: the saved activations of this network would exceed 2**31 "
+                         "elements (32-bit offsets); use smaller batches")
+    if layout.kind == "resnet":
+        check_tensor("running", running, ndim=1, dtypes=(torch.float32,), device=x.device)
+        if running.numel() != 2 * layout.n_bn * layout.width or not running.is_contiguous():
+            raise ValueError(f"running must be a contiguous buffer of 2 * {layout.n_bn} * {layout.width} "
+                             f"running means and variances, got shape {tuple(running.shape)}")
+        if training:
+            if x.shape[0] < 2:
+                raise ValueError("x must have at least 2 rows for batch norm in training mode")
+            if next_power_of_2(x.shape[0]) * layout.width > MAX_BN_TILE:
+                raise ValueError(f"x has {x.shape[0]} rows: training-mode batch norm is fused for batches with "
+                                 f"next_pow2(B) * width <= {MAX_BN_TILE} (one program owns the whole batch)")
+
+
+class Saved:
+    """Tensors the forward saves for the backward (plain attributes; see ``forward``)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _key(layout: Layout, B: int, precision: str, extra=()):
+    return (layout.kind, layout.width, layout.kin, bucket(B), bucket(max(layout.n_hidden, 1), 1), precision) + tuple(extra)
+
+
+def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Optional[torch.Tensor] = None,
+            running: Optional[torch.Tensor] = None, training: bool = True, update_running: bool = True,
+            precision: str = "ieee", save: bool = True, momentum: float = 0.1, eps: float = 1e-5,
+            out: Optional[dict] = None, config: Optional[Config] = None) -> dict:
+    """Run the fused forward. Returns a dict with y (B,), loss_partials (num_programs,) when ``target`` is
+    given, the saved activations, and the config used. ``out``: preallocated buffers to reuse (CUDA graphs)."""
+    B = x.shape[0]
+    W, KIN, NH = layout.width, layout.kin, layout.n_hidden
+    o = layout.offsets
+    dev = x.device
+    bn_train = layout.kind == "resnet" and training
+
+    def buffers(cfg):
+        bm = _block_m(layout, B, cfg, bn_train)
+        n_prog = triton.cdiv(B, bm)
+        if out is not None and out.get("_n_prog") == n_prog:
+            return out
+        f32 = dict(device=dev, dtype=torch.float32)
+        buf = {"_n_prog": n_prog, "y": torch.empty(B, **f32), "loss_partials": torch.empty(n_prog, **f32)}
+        if layout.kind == "resnet":
+            nb, L = layout.depth // 2, layout.depth
+            buf.update(hs=torch.empty((nb + 1, B, W) if save else (1,), **f32),
+                       xh=torch.empty((L, B, W) if save else (1,), **f32),
+                       a=torch.empty((nb, B, W) if save else (1,), **f32),
+                       rstd=torch.empty((L, W), **f32), bstat=torch.empty((2, L, W), **f32))
+        else:
+            buf.update(acts=torch.empty((NH + 1, B, W) if save else (1,), **f32),
+                       g=torch.empty((B, W) if (save and layout.kind == "glonet") else (1,), **f32))
+        return buf
+
+    def run(cfg, update=update_running):
+        buf = buffers(cfg)
+        bm = _block_m(layout, B, cfg, bn_train)
+        grid = (triton.cdiv(B, bm),)
+        t = target if target is not None else buf["y"]
+        common = dict(PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
+        if layout.kind == "resnet":
+            _launch(_resnet_fwd_kernel, grid, x, t, params, running, buf["rstd"], buf["hs"], buf["xh"], buf["a"],
+                    buf["y"], buf["loss_partials"], buf["bstat"], B, layout.in_features, layout.depth // 2,
+                    x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps,
+                    o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
+                    TRAIN=bn_train, UPDATE_RUNNING=bool(bn_train and update), WITH_LOSS=target is not None,
+                    SAVE=save, **common)
+        else:
+            _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
+                    B, layout.in_features, NH, x.stride(0), x.stride(1),
+                    o["w_hid"], o["b_hid"], o["w_head"], o["b_head"],
+                    GLONET=layout.kind == "glonet", WITH_LOSS=target is not None, SAVE=save, **common)
+        return buf
+
+    if config is None:
+        tuner = _rfwd_tuner if layout.kind == "resnet" else _fwd_tuner
+        config = tuner.pick(_key(layout, B, precision, (bn_train, save)), lambda c: run(c, update=False),
+                            _configs(layout, B, bn_train), tracing=_is_fake(x, params))
+    buf = run(config)
+    buf = dict(buf)
+    buf["config"] = config
+    return buf
+
+
+def _block_m(layout, B, cfg, bn_train):
+    if bn_train:
+        return max(16, next_power_of_2(B))
+    return cfg.kwargs.get("BLOCK_M", 16 if INTERPRET else 64)
+
+
+def _configs(layout, B, bn_train):
+    if layout.kind == "resnet":
+        return BN_CONFIGS if bn_train else ROW_CONFIGS
+    return [c for c in ROW_CONFIGS if c.kwargs["BLOCK_M"] <= max(16, next_power_of_2(B))]
+
+
+def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict, *,
+             dy: Optional[torch.Tensor] = None, target: Optional[torch.Tensor] = None, training: bool = True,
+             precision: str = "ieee", grad_out: Optional[torch.Tensor] = None, reduce: bool = True,
+             partials: Optional[torch.Tensor] = None, config: Optional[Config] = None) -> dict:
+    """Run the fused backward from the forward's ``saved`` dict.
+
+    The upstream gradient is ``dy`` (B,), or with ``target`` the MSE gradient 2 (y - t) / B computed in
+    the kernel. Returns {"partials": (num_programs, P), "grad": (P,) when ``reduce``, "config"}.
+    """
+    B = x.shape[0]
+    W, KIN, NH, P = layout.width, layout.kin, layout.n_hidden, layout.numel
+    o = layout.offsets
+    bn_train = layout.kind == "resnet" and training
+    if dy is None and target is None:
+        raise ValueError("backward needs dy or target")
+    if dy is not None:
+        check_tensor("dy", dy, ndim=1, dtypes=(torch.float32,), device=x.device)
+        if dy.shape[0] != B:
+            raise ValueError(f"dy has {dy.shape[0]} rows but x has {B}")
+        dy = dy.contiguous()
+
+    def run(cfg, part=None):
+        bm = _block_m(layout, B, cfg, bn_train)
+        n_prog = triton.cdiv(B, bm)
+        if part is None or part.shape != (n_prog, P):
+            part = torch.empty((n_prog, P), device=x.device, dtype=torch.float32)
+        t = target if target is not None else saved["y"]
+        d = dy if dy is not None else saved["y"]
+        common = dict(LOSS_GRAD=dy is None, PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm,
+                      num_warps=cfg.num_warps, num_stages=1)
+        if layout.kind == "resnet":
+            _launch(_resnet_bwd_kernel, (n_prog,), x, t, d, params, saved["rstd"], saved["hs"], saved["xh"],
+                    saved["a"], saved["y"], part, B, layout.in_features, layout.depth // 2, P,
+                    x.stride(0), x.stride(1), 2.0 / B, 1.0 / B,
+                    o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
+                    TRAIN=bn_train, **common)
+        else:
+            _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
+                    B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
+                    o["w_hid"], o["b_hid"], o["w_head"], o["b_head"],
+                    GLONET=layout.kind == "glonet", **common)
+        return part
+
+    if config is None:
+        tuner = _rbwd_tuner if layout.kind == "resnet" else _bwd_tuner
+        config = tuner.pick(_key(layout, B, precision, (bn_train,)), run, _configs(layout, B, bn_train),
+                            tracing=_is_fake(x, params))
+    part = run(config, partials)
+    res = {"partials": part, "config": config}
+    if reduce:
+        res["grad"] = reduce_partials(part, grad_out)
+    return res
+
+
+def reduce_partials(part: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Sum (num_programs, P) gradient partials over programs (one launch; a copy-free view when 1 program)."""
+    n_prog, P = part.shape
+    if out is None:
+        if n_prog == 1:
+            return part[0]
+        out = torch.empty(P, device=part.device, dtype=torch.float32)
+    BLOCK = 1024
+    _launch(_colsum_kernel, (triton.cdiv(P, BLOCK),), part, out, n_prog, P, BLOCK=BLOCK, num_warps=4)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+_SAVED_NAMES = {"resnet": ("rstd", "hs", "xh", "a", "bstat"), "glonet": ("acts", "g"), "mlp": ("acts", "g")}
+
+
+@torch.library.triton_op("tk::fused_mlp", mutates_args=())
+def _fused_mlp_op(x: torch.Tensor, params: torch.Tensor, running: torch.Tensor, kind: str, in_features: int,
+                  width: int, depth: int, training: bool, precision: str, save: bool) -> list[torch.Tensor]:
+    layout = Layout(kind, in_features, width, depth)
+    buf = forward(layout, x, params, running=running if kind == "resnet" else None, training=training,
+                  update_running=False, precision=precision, save=save)
+    return [buf["y"]] + [buf[n] for n in _SAVED_NAMES[kind]]
+
+
+@torch.library.triton_op("tk::fused_mlp_backward", mutates_args=())
+def _fused_mlp_backward_op(x: torch.Tensor, params: torch.Tensor, dy: torch.Tensor, saved: list[torch.Tensor],
+                           kind: str, in_features: int, width: int, depth: int, training: bool,
+                           precision: str) -> torch.Tensor:
+    layout = Layout(kind, in_features, width, depth)
+    sv = dict(zip(_SAVED_NAMES[kind], saved))
+    sv["y"] = dy  # only read when the loss gradient is computed in-kernel (not here)
+    res = backward(layout, x, params, sv, dy=dy, training=training, precision=precision)
+    g = res["grad"]
+    return g.clone() if g.data_ptr() == res["partials"].data_ptr() else g
+
+
+def _setup_context(ctx, inputs, output):
+    x, params, running, kind, in_features, width, depth, training, precision, save = inputs
+    ctx.meta = (kind, in_features, width, depth, training, precision)
+    ctx.save_for_backward(x, params, *output[1:])
+
+
+def _backward(ctx, grads):
+    dy = grads[0]
+    x, params, *saved = ctx.saved_tensors
+    gp = None
+    if ctx.needs_input_grad[1]:
+        if dy is None:
+            dy = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
+        gp = torch.ops.tk.fused_mlp_backward(x, params, dy.contiguous(), list(saved), *ctx.meta)
+    return None, gp, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("tk::fused_mlp", _backward, setup_context=_setup_context)
+
+
+def fused_mlp(layout: Layout, x: torch.Tensor, params: torch.Tensor, running: Optional[torch.Tensor] = None,
+              training: bool = True, precision: str = "ieee") -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """y = net(x) for the network described by ``layout`` with flat ``params``; differentiable w.r.t.
+    ``params`` (x is data: no gradient) and torch.compile-friendly.
+
+    Returns (y (B,), batch_stats (2, n_bn, W) mean / biased variance or None). For a ResNet in training
+    mode the caller updates the running statistics from batch_stats (see models/deep_mlp.py); the fused
+    trainer's kernel does that in place instead.
+    """
+    if layout.kind != "resnet":
+        running = params.new_empty((0,)) if running is None else running
+    validate(layout, x, params, running=running, precision=precision, training=training)
+    save = torch.is_grad_enabled() and params.requires_grad
+    outs = torch.ops.tk.fused_mlp(x, params, running, layout.kind, layout.in_features, layout.width,
+                                  layout.depth, training, precision, save)
+    stats = outs[5] if (layout.kind == "resnet" and training) else None
+    return outs[0], stats
