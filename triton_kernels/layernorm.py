@@ -1,0 +1,624 @@
+"""LayerNorm over the trailing dims (any normalized_shape, e.g. [8192] or Char-CNN's [256, 1008]),
+forward and backward, and a fused LayerNorm([C, L]) -> ReLU -> MaxPool1d(k, stride=k) inference kernel.
+
+The input is viewed as rows x (M, D), D = prod(normalized_shape); math in fp32:
+    mean = sum(x) / D,  var = sum((x - mean)^2) / D,  rstd = 1 / sqrt(var + eps)
+    xhat = (x - mean) * rstd,  y = xhat * w + b
+Backward, with g = dy * w:
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (per row)
+    dw = sum_rows(dy * xhat),  db = sum_rows(dy)             (per column)
+
+Tilings:
+* Rows that fit a block (next_pow2(D) <= MAX_ROW_D): the forward holds BLOCK_M whole rows in registers
+  (one read, one write). The backward runs a persistent grid of P programs; each walks rows
+  pid, pid + P, ..., writes dx, and accumulates its dw / db partial sums in registers; it stores one
+  (2, D) partial per program and `_sum_rows_kernel` adds the P partials -- no atomics.
+* Long rows (e.g. 256 x 1008 = 258048 values): each row is cut into S segments so that M * S programs
+  fill the GPU. The stats kernel gives each segment's (mean, M2) (Chan's parallel variance, merged
+  chunk by chunk), and the consumer kernels merge the S partials of their row before normalising their
+  segment. The backward reduces the two row sums per segment the same way, and computes dw / db in a
+  column kernel (tiles of BLOCK_D columns, a group of rows each) followed by `_sum_rows_kernel`.
+* LayerNorm -> ReLU -> MaxPool1d over x (B, C, L): the long-row stats kernel, then one kernel whose
+  programs each cover a segment of the (C, L // k) output: for every output it loads the k taps,
+  normalises them, takes the max and then the ReLU (relu(max) = max(relu)), and stores it.
+Inputs fp32 / fp16 / bf16; weight and bias any of those (or None); outputs in the input dtype,
+dw / db in the parameters' dtype. Rows may have any stride; within a row the layout must be dense
+(otherwise the input is copied once).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemm import _is_fake, _launch
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_ROW_D = 16384            # longest row (next power of two) kept in registers by the row kernels
+LONG_BLOCK_D = 2048          # chunk of the long-row kernels on the GPU
+INTERPRET_LONG_BLOCK_D = 256
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels: rows that fit in registers
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _ln_fwd_row_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr,
+    M, D, stride_xm, stride_ym, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_STATS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """y = LayerNorm(x) for BLOCK_M whole rows. x, y: (M, D), unit column stride; w, b: (D,);
+    mean, rstd: (M,) fp32, stored when the backward will need them."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    rmask = rows < M
+    cmask = cols < D
+    mask = rmask[:, None] & cmask[None, :]
+    r64 = rows[:, None].to(tl.int64)
+    x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / D
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    y = xc * rstd[:, None]
+    if HAS_W:
+        y = y * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    if HAS_B:
+        y = y + tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + r64 * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if STORE_STATS:
+        tl.store(mean_ptr + rows, mean, mask=rmask)
+        tl.store(rstd_ptr + rows, rstd, mask=rmask)
+
+
+@triton.jit
+def _ln_bwd_row_kernel(
+    x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, part_ptr,
+    M, D, stride_xm, stride_dym, stride_dxm,
+    HAS_W: tl.constexpr, NEED_DX: tl.constexpr, NEED_PARTS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Rows pid, pid + P, ...: dx, plus this program's dw / db partials -> part (P, 2, D) fp32."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < D
+    w = 1.0
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    row64 = pid.to(tl.int64) - nprog
+    for _ in range(pid, M, nprog):
+        row64 += nprog
+        x = tl.load(x_ptr + row64 * stride_xm + cols, mask=cmask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row64 * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + row64)
+        rstd = tl.load(rstd_ptr + row64)
+        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        if NEED_DX:
+            g = dy * w
+            c1 = tl.sum(g * xhat, axis=0) / D
+            c2 = tl.sum(g, axis=0) / D
+            dx = (g - xhat * c1 - c2) * rstd
+            tl.store(dx_ptr + row64 * stride_dxm + cols, dx.to(dx_ptr.dtype.element_ty), mask=cmask)
+        if NEED_PARTS:
+            dw_acc += dy * xhat
+            db_acc += dy
+    if NEED_PARTS:
+        base = part_ptr + pid.to(tl.int64) * 2 * D
+        tl.store(base + cols, dw_acc, mask=cmask)
+        tl.store(base + D + cols, db_acc, mask=cmask)
+
+
+@triton.jit
+def _sum_rows_kernel(part_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out[n] = sum_p part[p, n] for a (P, N) fp32 buffer; one program per BLOCK_N columns."""
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_P)
+    acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    for start in range(0, P, BLOCK_P):
+        r = start + rows
+        m = (r[:, None] < P) & (cols[None, :] < N)
+        acc += tl.load(part_ptr + r[:, None].to(tl.int64) * N + cols[None, :], mask=m, other=0.0)
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cols < N)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels: long rows (segments of a row in parallel)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _ln_stats_kernel(x_ptr, pmean_ptr, pm2_ptr, D, stride_xm, SEG, S, BLOCK_D: tl.constexpr):
+    """Program (row, s): mean and M2 = sum (x - mean)^2 of x[row, s*SEG : (s+1)*SEG] -> (M, S) buffers.
+    Chunks of BLOCK_D are merged with Chan's formula (exact in any order, no cancellation)."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    cols = tl.arange(0, BLOCK_D)
+    x_row = x_ptr + row * stride_xm
+    start = s * SEG
+    end = tl.minimum(start + SEG, D)
+    n = 0.0
+    mean = 0.0
+    m2 = 0.0
+    for off in range(start, end, BLOCK_D):
+        c = off + cols
+        mask = c < end
+        x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+        nb = tl.minimum(end - off, BLOCK_D).to(tl.float32)
+        mb = tl.sum(x, axis=0) / nb
+        d = tl.where(mask, x - mb, 0.0)
+        m2b = tl.sum(d * d, axis=0)
+        tot = n + nb
+        delta = mb - mean
+        mean = mean + delta * (nb / tot)
+        m2 = m2 + m2b + delta * delta * (n * nb / tot)
+        n = tot
+    tl.store(pmean_ptr + row * S + s, mean)
+    tl.store(pm2_ptr + row * S + s, m2)
+
+
+@triton.jit
+def _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S: tl.constexpr):
+    """mean and rstd of a row from its S segment partials (segment s holds min(SEG, D - s*SEG) values)."""
+    offs = tl.arange(0, BLOCK_S)
+    smask = offs < S
+    pm = tl.load(pmean_ptr + row * S + offs, mask=smask, other=0.0)
+    pq = tl.load(pm2_ptr + row * S + offs, mask=smask, other=0.0)
+    ns = tl.where(smask, tl.minimum(D - offs * SEG, SEG), 0).to(tl.float32)
+    mean = tl.sum(ns * pm, axis=0) / D
+    d = pm - mean
+    m2 = tl.sum(pq + ns * d * d, axis=0)
+    rstd = 1.0 / tl.sqrt(m2 / D + eps)
+    return mean, rstd
+
+
+@triton.jit
+def _ln_fwd_apply_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, pmean_ptr, pm2_ptr, mean_ptr, rstd_ptr,
+    D, stride_xm, stride_ym, eps, SEG, S,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_STATS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Program (row, s): merge the row's statistics and normalise segment s of the row."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S)
+    if STORE_STATS:
+        if s == 0:
+            tl.store(mean_ptr + row, mean)
+            tl.store(rstd_ptr + row, rstd)
+    cols = tl.arange(0, BLOCK_D)
+    start = s * SEG
+    end = tl.minimum(start + SEG, D)
+    for off in range(start, end, BLOCK_D):
+        c = off + cols
+        mask = c < end
+        x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if HAS_W:
+            y = y * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * stride_ym + c, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _ln_bwd_stats_kernel(
+    x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, pc1_ptr, pc2_ptr,
+    D, stride_xm, stride_dym, SEG, S, HAS_W: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Program (row, s): sum(g * xhat) and sum(g) over segment s of the row (g = dy * w)."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + row)
+    cols = tl.arange(0, BLOCK_D)
+    a1 = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    start = s * SEG
+    end = tl.minimum(start + SEG, D)
+    for off in range(start, end, BLOCK_D):
+        c = off + cols
+        mask = c < end
+        x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(dy_ptr + row * stride_dym + c, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        a1 += tl.where(mask, g * (x - mean) * rstd, 0.0)
+        a2 += g
+    tl.store(pc1_ptr + row * S + s, tl.sum(a1, axis=0))
+    tl.store(pc2_ptr + row * S + s, tl.sum(a2, axis=0))
+
+
+@triton.jit
+def _ln_bwd_dx_kernel(
+    x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, pc1_ptr, pc2_ptr,
+    D, stride_xm, stride_dym, stride_dxm, SEG, S,
+    HAS_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Program (row, s): dx on segment s, from the row's summed partials."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_S)
+    c1 = tl.sum(tl.load(pc1_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
+    c2 = tl.sum(tl.load(pc2_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + row)
+    cols = tl.arange(0, BLOCK_D)
+    start = s * SEG
+    end = tl.minimum(start + SEG, D)
+    for off in range(start, end, BLOCK_D):
+        c = off + cols
+        mask = c < end
+        x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(dy_ptr + row * stride_dym + c, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        xhat = (x - mean) * rstd
+        dx = (g - xhat * c1 - c2) * rstd
+        tl.store(dx_ptr + row * stride_dxm + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _ln_dwdb_kernel(
+    x_ptr, dy_ptr, mean_ptr, rstd_ptr, part_ptr,
+    M, D, stride_xm, stride_dym, ROWS_PER_GROUP,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Program (column block, row group): sum over the group's rows of dy * xhat and dy for BLOCK_D
+    columns -> part (G, 2, D) fp32 (then summed over G by _sum_rows_kernel)."""
+    pid_d = tl.program_id(0)
+    gid = tl.program_id(1)
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    cmask = cols < D
+    rows0 = tl.arange(0, BLOCK_M)
+    dw = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    db = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    r_start = gid * ROWS_PER_GROUP
+    r_end = tl.minimum(r_start + ROWS_PER_GROUP, M)
+    for r0 in range(r_start, r_end, BLOCK_M):
+        rows = r0 + rows0
+        rmask = rows < r_end
+        m = rmask[:, None] & cmask[None, :]
+        r64 = rows[:, None].to(tl.int64)
+        x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
+        dw += dy * (x - mean[:, None]) * rstd[:, None]
+        db += dy
+    base = part_ptr + gid.to(tl.int64) * 2 * D
+    tl.store(base + cols, tl.sum(dw, axis=0), mask=cmask)
+    tl.store(base + D + cols, tl.sum(db, axis=0), mask=cmask)
+
+
+@triton.jit
+def _ln_relu_pool_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, pmean_ptr, pm2_ptr,
+    L, LO, D, stride_xb, stride_yb, eps, SEG, S, OSEG, NO,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, POOL: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Program (b, s): outputs o in [s*OSEG, (s+1)*OSEG) of the flattened (C, LO) output of sample b:
+    y[b, c, j] = relu(max_{k < POOL} LN(x)[b, c, POOL*j + k]),  c = o // LO, j = o % LO.
+    x: (B, C, L) dense per sample (D = C * L); w, b: (C, L); y: (B, C, LO) dense per sample."""
+    bid = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, bid, D, SEG, S, eps, BLOCK_S)
+    offs = tl.arange(0, BLOCK_O)
+    start = s * OSEG
+    end = tl.minimum(start + OSEG, NO)
+    for off in range(start, end, BLOCK_O):
+        o = off + offs
+        mask = o < end
+        c = o // LO
+        j = o - c * LO
+        base = c * L + j * POOL
+        best = tl.full((BLOCK_O,), -float("inf"), tl.float32)
+        for k in tl.static_range(POOL):
+            x = tl.load(x_ptr + bid * stride_xb + base + k, mask=mask, other=0.0).to(tl.float32)
+            v = (x - mean) * rstd
+            if HAS_W:
+                v = v * tl.load(w_ptr + base + k, mask=mask, other=0.0).to(tl.float32)
+            if HAS_B:
+                v = v + tl.load(b_ptr + base + k, mask=mask, other=0.0).to(tl.float32)
+            best = tl.maximum(best, v)
+        tl.store(y_ptr + bid * stride_yb + o, tl.maximum(best, 0.0).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning spaces and launch heuristics
+# ----------------------------------------------------------------------------------------------------
+def _fwd_configs(M: int, D: int) -> list[Config]:
+    bd = next_power_of_2(D)
+    out = []
+    for bm in (1, 2, 4, 8, 16):
+        if bm * bd > max(MAX_ROW_D, bd) or bm > bucket(M, 1) or bm * bd < 1024 and bm < 16:
+            continue
+        for w in (2, 4, 8, 16):
+            if w * 32 * 4 <= max(bm * bd, 128):
+                out.append(Config({"BLOCK_M": bm}, w, 1))
+    return out or [Config({"BLOCK_M": 1}, 4, 1)]
+
+
+def _bwd_configs(D: int) -> list[Config]:
+    bd = next_power_of_2(D)
+    return [Config({"PER_SM": p}, w, 1) for p in (1, 2, 4, 8) for w in (2, 4, 8, 16)
+            if w * 32 * 2 <= max(bd, 64) and p * w <= 32] or [Config({"PER_SM": 2}, 4, 1)]
+
+
+_fwd_tuner = register_tuner(Autotuner("layernorm_fwd_row", _ln_fwd_row_kernel, _fwd_configs(1 << 14, 1 << 13),
+                                      interpret_config=Config({"BLOCK_M": 1}, 4, 1)))
+_bwd_tuner = register_tuner(Autotuner("layernorm_bwd_row", _ln_bwd_row_kernel, _bwd_configs(1 << 13),
+                                      interpret_config=Config({"PER_SM": 2}, 4, 1)))
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda" and not INTERPRET:
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2
+
+
+def _segments(M: int, D: int, block: int, device: torch.device) -> tuple[int, int]:
+    """(SEG, S): cut each row into S segments of SEG values (a multiple of block) so M * S fills the GPU."""
+    want = max(1, min(triton.cdiv(4 * _num_sms(device), max(M, 1)), triton.cdiv(D, block), 64))
+    seg = triton.cdiv(triton.cdiv(D, want), block) * block
+    return seg, triton.cdiv(D, seg)
+
+
+def _long_block() -> int:
+    return INTERPRET_LONG_BLOCK_D if INTERPRET else LONG_BLOCK_D
+
+
+def _row_stats_partials(x2: torch.Tensor, D: int):
+    """Launch the segment statistics kernel; returns (pmean, pm2, SEG, S)."""
+    M = x2.shape[0]
+    bd = _long_block()
+    seg, S = _segments(M, D, bd, x2.device)
+    pmean = torch.empty((M, S), device=x2.device, dtype=torch.float32)
+    pm2 = torch.empty((M, S), device=x2.device, dtype=torch.float32)
+    _launch(_ln_stats_kernel, (M, S), x2, pmean, pm2, D, x2.stride(0), seg, S, BLOCK_D=bd, num_warps=8)
+    return pmean, pm2, seg, S
+
+
+def _rows(x: torch.Tensor, D: int) -> torch.Tensor:
+    """x viewed as (M, D) rows with a dense row (copied once when the layout does not allow it)."""
+    x2 = x.reshape(-1, D)
+    if D > 1 and x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    return x2
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers on (M, D) rows
+# ----------------------------------------------------------------------------------------------------
+def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                       eps: float, save_stats: bool):
+    """y (M, D) in x's dtype, and mean / rstd (M,) fp32 when save_stats (else empty tensors)."""
+    M, D = x2.shape
+    dev = x2.device
+    y = torch.empty((M, D), device=dev, dtype=x2.dtype)
+    mean = torch.empty((M,) if save_stats else (0,), device=dev, dtype=torch.float32)
+    rstd = torch.empty((M,) if save_stats else (0,), device=dev, dtype=torch.float32)
+    if M == 0 or D == 0:
+        return y, mean, rstd
+    w = weight if weight is not None else x2
+    b = bias if bias is not None else x2
+    flags = dict(HAS_W=weight is not None, HAS_B=bias is not None, STORE_STATS=save_stats)
+    if next_power_of_2(D) <= MAX_ROW_D:
+        bd = next_power_of_2(D)
+
+        def run(cfg):
+            _launch(_ln_fwd_row_kernel, (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),), x2, w, b, y, mean, rstd,
+                    M, D, x2.stride(0), y.stride(0), eps, **flags, BLOCK_D=bd, **cfg.kwargs,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+        if INTERPRET:
+            cfg = Config({"BLOCK_M": max(1, min(32, 2048 // bd))}, 4, 1)
+        else:
+            key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, bias is not None, save_stats)
+            cfg = _fwd_tuner.pick(key, run, _fwd_configs(M, D), tracing=_is_fake(x2))
+        run(cfg)
+        return y, mean, rstd
+    pmean, pm2, seg, S = _row_stats_partials(x2, D)
+    bd = _long_block()
+    _launch(_ln_fwd_apply_kernel, (M, S), x2, w, b, y, pmean, pm2, mean, rstd, D, x2.stride(0), y.stride(0),
+            eps, seg, S, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S), num_warps=8)
+    return y, mean, rstd
+
+
+def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
+                        rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool):
+    """(dx or None, dw fp32 (D,) or None, db fp32 (D,) or None) for rows x2 (M, D)."""
+    M, D = x2.shape
+    dev = x2.device
+    dx = torch.empty((M, D), device=dev, dtype=x2.dtype) if need_dx else None
+    need_parts = need_dw or need_db
+    if M == 0 or D == 0:
+        z = torch.zeros((D,), device=dev, dtype=torch.float32)
+        return dx, (z if need_dw else None), (z.clone() if need_db else None)
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
+    w = weight if weight is not None else x2
+    parts = None
+    if next_power_of_2(D) <= MAX_ROW_D:
+        bd = next_power_of_2(D)
+        n_sms = _num_sms(dev)
+
+        def run(cfg):
+            P = max(1, min(M, n_sms * cfg.kwargs["PER_SM"]))
+            part = torch.empty((P, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
+            _launch(_ln_bwd_row_kernel, (P,), x2, w, dy, dx if dx is not None else x2, mean, rstd, part,
+                    M, D, x2.stride(0), dy.stride(0), dx.stride(0) if dx is not None else 0,
+                    HAS_W=weight is not None, NEED_DX=need_dx, NEED_PARTS=need_parts, BLOCK_D=bd,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return part if need_parts else None
+
+        if INTERPRET:
+            cfg = Config({"PER_SM": 2}, 4, 1)
+        else:
+            key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, need_dx, need_parts)
+            cfg = _bwd_tuner.pick(key, run, _bwd_configs(D), tracing=_is_fake(x2, dy))
+        parts = run(cfg)
+    else:
+        bd = _long_block()
+        if need_dx:
+            seg, S = _segments(M, D, bd, dev)
+            pc1 = torch.empty((M, S), device=dev, dtype=torch.float32)
+            pc2 = torch.empty((M, S), device=dev, dtype=torch.float32)
+            _launch(_ln_bwd_stats_kernel, (M, S), x2, w, dy, mean, rstd, pc1, pc2, D, x2.stride(0), dy.stride(0),
+                    seg, S, HAS_W=weight is not None, BLOCK_D=bd, num_warps=8)
+            _launch(_ln_bwd_dx_kernel, (M, S), x2, w, dy, dx, mean, rstd, pc1, pc2, D, x2.stride(0),
+                    dy.stride(0), dx.stride(0), seg, S, HAS_W=weight is not None, BLOCK_D=bd,
+                    BLOCK_S=next_power_of_2(S), num_warps=8)
+        if need_parts:
+            bm, bdc = (8, 64) if INTERPRET else (16, 256)
+            n_dblocks = triton.cdiv(D, bdc)
+            groups = max(1, min(triton.cdiv(M, bm), triton.cdiv(4 * _num_sms(dev), n_dblocks)))
+            rpg = triton.cdiv(triton.cdiv(M, groups), bm) * bm
+            groups = triton.cdiv(M, rpg)
+            parts = torch.empty((groups, 2, D), device=dev, dtype=torch.float32)
+            _launch(_ln_dwdb_kernel, (n_dblocks, groups), x2, dy, mean, rstd, parts, M, D, x2.stride(0),
+                    dy.stride(0), rpg, BLOCK_M=bm, BLOCK_D=bdc, num_warps=4)
+    dw = db = None
+    if need_parts:
+        P = parts.shape[0]
+        out = torch.empty((2 * D,), device=dev, dtype=torch.float32)
+        bp, bn = (8, 128) if INTERPRET else (32, 256)
+        _launch(_sum_rows_kernel, (triton.cdiv(2 * D, bn),), parts, out, P, 2 * D, BLOCK_P=bp, BLOCK_N=bn,
+                num_warps=4)
+        dw = out[:D] if need_dw else None
+        db = out[D:] if need_db else None
+    return dx, dw, db
+
+
+def layer_norm_relu_maxpool_forward(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                                    eps: float, pool: int) -> torch.Tensor:
+    """relu(max_pool1d(layer_norm(x, [C, L]), pool, pool)) for x (B, C, L); y (B, C, L // pool)."""
+    B, C, L = x.shape
+    LO = L // pool
+    D = C * L
+    y = torch.empty((B, C, LO), device=x.device, dtype=x.dtype)
+    if B == 0 or C * LO == 0:
+        return y
+    x2 = _rows(x, D)
+    pmean, pm2, seg, S = _row_stats_partials(x2, D)
+    NO = C * LO
+    bo = 128 if INTERPRET else 512
+    oseg, So = _segments(B, NO, bo, x.device)
+    w = weight.reshape(D) if weight is not None else x2
+    b = bias.reshape(D) if bias is not None else x2
+    _launch(_ln_relu_pool_kernel, (B, So), x2, w, b, y, pmean, pm2, L, LO, D, x2.stride(0), y.stride(0), eps,
+            seg, S, oseg, NO, HAS_W=weight is not None, HAS_B=bias is not None, POOL=pool,
+            BLOCK_O=bo, BLOCK_S=next_power_of_2(S), num_warps=4)
+    return y
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+@torch.library.triton_op("tk::layer_norm", mutates_args=())
+def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+                   save_stats: bool) -> list[torch.Tensor]:
+    y, mean, rstd = layer_norm_forward(x, weight, bias, eps, save_stats)
+    return [y, mean, rstd]
+
+
+@torch.library.triton_op("tk::layer_norm_backward", mutates_args=())
+def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
+                            rstd: torch.Tensor, need_dx: bool, need_dw: bool,
+                            need_db: bool) -> list[torch.Tensor]:
+    dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, need_dx, need_dw, need_db)
+    empty = x.new_empty((0,), dtype=torch.float32)
+    # outputs must not alias each other: the two halves of one buffer are cloned apart
+    return [dx if dx is not None else x.new_empty((0,)),
+            dw.clone() if dw is not None else empty, db.clone() if db is not None else empty.clone()]
+
+
+@torch.library.triton_op("tk::layer_norm_relu_maxpool", mutates_args=())
+def _ln_relu_pool_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+                     pool: int) -> torch.Tensor:
+    return layer_norm_relu_maxpool_forward(x, weight, bias, eps, pool)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, eps, save_stats = inputs
+    _, mean, rstd = output
+    ctx.has_w, ctx.has_b = weight is not None, bias is not None
+    ctx.w_dtype = weight.dtype if weight is not None else None
+    ctx.b_dtype = bias.dtype if bias is not None else None
+    ctx.save_for_backward(x, weight, mean, rstd)
+
+
+def _backward(ctx, grads):
+    dy = grads[0]
+    x, weight, mean, rstd = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
+    if mean.numel() != x.shape[0]:
+        raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
+    dx, dw, db = torch.ops.tk.layer_norm_backward(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b)
+    return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
+            db.to(ctx.b_dtype) if need_b else None, None, None)
+
+
+torch.library.register_autograd("tk::layer_norm", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public functions
+# ----------------------------------------------------------------------------------------------------
+def _validate(x, normalized_shape, weight, bias, eps) -> tuple[int, ...]:
+    check_tensor("x", x, dtypes=DTYPES)
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    shape = tuple(int(s) for s in normalized_shape)
+    if len(shape) == 0:
+        raise ValueError("normalized_shape must have at least one dim")
+    if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape):]) != shape:
+        raise ValueError(f"x has shape {tuple(x.shape)}, whose trailing dims must equal normalized_shape {shape}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            check_tensor(name, p, dtypes=DTYPES, device=x.device)
+            if tuple(p.shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(p.shape)}, expected normalized_shape {shape}")
+    if not (isinstance(eps, (int, float)) and eps >= 0 and math.isfinite(eps)):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    return shape
+
+
+def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """torch.nn.functional.layer_norm in Triton (fp32 statistics), differentiable and compile-friendly."""
+    shape = _validate(x, normalized_shape, weight, bias, eps)
+    D = math.prod(shape)
+    x2 = _rows(x, D)
+    w = weight.reshape(D) if weight is not None else None
+    b = bias.reshape(D) if bias is not None else None
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    y = torch.ops.tk.layer_norm(x2, w, b, float(eps), needs_grad)[0]
+    return y.reshape(x.shape)
+
+
+def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                            eps: float = 1e-5, pool: int = 3) -> torch.Tensor:
+    """Inference: relu(max_pool1d(layer_norm(x, x.shape[1:], weight, bias, eps), pool, stride=pool)).
+
+    x (B, C, L) -> (B, C, L // pool). Not differentiable (use layer_norm + relu + max_pool1d to train).
+    """
+    check_tensor("x", x, ndim=3, dtypes=DTYPES)
+    _validate(x, tuple(x.shape[1:]), weight, bias, eps)
+    if not isinstance(pool, int) or pool < 1:
+        raise ValueError(f"pool must be a positive int, got {pool!r}")
+    if x.shape[2] < pool:
+        raise ValueError(f"x has length {x.shape[2]} < pool {pool}: the pooled output would be empty")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        raise ValueError("layer_norm_relu_maxpool is an inference kernel: call it under torch.no_grad() "
+                         "(or use layer_norm + relu + max_pool1d for training)")
+    return torch.ops.tk.layer_norm_relu_maxpool(x, weight, bias, float(eps), int(pool))
