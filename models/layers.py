@@ -38,3 +38,82 @@ class MLP(nn.Sequential):
         layers = [Linear(sizes[i], sizes[i + 1], activation=activation if i < len(sizes) - 2 else "none", **kw)
                   for i in range(len(sizes) - 1)]
         super().__init__(*layers)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fused memory-bound ops: softmax, cross-entropy (+ accuracy), layernorm
+# --------------------------------------------------------------------------------------------------
+from triton_kernels import cross_entropy as _ce  # noqa: E402
+from triton_kernels import layernorm as _ln  # noqa: E402
+from triton_kernels import softmax as _sm  # noqa: E402
+
+
+def _dim_or_last(dim):
+    return -1 if dim is None else dim
+
+
+class Softmax(nn.Softmax):
+    """softmax along ``dim`` (default: the last dim) with fp32 math in one Triton pass."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _sm.softmax(x, _dim_or_last(self.dim))
+
+
+class LogSoftmax(nn.LogSoftmax):
+    """log_softmax along ``dim`` (default: the last dim) with fp32 math in one Triton pass."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _sm.log_softmax(x, _dim_or_last(self.dim))
+
+
+class CrossEntropyLoss(nn.CrossEntropyLoss):
+    """nn.CrossEntropyLoss (class-index targets) whose forward also writes the gradient, so the backward
+    is a scale. ``return_correct=True`` makes forward return ``(loss, n_correct)``: the number of
+    non-ignored rows whose argmax equals the target, a 0-dim int64 tensor on the device (no host sync)."""
+
+    def __init__(self, weight: torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0, return_correct: bool = False) -> None:
+        super().__init__(weight=weight, ignore_index=ignore_index, reduction=reduction,
+                         label_smoothing=label_smoothing)
+        self.return_correct = return_correct
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor):
+        return _ce.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
+                                 self.label_smoothing, return_correct=self.return_correct)
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm (any normalized_shape, e.g. [256, 1008]) in Triton, forward and backward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ln.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class LayerNormReLUMaxPool(nn.LayerNorm):
+    """LayerNorm([C, L]) -> ReLU -> MaxPool1d(pool, stride=pool) over x (B, C, L), as in Char-CNN.
+
+    Its state_dict is exactly nn.LayerNorm's. Inference (no grad needed) runs one fused Triton kernel
+    (after a statistics pass); when a gradient is needed it runs the Triton LayerNorm followed by
+    torch's relu and max_pool1d, so it trains too.
+    """
+
+    def __init__(self, normalized_shape, pool: int = 3, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,
+                         device=device, dtype=dtype)
+        if len(self.normalized_shape) != 2:
+            raise ValueError(f"normalized_shape must be [C, L], got {list(self.normalized_shape)}")
+        if not isinstance(pool, int) or pool < 1:
+            raise ValueError(f"pool must be a positive int, got {pool!r}")
+        self.pool = pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        needs_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, self.weight, self.bias))
+        if needs_grad:
+            y = _ln.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            return nn.functional.max_pool1d(torch.relu(y), self.pool, self.pool)
+        return _ln.layer_norm_relu_maxpool(x, self.weight, self.bias, self.eps, self.pool)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, pool={self.pool}"
