@@ -249,8 +249,11 @@ class StepBuffers:
                    torch.zeros(p_max, BLOCK_C, K, **f32), torch.zeros(p_max, BLOCK_C, **f32),
                    torch.zeros(p_max, **f32), torch.zeros(p_max, **i32))
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
     def clone(self) -> "StepBuffers":
-        return StepBuffers(*(t.clone() for t in dataclasses.astuple(self)))
+        return StepBuffers(*(t.clone() for t in self.tensors()))
 
 
 def launch_step(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: float, cfg: Config,
@@ -371,5 +374,5 @@ def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
     if buf.gw.shape[0] < triton.cdiv(batch_size, 16) or buf.gw.shape[2] != x.shape[1]:
         raise ValueError(f"buf was allocated for another shape: gw {tuple(buf.gw.shape)}")
-    torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *dataclasses.astuple(buf), batch_size,
+    torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *buf.tensors(), batch_size,
                                              float(lr), precision)
