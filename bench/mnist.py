@@ -62,6 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="read loss/accuracy every N epochs (default: only after the last epoch)")
     p.add_argument("--train-limit", type=int, default=None, help="use the first N training examples")
     p.add_argument("--test-limit", type=int, default=None, help="use the first N test examples")
+    p.add_argument("--precision", default="ieee", choices=("ieee", "tf32"),
+                   help="fp32 dot precision of the Triton variants (eager matmuls stay ieee fp32)")
     p.add_argument("--quick", action="store_true", help="2 epochs; tiny subset in the CPU interpreter")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/)")
     p.add_argument("--no-write", action="store_true", help="print only")
@@ -119,7 +121,8 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
         model = SoftmaxRegression(device=device)
         model.load_state_dict(init)
         t0 = time.perf_counter()
-        trainer = make_trainer(variant, model, train.images, train.labels, args.batch, args.lr, device)
+        trainer = make_trainer(variant, model, train.images, train.labels, args.batch, args.lr, device,
+                               precision=args.precision)
         trainer.prepare()
         R_sync(device)
         out["setup_s"] = time.perf_counter() - t0
@@ -160,6 +163,8 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
     rows = []
     for r in results:
         v, st, note = r["variant"], r["status"], r.get("note", "")
+        if v.startswith("triton") and params.get("precision") == "tf32":
+            v += "[tf32]"
         p = json.dumps(params, sort_keys=True)
         def mk(metric, value, unit, **kw):
             kw.setdefault("note", note)
@@ -184,6 +189,7 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
 
 def print_table(results: list[dict], args, device) -> None:
     print(f"\nMNIST softmax regression, batch {args.batch}, lr {args.lr}, {args.epochs} epochs, "
+          f"Triton dot precision {args.precision}, "
           f"{device_name(device)}" + ("  [CPU interpreter: times are NOT performance figures]" if INTERPRET else ""))
     hdr = f"{'variant':<20} {'epoch ms':>10} {'p20-p80':>17} {'total s':>8} {'test acc':>8} {'vs fp64':>9} " \
           f"{'status':<12} reference"
@@ -211,7 +217,7 @@ def main(argv=None) -> int:
     init = {k: v.clone() for k, v in SoftmaxRegression().state_dict().items()}
     ref_w = fp64_reference(init, train, perms, args.batch, args.lr, device)
     params = {"batch": args.batch, "epochs": args.epochs, "lr": args.lr, "n_train": len(train),
-              "n_test": len(test), "log_every": args.log_every, "seed": args.seed}
+              "n_test": len(test), "log_every": args.log_every, "seed": args.seed, "precision": args.precision}
 
     results = []
     for v in args.variants:
@@ -229,7 +235,8 @@ def main(argv=None) -> int:
                 r["note"] = f"test accuracy {r['test_acc']:.2f}% vs eager {eager['test_acc']:.2f}%"
     print_table(results, args, device)
     if not args.no_write:
-        path = R.write_rows(to_rows(results, params), args.out, SUITE)
+        path = R.write_rows(to_rows(results, params), args.out, SUITE,
+                            tag=None if args.precision == "ieee" else args.precision)
         print(f"rows -> {path}")
     return 0 if all(r["status"] in ("ok", "unsupported") for r in results) else 1
 

@@ -348,6 +348,10 @@ def make_trainer(variant: str, model: SoftmaxRegression, train_x: torch.Tensor, 
         return CompileTrainer(*args, amp=variant == "compile+amp")
     if variant == "eager+graph":
         return EagerGraphTrainer(*args)
+    if variant.startswith("triton"):
+        kw = {k: v for k, v in kw.items() if k in ("precision", "x_dtype")}
+    else:
+        kw = {}
     if variant == "triton":
         return TritonTrainer(*args, **kw)
     if variant == "triton+graph":

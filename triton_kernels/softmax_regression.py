@@ -61,7 +61,8 @@ def _sr_forward_backward_kernel(
     pid = tl.program_id(0)
     step = tl.load(step_ptr)
     start = step.to(tl.int64) * B
-    n_rows = tl.minimum(B, N - start).to(tl.int32)  # the last batch of an epoch may be partial
+    left = N - start
+    n_rows = tl.where(left < B, left, B).to(tl.int32)  # the last batch of an epoch may be partial
 
     offs_b = pid * BLOCK_B + tl.arange(0, BLOCK_B)
     row_ok = offs_b < n_rows
