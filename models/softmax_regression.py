@@ -197,13 +197,14 @@ class CompileTrainer(PreloadedTrainer):
         self.fwd = fwd
 
     def prepare(self) -> None:
-        """Compile for the full and the short last batch (on copies: the weights do not move)."""
-        w, b = self.weight.detach().clone().requires_grad_(), self.bias.detach().clone().requires_grad_()
-        sizes = {self.batch_size, self.n - (self.n_steps - 1) * self.batch_size}
-        for s in sizes:
+        """Compile for the full and the short last batch (weights and sums restored afterwards)."""
+        state = [self.weight, self.bias, self.loss_sum, self.correct_sum]
+        snap = _snapshot(state)
+        for s in {self.batch_size, self.n - (self.n_steps - 1) * self.batch_size}:
             idx = torch.arange(s, device=self.device)
-            _sgd_step(self.fwd, self.x[idx], self.y[idx], w, b, self.lr, torch.zeros_like(self.loss_sum),
-                      torch.zeros_like(self.correct_sum))
+            _sgd_step(self.fwd, self.x[idx], self.y[idx], self.weight, self.bias, self.lr, self.loss_sum,
+                      self.correct_sum)
+        _restore(state, snap)
 
 
 def _snapshot(ts):
