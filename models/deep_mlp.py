@@ -373,12 +373,13 @@ class FusedTrainer:
 
     def capture(self, x: torch.Tensor, target: torch.Tensor):
         """Capture one step on the static tensors (x, target) in a CUDA graph (after a warm-up step that
-        tunes and allocates). Returns (graph, loss tensor). Replaying advances the training by one step."""
+        tunes and allocates). Returns (graph, loss tensor). Replaying advances the training by one step; the warm-up
+        step's loss is ``self.warm_loss``."""
         F.validate(self.layout, x, self.flat, target, self.running, self.precision, training=True)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            self._step(x, target)  # tunes + allocates (a real step)
+            self.warm_loss = self._step(x, target)  # tunes + allocates (a real step)
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):

@@ -1,0 +1,558 @@
+"""The SGEMM depth study: GloNet vs ResNet-MLP vs MLP, width 16, depth 10 .. 1000, on UCI SGEMM.
+
+    python -m bench.sgemm --model GloNet1000 --epochs 200 --backend triton [--batch 1024] [--lr 1e-3]
+                          [--weight-decay 0] [--width 16] [--precision ieee|tf32] [--graph]
+                          [--target log|mean] [--data PATH] [--seed 0] [--resume]
+    python -m bench.sgemm --suite depth    [--backend triton] [--epochs 200] [--models GloNet,ResNetMLP,MLP]
+                                           [--depths 10,24,50,100,200,600,1000]
+    python -m bench.sgemm --suite steptime [--depths ...] [--backends eager,triton,triton+graph] [--steps 100]
+    add --quick for a CPU / interpreter smoke run (tiny data subset, 1 epoch, depths 2 and 4).
+
+Training (one model = one session): MSE loss, Adam (L2 weight decay as torch.optim.Adam), batches of
+--batch rows from a seeded per-epoch permutation of the training split (the last partial batch is
+dropped, so every step has the same shape and a CUDA graph can replay it), validation MSE every epoch,
+test MSE at the end. The data: bench/data/sgemm.py (target ln(mean run time), standardised with train
+statistics; 80/10/10 seeded split); MSEs are in standardised target units (``test_mse``) and in the
+target's own units (``test_mse_log``: squared error of ln(ms)).
+
+Each session writes ``training_results/<Model>/session_<N>/``: config.json, parameters.pt (the final
+state_dict), metrics.csv (per epoch) + metrics.json (summary, per-block L1 norms), curves.png,
+l1_norms.png, report.pdf; checkpoint.pt (git-ignored) after every epoch, written atomically;
+``--resume`` continues the latest session of that model from its checkpoint.
+
+Backends: ``eager`` (nn.Modules + torch.optim.Adam), ``compile`` (torch.compile of the forward),
+``triton`` (the fused kernels through models.deep_mlp.FusedTrainer: forward kernel, backward kernel,
+fused Adam; ``--graph`` replays each step from a CUDA graph).
+
+--suite steptime times one training step (batch 1024, Adam) per model, depth and backend through the
+shared harness (eager, compile up to --compile-max-depth, triton, triton+graph) and, before timing,
+checks that Triton and eager losses agree within 1e-4 relative after --steps steps from the same
+initial weights on the same batches (status "wrong" otherwise). Rows: results/<device>/sgemm*.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import triton_kernels  # noqa: F401  (interpreter switch before triton loads)
+from bench.data import sgemm as sgemm_data
+from models.deep_mlp import FusedTrainer, build_model, canonical_name, parse_name
+from triton_kernels.runtime import INTERPRET, atomic_write_text, default_device, device_name
+
+SUITE = "sgemm"
+REPO = Path(__file__).resolve().parents[1]
+TRAINING_RESULTS = REPO / "training_results"
+DEPTHS = (10, 24, 50, 100, 200, 600, 1000)
+STUDY_MODELS = ("GloNet", "ResNetMLP", "MLP")
+LOSS_AGREEMENT = 1e-4
+
+# The seed study's figures (200 epochs, width 16): test MSE per depth and training time (s).
+SEED_MSE = {"GloNet": {d: "0.021-0.022" for d in DEPTHS}, "ResNetMLP": {10: "0.018", 1000: "0.048"}}
+SEED_TIME_S = {"GloNet": {1000: 289.0}, "ResNetMLP": {1000: 675.0}}
+SEED_STEP_MS = {"GloNet": {1000: 228.0}, "ResNetMLP": {1000: 405.0}}  # eager, one H100 today
+
+
+# ----------------------------------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", choices=("train", "depth", "steptime"), default="train")
+    p.add_argument("--model", default=None, help="e.g. GloNet1000, ResNetMLP100, MLP10 (--suite train)")
+    p.add_argument("--models", default=",".join(STUDY_MODELS), help="model families for the suites")
+    p.add_argument("--depths", default=None, help=f"comma-separated depths (default {','.join(map(str, DEPTHS))})")
+    p.add_argument("--epochs", type=int, default=None, help="default 200 (--quick: 1)")
+    p.add_argument("--backend", choices=("eager", "compile", "triton"), default="triton")
+    p.add_argument("--backends", default=None, help="steptime: comma-separated harness backends")
+    p.add_argument("--graph", action="store_true", help="triton: replay each training step from a CUDA graph")
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0, help="L2 regularisation (added to the gradient)")
+    p.add_argument("--width", type=int, default=16, choices=(16, 32, 64))
+    p.add_argument("--precision", choices=("ieee", "tf32"), default="ieee", help="fp32 dot precision (triton)")
+    p.add_argument("--target", choices=sgemm_data.TARGETS, default="log")
+    p.add_argument("--data", default=None, help="SGEMM csv(.gz) or directory (default .data/sgemm, "
+                                                "then ../shared/data/sgemm)")
+    p.add_argument("--max-rows", type=int, default=None, help="use a seeded subset of N rows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue the latest session from its checkpoint")
+    p.add_argument("--results-dir", default=str(TRAINING_RESULTS), help="where session folders go")
+    p.add_argument("--steps", type=int, default=None, help="steptime: steps of the loss-agreement check (100)")
+    p.add_argument("--compile-max-depth", type=int, default=100, help="steptime: compile only up to this depth")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny subset, 1 epoch, depths 2,4")
+    p.add_argument("--out", default=None, help="rows directory (default results/<device>/)")
+    p.add_argument("--no-write", action="store_true", help="rows: print only")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    if a.suite == "train" and not a.model:
+        p.error("--model is required (e.g. --model GloNet1000), or use --suite depth / steptime")
+    if a.model:
+        try:
+            parse_name(a.model)
+        except ValueError as e:
+            p.error(str(e))
+    a.models = [m.strip() for m in a.models.split(",") if m.strip()]
+    for m in a.models:
+        try:
+            parse_name(f"{m}2")
+        except ValueError:
+            p.error(f"--models: unknown family {m!r} (GloNet, ResNetMLP, MLP)")
+    if a.depths:
+        a.depths = [int(d) for d in a.depths.split(",")]
+    else:
+        a.depths = [2, 4] if a.quick else list(DEPTHS)
+    if a.epochs is None:
+        a.epochs = 1 if a.quick else 200
+    if a.quick and a.max_rows is None and INTERPRET:
+        a.max_rows = 1500
+    if a.quick and INTERPRET and a.batch == 1024:
+        a.batch = 64
+    if a.steps is None:
+        a.steps = 3 if (a.quick or INTERPRET) else 100
+    if a.batch < 2:
+        p.error("--batch must be >= 2")
+    if a.graph and not torch.cuda.is_available():
+        a.graph = False  # no CUDA graphs in the interpreter
+    return a
+
+
+# ----------------------------------------------------------------------------------------------------
+# One training session
+# ----------------------------------------------------------------------------------------------------
+def _session_dir(root: Path, model: str, resume: bool) -> Path:
+    d = root / model
+    existing = sorted((int(p.name.split("_")[1]), p) for p in d.glob("session_*") if p.name.split("_")[1].isdigit())
+    if resume:
+        for _, p in reversed(existing):
+            if (p / "checkpoint.pt").exists():
+                return p
+        print(f"--resume: no checkpoint under {d}; starting a new session", file=sys.stderr)
+    n = existing[-1][0] + 1 if existing else 1
+    return d / f"session_{n}"
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class _Runner:
+    """The per-backend training step and evaluation for one model."""
+
+    def __init__(self, model, backend, args, device):
+        self.model, self.backend, self.device = model, backend, device
+        self.graph = None
+        if backend == "triton":
+            model.backend = "triton"
+            self.trainer = FusedTrainer(model, lr=args.lr, weight_decay=args.weight_decay, precision=args.precision)
+        else:
+            model.backend = backend
+            self.opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        self.use_graph = bool(args.graph and backend == "triton" and device.type == "cuda")
+
+    def step(self, x, t):
+        if self.backend == "triton":
+            if self.use_graph:
+                if self.graph is None:
+                    self.xs, self.ts = x.clone(), t.clone()
+                    self.graph, self.loss = self.trainer.capture(self.xs, self.ts)
+                    return self.trainer.warm_loss  # capture ran one real step
+                self.xs.copy_(x)
+                self.ts.copy_(t)
+                self.graph.replay()
+                return self.loss
+            return self.trainer.step(x, t)
+        self.model.train()
+        self.opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(self.model(x), t)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    @torch.no_grad()
+    def predict(self, x):
+        if self.backend == "triton":
+            return self.trainer.predict(x)
+        self.model.eval()
+        out = torch.cat([self.model.forward_eager(x[i:i + 8192]) for i in range(0, x.shape[0], 8192)])
+        self.model.train()
+        return out
+
+    def opt_state(self):
+        return self.trainer.state_dict() if self.backend == "triton" else self.opt.state_dict()
+
+    def load_opt_state(self, sd):
+        (self.trainer if self.backend == "triton" else self.opt).load_state_dict(sd)
+
+
+def train_session(args, name: str, backend: str | None = None, progress: bool = True) -> dict:
+    """Train one model; writes the session folder; returns the summary (metrics.json)."""
+    backend = backend or args.backend
+    name = canonical_name(name)
+    device = default_device()
+    root = Path(args.results_dir)
+    sdir = _session_dir(root, name, args.resume)
+    ckpt_path = sdir / "checkpoint.pt"
+    config = {
+        "model": name, "backend": backend, "graph": bool(args.graph), "epochs": args.epochs, "batch": args.batch,
+        "lr": args.lr, "weight_decay": args.weight_decay, "width": args.width, "precision": args.precision,
+        "target": args.target, "seed": args.seed, "max_rows": args.max_rows, "loss": "mse",
+        "optimizer": "adam (L2 weight decay added to the gradient)", "drop_last": True,
+        "device": device_name(), "torch": torch.__version__, "triton": triton_kernels.runtime.triton.__version__,
+    }
+    resumed = None
+    if ckpt_path.exists():
+        resumed = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        config = dict(resumed["config"], epochs=args.epochs)
+    data = sgemm_data.load(args.data, target=config["target"], seed=config["seed"], max_rows=config["max_rows"],
+                           device=device)
+    config["data"] = {k: v for k, v in data.info.items() if k not in ("x_mean", "x_std")}
+    sdir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(sdir / "config.json", json.dumps(config, indent=1))
+
+    model = build_model(name, width=config["width"], seed=config["seed"], device=device)
+    history: list[dict] = []
+    start_epoch = 0
+    if resumed is not None:
+        model.load_state_dict(resumed["model"])
+    runner = _Runner(model, backend, argparse.Namespace(**{**vars(args), **{k: config[k] for k in (
+        "lr", "weight_decay", "precision", "graph")}}), device)
+    if resumed is not None:
+        runner.load_opt_state(resumed["optimizer"])
+        history, start_epoch = resumed["history"], resumed["epoch"] + 1
+    n_train = len(data.train)
+    B = min(config["batch"], n_train)
+    steps = n_train // B
+    train_time = sum(h["epoch_s"] for h in history)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config["epochs"], initial=start_epoch, desc=f"{name} [{backend}]", unit="epoch",
+                   dynamic_ncols=True)
+    for epoch in range(start_epoch, config["epochs"]):
+        g = torch.Generator(device="cpu").manual_seed(config["seed"] * 100003 + epoch)
+        perm = torch.randperm(n_train, generator=g).to(device)
+        xp, tp = data.train.x[perm], data.train.y[perm]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=device)
+        for s in range(steps):
+            loss_sum += runner.step(xp[s * B:(s + 1) * B], tp[s * B:(s + 1) * B])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        epoch_s = time.perf_counter() - t0
+        train_time += epoch_s
+        val = torch.mean((runner.predict(data.val.x) - data.val.y) ** 2).item() if len(data.val) else float("nan")
+        rec = {"epoch": epoch, "train_loss": loss_sum.item() / steps, "val_mse": val, "epoch_s": epoch_s,
+               "train_time_s": train_time}
+        history.append(rec)
+        _atomic_save({"model": model.state_dict(), "optimizer": runner.opt_state(), "epoch": epoch,
+                      "history": history, "config": config}, ckpt_path)
+        if bar is not None:
+            bar.set_postfix(loss=f"{rec['train_loss']:.4f}", val=f"{val:.4f}", s=f"{epoch_s:.1f}")
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+
+    pred = runner.predict(data.test.x)
+    test_mse = torch.mean((pred - data.test.y) ** 2).item()
+    test_mse_units = torch.mean((data.unstandardize(pred) - data.unstandardize(data.test.y)) ** 2).item()
+    blocks_w = model.block_l1().cpu().tolist()
+    sub = data.test.x[:4096]
+    model.eval()
+    blocks_out = model.block_outputs_l1(sub).cpu().tolist()
+    model.train()
+    summary = {
+        "model": name, "backend": backend, "epochs": config["epochs"], "test_mse": test_mse,
+        "test_mse_target_units": test_mse_units, "target": config["target"],
+        "best_val_mse": min((h["val_mse"] for h in history), default=float("nan")),
+        "train_time_s": train_time, "mean_epoch_s": train_time / max(len(history), 1),
+        "steps_per_epoch": steps, "block_weight_l1": blocks_w, "block_output_l1": blocks_out,
+        "blocks_used_99pct_output_l1": _blocks_for_fraction(blocks_out, 0.99),
+        "session": str(sdir.relative_to(root.parent) if sdir.is_relative_to(root.parent) else sdir),
+    }
+    torch.save(model.state_dict(), sdir / "parameters.pt")
+    _write_metrics(sdir, history, summary)
+    _plots(sdir, name, config, history, summary)
+    return summary
+
+
+def _blocks_for_fraction(xs, frac):
+    tot = sum(xs)
+    if tot <= 0:
+        return 0
+    acc = 0.0
+    for i, v in enumerate(xs):
+        acc += v
+        if acc >= frac * tot:
+            return i + 1
+    return len(xs)
+
+
+def _write_metrics(sdir: Path, history, summary):
+    lines = ["epoch,train_loss,val_mse,epoch_s,train_time_s"]
+    lines += [f"{h['epoch']},{h['train_loss']:.8g},{h['val_mse']:.8g},{h['epoch_s']:.6g},{h['train_time_s']:.6g}"
+              for h in history]
+    atomic_write_text(sdir / "metrics.csv", "\n".join(lines) + "\n")
+    atomic_write_text(sdir / "metrics.json", json.dumps(summary, indent=1))
+
+
+def _plots(sdir: Path, name, config, history, summary):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    ep = [h["epoch"] + 1 for h in history]
+    fig1, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ep, [h["train_loss"] for h in history], label="train loss (MSE)")
+    ax.plot(ep, [h["val_mse"] for h in history], label="validation MSE")
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("MSE (standardised target)")
+    ax.set_title(f"{name} [{config['backend']}]: test MSE {summary['test_mse']:.4f}")
+    ax.legend()
+    fig1.tight_layout()
+    fig1.savefig(sdir / "curves.png", dpi=110)
+
+    fig2, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in ((axes[0], "block_weight_l1", "L1 norm of each block's weights"),
+                           (axes[1], "block_output_l1", "mean L1 norm of each block's output")):
+        vals = summary[key]
+        ax.bar(range(1, len(vals) + 1), vals, width=1.0)
+        ax.set_xlabel("block")
+        ax.set_title(title, fontsize=10)
+        if len(vals) > 50:
+            ax.set_xscale("log")
+    fig2.suptitle(f"{name}: 99% of the output L1 mass in the first {summary['blocks_used_99pct_output_l1']} blocks")
+    fig2.tight_layout()
+    fig2.savefig(sdir / "l1_norms.png", dpi=110)
+
+    with PdfPages(sdir / "report.pdf") as pdf:
+        fig0 = plt.figure(figsize=(8.27, 11.69))
+        lines = [f"SGEMM depth study: {name}", ""]
+        lines += [f"{k}: {v}" for k, v in config.items() if k != "data"]
+        lines += ["", "data:"] + [f"  {k}: {v}" for k, v in config.get("data", {}).items()]
+        lines += ["", "results:"] + [f"  {k}: {v:.6g}" if isinstance(v, float) else f"  {k}: {v}"
+                                     for k, v in summary.items() if not isinstance(v, list)]
+        fig0.text(0.05, 0.97, "\n".join(lines), va="top", family="monospace", fontsize=7)
+        pdf.savefig(fig0)
+        pdf.savefig(fig1)
+        pdf.savefig(fig2)
+        plt.close(fig0)
+    plt.close(fig1)
+    plt.close(fig2)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Suites
+# ----------------------------------------------------------------------------------------------------
+def _family_depths(args):
+    out = []
+    for fam in args.models:
+        for d in args.depths:
+            if fam.lower().startswith("resnet") and d % 2:
+                continue
+            out.append(f"{fam}{d}")
+    return out
+
+
+def suite_depth(args) -> list[dict]:
+    from . import results as R
+
+    rows, summaries = [], []
+    for name in _family_depths(args):
+        s = train_session(args, name, progress=not args.no_progress)
+        summaries.append(s)
+        cls, depth = parse_name(name)
+        params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": args.batch,
+                  "epochs": args.epochs, "target": args.target, "precision": args.precision}
+        note = "cpu-interpreter smoke run, tiny subset" if INTERPRET else ""
+        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "test_mse", s["test_mse"],
+                               "mse", note=note or "standardised target"))
+        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "test_mse_target_units",
+                               s["test_mse_target_units"], "mse", note=note))
+        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "train_time_s",
+                               s["train_time_s"], "s", note=note))
+        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "blocks_used_99pct",
+                               s["blocks_used_99pct_output_l1"], "blocks", note=note))
+    md = depth_tables(summaries, args)
+    print(md)
+    root = Path(args.results_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(root / f"depth_study_{args.backend}.md", md)
+    return rows
+
+
+def depth_tables(summaries, args) -> str:
+    by = {}
+    for s in summaries:
+        cls, d = parse_name(s["model"])
+        by[(cls.__name__, d)] = s
+    fams = []
+    for f in args.models:
+        n = parse_name(f"{f}2")[0].__name__
+        if n not in fams:
+            fams.append(n)
+    depths = sorted({d for (_, d) in by})
+    out = [f"## Test MSE (standardised ln run time; [{args.backend}], {args.epochs} epochs, batch {args.batch})", ""]
+    out.append("| depth | " + " | ".join(f"{f} ours | {f} seed" for f in fams) + " |")
+    out.append("|---:|" + "---:|---:|" * len(fams))
+    for d in depths:
+        cells = []
+        for f in fams:
+            s = by.get((f, d))
+            cells += [f"{s['test_mse']:.4f}" if s else "-", SEED_MSE.get(f, {}).get(d, "-")]
+        out.append(f"| {d} | " + " | ".join(cells) + " |")
+    out += ["", "## Training time (s)", ""]
+    out.append("| depth | " + " | ".join(f"{f} ours | {f} seed" for f in fams) + " |")
+    out.append("|---:|" + "---:|---:|" * len(fams))
+    for d in depths:
+        cells = []
+        for f in fams:
+            s = by.get((f, d))
+            seed = SEED_TIME_S.get(f, {}).get(d)
+            cells += [f"{s['train_time_s']:.1f}" if s else "-", f"{seed:.0f}" if seed else "-"]
+        out.append(f"| {d} | " + " | ".join(cells) + " |")
+    out += ["", "Blocks holding 99% of GloNet's block-output L1 mass: " + ", ".join(
+        f"depth {d}: {by[('GloNet', d)]['blocks_used_99pct_output_l1']}" for d in depths if ("GloNet", d) in by)]
+    out += ["", f"Device: {device_name()}. MSE units: the target ln(mean run time) standardised with train "
+            "statistics; test_mse_target_units in metrics.json is in (ln ms)^2."]
+    return "\n".join(out) + "\n"
+
+
+def _step_fns(name, args, device):
+    """Backend -> step(x, t) -> loss, each with its own copy of the same initial model."""
+
+    def eager(compile_forward=False):
+        m = build_model(name, width=args.width, seed=args.seed, device=device)
+        if compile_forward:
+            m.backend = "compile"
+        opt = torch.optim.Adam(m.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+
+        def step(x, t):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(m(x), t)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+    def triton():
+        m = build_model(name, width=args.width, seed=args.seed, device=device)
+        tr = FusedTrainer(m, lr=args.lr, weight_decay=args.weight_decay, precision=args.precision)
+        return tr._step if not INTERPRET else tr.step
+
+    return {"eager": eager, "compile": lambda: eager(True), "triton": triton}
+
+
+def loss_agreement(name, args, device, data) -> tuple[float, float, float]:
+    """(relative loss difference triton vs eager after --steps steps, eager loss, triton loss)."""
+    fns = _step_fns(name, args, device)
+    fe, ft = fns["eager"](), fns["triton"]()
+    n = len(data.train)
+    B = min(args.batch, n)
+    le = lt = None
+    for s in range(args.steps):
+        i = (s * B) % max(n - B + 1, 1)
+        x, t = data.train.x[i:i + B], data.train.y[i:i + B]
+        le, lt = fe(x, t), ft(x, t)
+    le, lt = float(le), float(lt)
+    return abs(lt - le) / max(abs(le), 1e-30), le, lt
+
+
+def suite_steptime(args) -> list[dict]:
+    from . import harness as H
+    from . import results as R
+
+    device = default_device()
+    default = "eager,triton" if INTERPRET else "eager,compile,triton,triton+graph"
+    backends = [b.strip() for b in (args.backends or default).split(",") if b.strip()]
+    data = sgemm_data.load(args.data, target=args.target, seed=args.seed, max_rows=args.max_rows, device=device)
+    rows, cases = [], []
+    for name in _family_depths(args):
+        cls, depth = parse_name(name)
+        B = min(args.batch, len(data.train))
+        params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": B,
+                  "precision": args.precision}
+        rel, le, lt = loss_agreement(name, args, device, data)
+        status = "ok" if rel <= LOSS_AGREEMENT else "wrong"
+        rows.append(R.make_row(SUITE, "loss_agreement", params, "float32", "triton", f"loss_rel_diff_{args.steps}_steps",
+                               rel, "", error_vs_fp64=None, status=status,
+                               note=f"eager {le:.7g} vs triton {lt:.7g}, tolerance {LOSS_AGREEMENT:g}"))
+        fns = _step_fns(name, args, device)
+        built = {}
+        for b in ("eager", "compile", "triton"):
+            if b == "compile" and depth > args.compile_max_depth:
+                continue
+            if status == "wrong" and b == "triton":
+                continue
+            built[b] = _lazy(fns[b])
+        W, L = args.width, depth
+        flops = 3 * 2 * B * W * W * L  # forward + two backward GEMMs per layer
+        cases.append(H.Case(
+            suite=SUITE, name="train_step", params=params, dtype=torch.float32,
+            inputs=lambda seed, dev, B=B: (data.train.x[:B].contiguous(), data.train.y[:B].contiguous()),
+            fns=built, reference=None, flops=flops, bytes=0.0, kind="model", backward=True,
+            graph_ok=True))
+    cfg = H.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
+                      target_ms=200.0)
+    rows += H.run_cases(cases, cfg)
+    for r in rows:  # the seed's eager step time beside ours
+        if r["case"] == "train_step" and r["metric"] == "time_ms" and r["backend"] == "eager":
+            p = json.loads(r["params"])
+            seed = SEED_STEP_MS.get(p["model"], {}).get(p["depth"])
+            if seed:
+                r["note"] = (r["note"] or "") + f"; H100 eager reference {seed} ms"
+    return rows
+
+
+def _lazy(factory):
+    """Build the step function on first call (so unused backends cost nothing)."""
+    state = {}
+
+    def fn(*a):
+        if "f" not in state:
+            state["f"] = factory()
+        return state["f"](*a)
+
+    return fn
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from . import results as R
+
+    if args.suite == "train":
+        s = train_session(args, args.model, progress=not args.no_progress)
+        print(json.dumps({k: v for k, v in s.items() if not isinstance(v, list)}, indent=1))
+        return 0
+    rows = suite_depth(args) if args.suite == "depth" else suite_steptime(args)
+    if args.suite == "steptime":
+        for r in rows:
+            if r["metric"] in ("time_ms", "speedup_vs_eager") or r["metric"].startswith("loss_rel"):
+                p = json.loads(r["params"])
+                v = r["value"]
+                print(f"{p['model']:>10} {p['depth']:>5} {r['backend']:>14} {r['metric']:>24} "
+                      f"{'-' if v is None else f'{v:.4g}':>10} {r['status']}")
+    if not args.no_write:
+        path = R.write_rows(rows, args.out, SUITE, tag=args.suite)
+        print(f"wrote {len(rows)} rows to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
