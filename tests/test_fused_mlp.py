@@ -1,0 +1,202 @@
+"""Fused deep-narrow MLP kernels (GloNet, MLP, ResNet-MLP with BN): forward and every gradient against a
+float64 reference, odd batch sizes, strided inputs, poisoned outputs, errors before launch (CPU
+interpreter); large depth, tf32 and torch.compile on the GPU."""
+import copy
+
+import pytest
+import torch
+
+from models.deep_mlp import build_model
+from triton_kernels import fused_mlp as F
+from triton_kernels.testing import assert_close, poison_, rel_err
+
+from .conftest import DEVICE, GPU
+
+
+def _check_model(name, B, width=16, strided=False, device=DEVICE, precision="ieee", training=True):
+    model = build_model(name, width=width, seed=B, device=device)
+    ref = copy.deepcopy(model).cpu().double()
+    model.backend, model.precision = "triton", precision
+    model.train(training)
+    ref.train(training)
+    if not training:  # non-trivial running statistics
+        with torch.no_grad():
+            for bn in [m for m in ref.modules() if isinstance(m, torch.nn.BatchNorm1d)]:
+                bn.running_mean.normal_()
+                bn.running_var.uniform_(0.5, 2.0)
+        model.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    x = torch.randn(B, 14 * 2, device=device)[:, ::2] if strided else torch.randn(B, 14, device=device)
+    t = torch.randn(B, device=device)
+    y = model(x)
+    loss = ((y - t) ** 2).mean()
+    loss.backward()
+    yr = ref(x.double().cpu())
+    ((yr - t.double().cpu()) ** 2).mean().backward()
+    tf32 = precision == "tf32" and GPU
+    assert_close(y, yr, torch.float32, tf32=tf32, name="y", scale=10 if name.startswith("Res") else 1)
+    # the bias of a Linear followed by training-mode BN has a zero gradient: compare those in absolute terms
+    scale = max(p.grad.double().norm().item() for p in ref.parameters())
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.grad is not None, n
+        if name.startswith("Res") and training and (n.endswith("lin1.bias") or n.endswith("lin2.bias")):
+            assert (p.grad.double().cpu() - q.grad).norm().item() <= 1e-5 * scale, n
+        else:
+            assert_close(p.grad, q.grad, torch.float32, tf32=tf32, name=f"d{n}", scale=10 if name.startswith("Res") else 1)
+    for (n, b), rb in zip(model.named_buffers(), ref.buffers()):
+        if b.is_floating_point():
+            assert_close(b, rb, torch.float32, name=n)
+        else:
+            assert torch.equal(b.cpu(), rb), n
+
+
+@pytest.mark.parametrize("name", ["GloNet1", "GloNet3", "MLP1", "MLP4"])
+@pytest.mark.parametrize("B", [1, 3, 17, 40])
+def test_glonet_mlp_forward_backward(name, B):
+    _check_model(name, B)
+
+
+@pytest.mark.parametrize("name", ["ResNetMLP2", "ResNetMLP6"])
+@pytest.mark.parametrize("B", [2, 17, 33])
+def test_resnet_bn_train_forward_backward(name, B):
+    _check_model(name, B)
+
+
+@pytest.mark.parametrize("B", [3, 40])
+def test_resnet_bn_eval_forward_backward(B):
+    _check_model("ResNetMLP4", B, training=False)
+
+
+@pytest.mark.parametrize("width", [32, 64])
+@pytest.mark.parametrize("name", ["GloNet3", "ResNetMLP2"])
+def test_wider(name, width):
+    _check_model(name, 19, width=width)
+
+
+@pytest.mark.parametrize("name", ["GloNet3", "ResNetMLP2"])
+def test_strided_input(name):
+    _check_model(name, 21, strided=True)
+
+
+def test_other_in_features_padding():
+    # 20 features -> KIN = 32; 3 features -> KIN = 16
+    for IN in (3, 20):
+        for kind, depth in (("glonet", 3), ("resnet", 2)):
+            model = build_model(f"{'GloNet' if kind == 'glonet' else 'ResNetMLP'}{depth}", in_features=IN, seed=IN)
+            ref = copy.deepcopy(model).double()
+            model.backend = "triton"
+            x = torch.randn(9, IN)
+            y = model(x)
+            y.sum().backward()
+            yr = ref(x.double())
+            yr.sum().backward()
+            assert_close(y, yr, torch.float32, scale=10)
+            w0 = model.blocks[0].weight if kind == "glonet" else model.stem.weight
+            w0r = ref.blocks[0].weight if kind == "glonet" else ref.stem.weight
+            assert_close(w0.grad, w0r.grad, torch.float32, scale=10)
+
+
+def test_outputs_and_partials_fully_written():
+    layout = F.Layout("glonet", 14, 16, 3)
+    params = torch.randn(layout.numel) * 0.3
+    x, t = torch.randn(37, 14), torch.randn(37)
+    out = F.forward(layout, x, params, target=t)  # allocate once, then poison and reuse
+    for k in ("y", "acts", "g", "loss_partials"):
+        poison_(out[k])
+    out = F.forward(layout, x, params, target=t, out=out, config=out["config"])
+    for k in ("y", "acts", "g", "loss_partials"):
+        assert torch.isfinite(out[k]).all(), k
+    part = poison_(torch.empty(3, layout.numel))  # 37 rows / BLOCK_M 16 -> 3 programs
+    res = F.backward(layout, x, params, out, target=t, partials=part, config=F.ROW_INTERPRET)
+    assert res["partials"].data_ptr() == part.data_ptr()
+    assert torch.isfinite(part).all() and torch.isfinite(res["grad"]).all()
+    # in-kernel MSE loss / gradient agree with autograd on the same parameters
+    p64 = params.double().requires_grad_()
+    y64 = _reference_glonet(layout, x.double(), p64)
+    loss = ((y64 - t.double()) ** 2).mean()
+    loss.backward()
+    assert abs(out["loss_partials"].sum().item() / 37 - loss.item()) <= 1e-5 * loss.item()
+    assert_close(res["grad"], p64.grad, torch.float32)
+
+
+def _reference_glonet(layout, x, p):
+    v = layout.views(p)
+    h = torch.relu(x @ v["w_in"].t() + v["b_in"])
+    g = h
+    for i in range(layout.n_hidden):
+        h = torch.relu(h @ v["w_hid"][i].t() + v["b_hid"][i])
+        g = g + h
+    return (g @ v["w_head"].t()).squeeze(-1) + v["b_head"]
+
+
+def test_layout_views_cover_buffer():
+    for kind, depth in (("glonet", 5), ("mlp", 1), ("resnet", 4)):
+        lay = F.Layout(kind, 14, 16, depth)
+        flat = torch.arange(lay.numel, dtype=torch.float32)
+        total = sum(v.numel() for v in lay.views(flat).values())
+        assert total == lay.numel
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda L, x, p, r: F.fused_mlp(L, x.double(), p), "x has dtype"),
+    (lambda L, x, p, r: F.fused_mlp(L, x[:, :13], p), "x has 13 features"),
+    (lambda L, x, p, r: F.fused_mlp(L, x, p[:-1]), "params has"),
+    (lambda L, x, p, r: F.fused_mlp(L, x, p, precision="fp8"), "precision must be"),
+    (lambda L, x, p, r: F.fused_mlp(L, x[0], p), "x must have 2 dims"),
+    (lambda L, x, p, r: F.fused_mlp(L, x[:0], p), "at least one row"),
+    (lambda L, x, p, r: F.fused_mlp(L, x, p.to("meta")), "params is on meta"),
+    (lambda L, x, p, r: F.forward(L, x, p, target=torch.randn(3)) if F.validate(L, x, p, torch.randn(3)) else None,
+     "target has 3 rows"),
+    (lambda L, x, p, r: F.Layout("resnet", 14, 16, 3), "must be even"),
+    (lambda L, x, p, r: F.Layout("glonet", 14, 24, 3), "width must be one of"),
+    (lambda L, x, p, r: F.Layout("densenet", 14, 16, 3), "kind must be one of"),
+    (lambda L, x, p, r: F.fused_mlp(F.Layout("resnet", 14, 16, 2), x, torch.randn(F.Layout("resnet", 14, 16, 2).numel),
+                                    torch.zeros(3)), "running must be"),
+    (lambda L, x, p, r: F.fused_mlp(F.Layout("resnet", 14, 16, 2), torch.randn(8192, 14),
+                                    torch.randn(F.Layout("resnet", 14, 16, 2).numel), torch.zeros(64)),
+     "training-mode batch norm"),
+    (lambda L, x, p, r: F.fused_mlp(F.Layout("resnet", 14, 16, 2), x[:1],
+                                    torch.randn(F.Layout("resnet", 14, 16, 2).numel), torch.zeros(64)),
+     "at least 2 rows"),
+])
+def test_bad_input_raises_before_launch(bad, match):
+    L = F.Layout("glonet", 14, 16, 3)
+    x, p = torch.randn(8, 14), torch.randn(L.numel)
+    with pytest.raises(ValueError, match=match):
+        bad(L, x, p, None)
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["GloNet200", "MLP50", "ResNetMLP200"])
+@pytest.mark.parametrize("B", [1024, 1000, 129])
+def test_gpu_deep(name, B):
+    _check_model(name, B, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["GloNet100", "ResNetMLP100"])
+def test_gpu_tf32(name):
+    _check_model(name, 1024, device="cuda", precision="tf32")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [32, 64])
+def test_gpu_wide(width):
+    _check_model("GloNet64", 1000, width=width, device="cuda")
+    _check_model("ResNetMLP64", 1000 if width == 32 else 1024, width=width, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["GloNet20", "ResNetMLP20"])
+def test_gpu_compile_fullgraph(name):
+    torch._dynamo.reset()
+    model = build_model(name, seed=0, device="cuda", backend="triton")
+    x = torch.randn(256, 14, device="cuda")
+    compiled = torch.compile(model, fullgraph=True)
+    y = compiled(x)
+    ref = copy.deepcopy(model).double()
+    ref.backend = "eager"
+    assert_close(y, ref(x.double()), torch.float32, scale=10)
+    y.sum().backward()
+    for p in model.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
