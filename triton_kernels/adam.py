@@ -71,10 +71,9 @@ _tuner = register_tuner(Autotuner("adam", _adam_kernel, CONFIGS, interpret_confi
 
 
 def _launch(kernel, grid, *args, **kwargs):
-    if INTERPRET:
-        kernel[grid](*args, **kwargs)
-    else:
-        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
+    from .fused_mlp import _launch as launch
+
+    launch(kernel, grid, *args, **kwargs)
 
 
 def adam_step(params: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
