@@ -103,7 +103,7 @@ def _ce_fwd_kernel(
             denom = _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT, BLOCK_T)
         else:
             denom = tl.load(denom_ptr)
-        scale = 1.0 / denom
+        scale = tl.where(denom == 0.0, 0.0, 1.0 / denom)  # every row ignored: zero gradient (as torch)
     # total class weight (smoothing term)
     w_total = V * 1.0
     if HAS_WEIGHT and SMOOTH:

@@ -1,0 +1,268 @@
+"""Cross-entropy with the fused gradient and the argmax-correct count: every option against torch's
+float64 result (loss and gradient), one-chunk and chunked rows, odd vocabularies, huge logits, ignored
+rows, strided inputs, errors (CPU interpreter); bf16, LLM-sized vocabularies and torch.compile on the GPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models.layers import CrossEntropyLoss
+from triton_kernels import cross_entropy as CE
+from triton_kernels.testing import assert_close
+
+from .conftest import DEVICE, GPU
+
+
+def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+           grad_scale=None, dtype=None):
+    dtype = dtype or logits.dtype
+    x = logits.detach().requires_grad_()
+    loss, correct = CE.cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing,
+                                     return_correct=True)
+    x64 = logits.detach().double().cpu().requires_grad_()
+    w64 = weight.double().cpu() if weight is not None else None
+    ref = F.cross_entropy(x64, target.cpu().long(), w64, ignore_index=ignore_index, reduction=reduction,
+                          label_smoothing=label_smoothing)
+    assert loss.shape == ref.shape and loss.dtype == logits.dtype
+    assert_close(loss, ref, dtype, name="loss")
+    # accuracy: non-ignored rows whose (first) argmax equals the target
+    xv = x64.detach() if x64.ndim == 2 else (x64.detach().unsqueeze(0) if x64.ndim == 1 else x64.detach().movedim(1, -1))
+    tv = target.cpu().reshape(xv.shape[:-1])
+    expect = ((xv.argmax(-1) == tv) & (tv != ignore_index)).sum()
+    assert correct.dtype == torch.int64 and correct.ndim == 0 and correct.device == logits.device
+    assert correct.item() == expect.item()
+    g = torch.randn_like(ref) if grad_scale is None else torch.full_like(ref, grad_scale)
+    loss.backward(g.to(loss.device, loss.dtype))
+    ref.backward(g.to(loss.dtype).double())
+    assert_close(x.grad, x64.grad, dtype, name="dlogits")
+    return loss, correct
+
+
+def _inputs(M, V, dtype=torch.float32, scale=3.0, device=DEVICE, ignore_frac=0.2):
+    logits = torch.randn(M, V, device=device, dtype=torch.float32).mul_(scale).to(dtype)
+    target = torch.randint(0, V, (M,), device=device)
+    target[torch.rand(M, device=device) < ignore_frac] = -100
+    return logits, target
+
+
+@pytest.fixture(params=["one_chunk", "chunked"])
+def variant(request, monkeypatch):
+    if request.param == "chunked":  # force several chunks per row on small vocabularies
+        monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 8)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("V", [2, 3, 17, 1000])
+def test_loss_grad_correct(V, reduction, dtype, variant):
+    if variant == "chunked" and V > 100:
+        pytest.skip("slow in the interpreter; long rows are chunked in test_vocab_32001_chunked")
+    logits, target = _inputs(23, V, dtype)
+    _check(logits, target, reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("smoothing", [0.1, 1.0])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_label_smoothing_and_weights(reduction, smoothing, weighted, variant):
+    logits, target = _inputs(19, 37)
+    weight = torch.rand(37, device=DEVICE) + 0.25 if weighted else None
+    _check(logits, target, weight, reduction=reduction, label_smoothing=smoothing)
+
+
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+def test_class_weights(reduction, variant):
+    logits, target = _inputs(31, 10)
+    _check(logits, target, torch.rand(10, device=DEVICE) * 2, reduction=reduction)
+
+
+def test_vocab_32001_chunked():
+    logits, target = _inputs(3, 32001)
+    _check(logits, target, label_smoothing=0.05)
+
+
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+def test_huge_logits(reduction, variant):
+    logits, target = _inputs(16, 50, scale=1e4)
+    _check(logits, target, reduction=reduction, label_smoothing=0.1)
+
+
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+def test_all_rows_ignored(reduction):
+    logits = torch.randn(6, 9, device=DEVICE)
+    target = torch.full((6,), 3, device=DEVICE)
+    x = logits.clone().requires_grad_()
+    loss, correct = CE.cross_entropy(x, target, ignore_index=3, reduction=reduction, return_correct=True)
+    ref = F.cross_entropy(logits.double(), target, ignore_index=3, reduction=reduction)
+    # torch: mean over zero rows is NaN, sum is 0, none is all zeros
+    assert torch.equal(torch.isnan(loss.cpu()), torch.isnan(ref)) and correct.item() == 0
+    if reduction != "mean":
+        assert torch.equal(loss.double().cpu(), ref)
+    loss.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    # with smoothing too
+    x.grad = None
+    CE.cross_entropy(x, target, ignore_index=3, reduction="sum", label_smoothing=0.2).backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_custom_ignore_index_and_int32_targets(variant):
+    logits, target = _inputs(20, 12)
+    target[target == -100] = 7
+    target[::3] = 7
+    _check(logits, target.to(torch.int32), ignore_index=7, label_smoothing=0.1)
+
+
+def test_grad_output_scales_gradient():
+    logits, target = _inputs(11, 13)
+    _check(logits, target, grad_scale=3.5)
+    _check(logits, target, grad_scale=1.0)
+    _check(logits, target, reduction="sum", grad_scale=-0.25)
+
+
+def test_strided_and_shaped_inputs(variant):
+    base = torch.randn(30, 50, device=DEVICE)
+    target = torch.randint(0, 40, (10,), device=DEVICE)
+    _check(base[::3, 5:45], target, label_smoothing=0.1)            # row stride 150
+    _check(torch.randn(40, 10, device=DEVICE).t(), target)          # class stride 10
+    _check(torch.randn(7, device=DEVICE), torch.tensor(4, device=DEVICE))   # (C,) with a 0-dim target
+    t3 = torch.randint(0, 5, (3, 4), device=DEVICE)
+    _check(torch.randn(3, 5, 4, device=DEVICE), t3, reduction="none")  # (N, C, d)
+    _check(torch.randn(3, 5, 4, device=DEVICE), t3)
+
+
+def test_accuracy_ties_take_first_max():
+    logits = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0], [0.0, 0.0, 5.0]], device=DEVICE)
+    target = torch.tensor([1, 1, 2], device=DEVICE)
+    _, correct = CE.cross_entropy(logits, target, return_correct=True)
+    assert correct.item() == 2
+
+
+def test_no_grad_and_empty_batch():
+    logits, target = _inputs(9, 21)
+    with torch.no_grad():
+        loss = CE.cross_entropy(logits.requires_grad_(), target)
+    assert_close(loss, F.cross_entropy(logits.detach().double(), target), torch.float32)
+    empty = torch.randn(0, 5, device=DEVICE)
+    et = torch.zeros(0, dtype=torch.long, device=DEVICE)
+    assert torch.isnan(CE.cross_entropy(empty, et)) and CE.cross_entropy(empty, et, reduction="sum").item() == 0
+
+
+def test_backward_twice_is_refused():
+    logits, target = _inputs(4, 6, ignore_frac=0.0)
+    x = logits.requires_grad_()
+    loss = CE.cross_entropy(x, target)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="only once"):
+        loss.backward()
+
+
+def test_module_matches_nn_and_trains():
+    torch.manual_seed(0)
+    w = torch.rand(4) + 0.5
+    ours = CrossEntropyLoss(weight=w, label_smoothing=0.1, return_correct=True)
+    ref = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.1)
+    assert isinstance(ours, torch.nn.CrossEntropyLoss) and list(ours.state_dict()) == list(ref.state_dict())
+    lin = torch.nn.Linear(8, 4)
+    x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+    opt = torch.optim.SGD(lin.parameters(), lr=0.5)
+    first = None
+    for _ in range(6):
+        opt.zero_grad()
+        loss, correct = ours(lin(x), y)
+        assert_close(loss, ref(lin(x).double(), y), torch.float32)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < first and 0 <= correct.item() <= 64
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda x, t: CE.cross_entropy(x, t[:3]), "target has shape"),
+    (lambda x, t: CE.cross_entropy(x.double(), t), "logits has dtype"),
+    (lambda x, t: CE.cross_entropy(x, t.float()), "integer class indices"),
+    (lambda x, t: CE.cross_entropy(x, t.to(torch.int16)), "target has dtype"),
+    (lambda x, t: CE.cross_entropy(x, t.to("meta")), "target is on meta"),
+    (lambda x, t: CE.cross_entropy(x, torch.full_like(t, 6)), "outside \\[0, 6\\)"),
+    (lambda x, t: CE.cross_entropy(x, torch.full_like(t, -2)), "outside \\[0, 6\\)"),
+    (lambda x, t: CE.cross_entropy(x, t, weight=torch.ones(5)), "weight has 5 elements"),
+    (lambda x, t: CE.cross_entropy(x, t, reduction="avg"), "reduction must be"),
+    (lambda x, t: CE.cross_entropy(x, t, label_smoothing=1.5), "label_smoothing must be"),
+    (lambda x, t: CE.cross_entropy(x, t, ignore_index=1.0), "ignore_index must be an int"),
+    (lambda x, t: CE.cross_entropy(torch.tensor(1.0), t), "at least 1 dim"),
+])
+def test_bad_input_raises(bad, match):
+    x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
+    with pytest.raises(ValueError, match=match):
+        bad(x, t)
+
+
+def test_unchecked_out_of_range_target_gives_nan():
+    x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
+    t[1] = 9
+    loss = CE.cross_entropy(x, t, check_target=False, reduction="none")
+    assert torch.isnan(loss[1]) and torch.isfinite(loss[[0, 2, 3]]).all()
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,V", [(8192, 32000), (4096, 50257), (64, 262144), (128, 10), (1000, 3), (333, 32001)])
+def test_gpu_sizes(M, V, dtype):
+    logits, target = _inputs(M, V, dtype, device="cuda")
+    _check(logits, target)
+    _check(logits, target, torch.rand(V, device="cuda") + 0.5, label_smoothing=0.1, reduction="sum")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+def test_gpu_options(reduction):
+    logits, target = _inputs(2048, 5000, torch.bfloat16, device="cuda", scale=1e4)
+    _check(logits, target, reduction=reduction, label_smoothing=0.1)
+    base = torch.randn(1024, 3000, device="cuda")
+    _check(base[::2, 7:2007], torch.randint(0, 2000, (512,), device="cuda"), reduction=reduction)
+    with pytest.raises(ValueError, match="outside"):
+        CE.cross_entropy(logits, torch.full_like(target, 5000), check_target=True)
+
+
+@pytest.mark.gpu
+def test_gpu_all_ignored_and_no_host_sync():
+    logits = torch.randn(256, 100, device="cuda", requires_grad=True)
+    target = torch.full((256,), -100, device="cuda")
+    loss, correct = CE.cross_entropy(logits, target, return_correct=True)
+    assert torch.isnan(loss).item() and correct.item() == 0
+    # the forward and backward of a step enqueue kernels only: capturable in a CUDA graph
+    x = torch.randn(128, 10, device="cuda", requires_grad=True)
+    t = torch.randint(0, 10, (128,), device="cuda")
+    CE.cross_entropy(x, t, return_correct=True)[0].backward()  # warm-up (autotune) outside the capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss, correct = CE.cross_entropy(x, t, return_correct=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(loss, F.cross_entropy(x.detach().double(), t), torch.float32)
+
+
+@pytest.mark.gpu
+def test_gpu_compile_fullgraph():
+    torch._dynamo.reset()
+    head = torch.nn.Linear(64, 1000).cuda()
+    crit = CrossEntropyLoss(label_smoothing=0.1, return_correct=True)
+
+    def step(x, t):
+        loss, correct = crit(head(x), t)
+        return loss, correct
+
+    x = torch.randn(256, 64, device="cuda")
+    t = torch.randint(0, 1000, (256,), device="cuda")
+    compiled = torch.compile(step, fullgraph=True)
+    loss, correct = compiled(x, t)
+    ref = F.cross_entropy(head(x).double(), t, label_smoothing=0.1)
+    assert_close(loss, ref, torch.float32, tf32=True)
+    loss.backward()
+    assert torch.isfinite(head.weight.grad).all()
+    assert correct.item() == (head(x).argmax(1) == t).sum().item()
+    assert torch._dynamo.explain(step)(x, t).graph_break_count == 0
