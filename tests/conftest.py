@@ -3,7 +3,11 @@ import os
 import pytest
 import torch
 
-import triton_kernels  # noqa: F401  (switches Triton to the interpreter on CPU before anything imports it)
+# Tests check correctness: never spend time autotuning (each key would compile every config).
+# The tuning itself is tested explicitly (test_runtime.py, test_gemm.py::test_gpu_autotune_persists).
+os.environ.setdefault("TRITON_PLAYGROUND_AUTOTUNE", "0")
+
+import triton_kernels  # noqa: E402,F401  (switches Triton to the interpreter on CPU before anything imports it)
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"

@@ -170,3 +170,22 @@ def test_gpu_compile_fullgraph_mlp():
         assert p.grad is not None and torch.isfinite(p.grad).all()
     explain = torch._dynamo.explain(net)(x)
     assert explain.graph_break_count == 0
+
+
+@pytest.mark.gpu
+def test_gpu_autotune_persists(tmp_path, monkeypatch):
+    """Tuning a key times the candidates, stores them, and a fresh tuner reads them back."""
+    from triton_kernels import runtime as R
+
+    monkeypatch.setenv(R.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(R.TUNE_ENV, "1")
+    G._tuner.clear_memory()
+    a = torch.randn(300, 200, device="cuda", dtype=torch.float16)
+    b = torch.randn(200, 100, device="cuda", dtype=torch.float16)
+    assert_close(G.gemm(a, b), a.double() @ b.double(), torch.float16)
+    assert G._tuner.events[-1][1] == "tuned"
+    entry = next(iter(R.read_json(G._tuner.cache_path()).values()))
+    assert len(entry["trials"]) >= 2 and entry["best_ms"] > 0
+    G._tuner.clear_memory()
+    G.gemm(a, b)
+    assert G._tuner.events[-1][1] == "hit"

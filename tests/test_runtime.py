@@ -51,6 +51,7 @@ def _simulate_tune(t, key, best):
 def test_cache_hit_and_miss(cache, monkeypatch):
     t = _fake_tuner()
     monkeypatch.setattr(R, "INTERPRET", False)
+    monkeypatch.setenv(R.TUNE_ENV, "1")
     tuned = []
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: tuned.append(k) or cfgs[-1])
     _simulate_tune(t, ("a", 1), t.configs[1])
@@ -74,6 +75,7 @@ def test_interpreter_uses_designated_config(cache):
 def test_corrupt_cache_file_is_ignored(cache, monkeypatch):
     t = _fake_tuner()
     monkeypatch.setattr(R, "INTERPRET", False)
+    monkeypatch.setenv(R.TUNE_ENV, "1")
     t.cache_path().write_text("{not json")
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[0])
     with pytest.warns(RuntimeWarning, match="corrupt"):
@@ -116,3 +118,10 @@ def test_check_tensor_errors():
         R.check_tensor("x", [1, 2])
     with pytest.raises(ValueError, match="y has dtype"):
         R.check_tensor("y", torch.zeros(2, dtype=torch.int8), dtypes=[torch.float32])
+
+
+def test_tuning_off_uses_first_candidate(cache, monkeypatch):
+    t = _fake_tuner()
+    monkeypatch.setattr(R, "INTERPRET", False)
+    monkeypatch.setenv(R.TUNE_ENV, "0")
+    assert t.pick("k", run=lambda c: pytest.fail("must not time")) == t.configs[0]

@@ -152,15 +152,14 @@ def _cfg(bm, bn, bk, warps, stages, group=8):
 
 
 GEMM_CONFIGS = [
-    # large tiles for Hopper (wgmma 64xN per warpgroup; 8 warps = 2 warpgroups)
+    # large tiles for Hopper (wgmma 64xN per warpgroup; 8 warps = 2 warpgroups); first = best guess
     _cfg(128, 256, 64, 8, 3), _cfg(256, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 4),
     _cfg(128, 128, 64, 8, 4), _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 128, 8, 3),
     _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4), _cfg(64, 64, 64, 4, 4),
+    # fp32 friendly (smaller K tile)
+    _cfg(128, 128, 32, 8, 3), _cfg(64, 64, 32, 4, 3),
     # small / skinny shapes
     _cfg(64, 32, 32, 4, 4), _cfg(32, 64, 32, 4, 4), _cfg(32, 32, 32, 4, 3), _cfg(16, 32, 32, 2, 3),
-    _cfg(128, 32, 32, 4, 4), _cfg(32, 128, 32, 4, 4),
-    # fp32 friendly (smaller K tile)
-    _cfg(128, 128, 32, 8, 3), _cfg(128, 64, 32, 4, 3), _cfg(64, 64, 32, 4, 3),
 ]
 INTERPRET_CONFIG = _cfg(32, 32, 32, 4, 1)
 SMEM_LIMIT = 220 * 1024
@@ -174,8 +173,11 @@ def _prune(M: int, N: int, K: int, elem: int) -> list[Config]:
         bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
         if c.num_stages * (bm * bk + bk * bn) * elem > SMEM_LIMIT:
             continue
-        # tiles far larger than the problem only waste the tuner's time
+        # tiles far larger than the problem only waste the tuner's time ...
         if bm > 2 * bucket(M) or bn > 2 * bucket(N) or bk > 2 * bucket(K):
+            continue
+        # ... and so do tiny tiles on large problems
+        if M * N >= 2048 * 2048 and bm * bn < 64 * 64:
             continue
         out.append(c)
     return out or [INTERPRET_CONFIG]

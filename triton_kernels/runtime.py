@@ -164,6 +164,11 @@ class Config:
 
 
 CACHE_ENV = "TRITON_PLAYGROUND_CACHE"
+TUNE_ENV = "TRITON_PLAYGROUND_AUTOTUNE"  # "0": never time configs (use the cache, else the first candidate)
+
+
+def tuning_enabled() -> bool:
+    return os.environ.get(TUNE_ENV, "1") != "0"
 
 
 def cache_dir() -> Path:
@@ -315,7 +320,8 @@ class Autotuner:
         """The config for ``key``; ``run(cfg)`` launches the kernel once with ``cfg`` (used for timing).
 
         ``tracing``: the inputs are fake (torch.compile is tracing the op), so nothing can be timed:
-        a remembered or cached config is used if there is one, else the first candidate.
+        a remembered or cached config is used if there is one, else the first candidate (candidates
+        are ordered best-guess first). The same holds when $TRITON_PLAYGROUND_AUTOTUNE=0.
         """
         if INTERPRET:
             return self.interpret_config
@@ -334,7 +340,7 @@ class Autotuner:
                 return cfg
             except (KeyError, TypeError, ValueError):
                 warnings.warn(f"ignoring malformed cache entry {k} in {self.cache_path()}", RuntimeWarning)
-        if tracing:
+        if tracing or not tuning_enabled():
             return configs[0]
         return self._tune(k, run, configs)
 
