@@ -63,9 +63,14 @@ def _ln_fwd_row_kernel(
     mask = rmask[:, None] & cmask[None, :]
     r64 = rows[:, None].to(tl.int64)
     x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=1) / D
-    xc = tl.where(mask, x - mean[:, None], 0.0)
+    # shift by the row's first value before summing: x - x0 is exact for nearby values, so a large
+    # mean does not cost precision (shifted-data variance)
+    x0 = tl.load(x_ptr + rows.to(tl.int64) * stride_xm, mask=rmask, other=0.0).to(tl.float32)
+    xs = tl.where(mask, x - x0[:, None], 0.0)
+    mean_s = tl.sum(xs, axis=1) / D
+    xc = tl.where(mask, xs - mean_s[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
+    mean = x0 + mean_s
     y = xc * rstd[:, None]
     if HAS_W:
         y = y * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
@@ -136,20 +141,22 @@ def _sum_rows_kernel(part_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl
 @triton.jit
 def _ln_stats_kernel(x_ptr, pmean_ptr, pm2_ptr, D, stride_xm, SEG, S, BLOCK_D: tl.constexpr):
     """Program (row, s): mean and M2 = sum (x - mean)^2 of x[row, s*SEG : (s+1)*SEG] -> (M, S) buffers.
-    Chunks of BLOCK_D are merged with Chan's formula (exact in any order, no cancellation)."""
+    Values are shifted by the row's first value x0 (the stored means are of x - x0); chunks of BLOCK_D
+    are merged with Chan's formula (no cancellation)."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     cols = tl.arange(0, BLOCK_D)
     x_row = x_ptr + row * stride_xm
     start = s * SEG
     end = tl.minimum(start + SEG, D)
+    x0 = tl.load(x_row).to(tl.float32)
     n = 0.0
     mean = 0.0
     m2 = 0.0
     for off in range(start, end, BLOCK_D):
         c = off + cols
         mask = c < end
-        x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+        x = tl.where(mask, tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32) - x0, 0.0)
         nb = tl.minimum(end - off, BLOCK_D).to(tl.float32)
         mb = tl.sum(x, axis=0) / nb
         d = tl.where(mask, x - mb, 0.0)
@@ -164,8 +171,9 @@ def _ln_stats_kernel(x_ptr, pmean_ptr, pm2_ptr, D, stride_xm, SEG, S, BLOCK_D: t
 
 
 @triton.jit
-def _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S: tl.constexpr):
-    """mean and rstd of a row from its S segment partials (segment s holds min(SEG, D - s*SEG) values)."""
+def _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, x0, BLOCK_S: tl.constexpr):
+    """mean and rstd of a row from its S segment partials (segment s holds min(SEG, D - s*SEG) values;
+    partial means are of x - x0)."""
     offs = tl.arange(0, BLOCK_S)
     smask = offs < S
     pm = tl.load(pmean_ptr + row * S + offs, mask=smask, other=0.0)
@@ -175,7 +183,7 @@ def _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S: tl.constexpr)
     d = pm - mean
     m2 = tl.sum(pq + ns * d * d, axis=0)
     rstd = 1.0 / tl.sqrt(m2 / D + eps)
-    return mean, rstd
+    return mean + x0, rstd
 
 
 @triton.jit
@@ -188,7 +196,8 @@ def _ln_fwd_apply_kernel(
     """Program (row, s): merge the row's statistics and normalise segment s of the row."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
-    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S)
+    x0 = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, x0, BLOCK_S)
     if STORE_STATS:
         if s == 0:
             tl.store(mean_ptr + row, mean)
@@ -310,7 +319,8 @@ def _ln_relu_pool_kernel(
     x: (B, C, L) dense per sample (D = C * L); w, b: (C, L); y: (B, C, LO) dense per sample."""
     bid = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
-    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, bid, D, SEG, S, eps, BLOCK_S)
+    x0 = tl.load(x_ptr + bid * stride_xb).to(tl.float32)
+    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, bid, D, SEG, S, eps, x0, BLOCK_S)
     offs = tl.arange(0, BLOCK_O)
     start = s * OSEG
     end = tl.minimum(start + OSEG, NO)
