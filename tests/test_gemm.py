@@ -189,3 +189,9 @@ def test_gpu_autotune_persists(tmp_path, monkeypatch):
     G._tuner.clear_memory()
     G.gemm(a, b)
     assert G._tuner.events[-1][1] == "hit"
+
+
+def test_int64_index_path(monkeypatch):
+    """The wide-index variant (used when offsets pass 2**31) computes the same result."""
+    monkeypatch.setattr(G, "_needs_int64", lambda *ts: True)
+    _check(23, 19, 37, torch.float32, "gelu", has_res=True, transpose_b=True)
