@@ -255,11 +255,11 @@ def _ce_scale_grad_kernel(grad_ptr, go_ptr, M, V, stride_gm, stride_go, BLOCK_V:
 def _configs(V: int) -> list[Config]:
     if next_power_of_2(V) <= MAX_ONE_CHUNK_V:
         bv = next_power_of_2(V)
-        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for w in (1, 2, 4, 8, 16) for p in (4, 8, 16, 32)
+        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
                if w * 32 <= max(bv // 4, 32) and w * p <= 64]
     else:
-        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for bv in (2048, 4096, 8192) for w in (4, 8, 16)
-               for p in (1, 2, 4, 8) if bv >= w * 32 * 4 and w * p <= 64]
+        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for bv in (4096, 8192, 2048) for w in (8, 16, 4)
+               for p in (2, 4, 1, 8) if bv >= w * 32 * 4 and w * p <= 64]
     return out
 
 

@@ -351,7 +351,7 @@ def _fwd_configs(M: int, D: int) -> list[Config]:
     for bm in (1, 2, 4, 8, 16):
         if bm * bd > max(MAX_ROW_D, bd) or bm > bucket(M, 1) or bm * bd < 1024 and bm < 16:
             continue
-        for w in (2, 4, 8, 16):
+        for w in (8, 4, 16, 2):
             if w * 32 * 4 <= max(bm * bd, 128):
                 out.append(Config({"BLOCK_M": bm}, w, 1))
     return out or [Config({"BLOCK_M": 1}, 4, 1)]
@@ -359,7 +359,7 @@ def _fwd_configs(M: int, D: int) -> list[Config]:
 
 def _bwd_configs(D: int) -> list[Config]:
     bd = next_power_of_2(D)
-    return [Config({"PER_SM": p}, w, 1) for p in (1, 2, 4, 8) for w in (2, 4, 8, 16)
+    return [Config({"PER_SM": p}, w, 1) for p in (2, 1, 4, 8) for w in (8, 4, 16, 2)
             if w * 32 * 2 <= max(bd, 64) and p * w <= 32] or [Config({"PER_SM": 2}, 4, 1)]
 
 

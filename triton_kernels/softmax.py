@@ -161,14 +161,15 @@ def _softmax_bwd_looped_kernel(
 # Autotuning spaces
 # ----------------------------------------------------------------------------------------------------
 def _row_configs(M: int, N: int) -> list[Config]:
-    """Candidates for the row kernels: rows per program x warps, sized to the row length."""
+    """Candidates for the row kernels: rows per program x warps, sized to the row length (best guess first:
+    the first candidate is used when autotuning is switched off)."""
     bn = next_power_of_2(N)
     out = []
-    for elems in (2048, 4096, 8192, 16384):
+    for elems in (8192, 4096, 16384, 2048):
         bm = max(1, elems // bn)
         if bm > bucket(M, 1) or bm * bn > max(MAX_FUSED_N, bn):
             continue
-        for warps in (4, 8, 16):
+        for warps in (8, 4, 16):
             if warps * 32 * 4 > max(bm * bn, 512):  # fewer than 4 elements per thread: too many warps
                 continue
             out.append(Config({"BLOCK_M": bm}, warps, 1))
@@ -176,7 +177,7 @@ def _row_configs(M: int, N: int) -> list[Config]:
 
 
 def _looped_configs() -> list[Config]:
-    return [Config({"BLOCK_N": bn}, w, 1) for bn in (2048, 4096, 8192) for w in (4, 8, 16) if bn >= w * 32 * 4]
+    return [Config({"BLOCK_N": bn}, w, 1) for bn in (4096, 8192, 2048) for w in (8, 16, 4) if bn >= w * 32 * 4]
 
 
 def _interpret_row_config(N: int) -> Config:
