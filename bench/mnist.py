@@ -46,6 +46,7 @@ SEED_STUDY = {
     "eager+graph": ("H100 CUDA-graphed eager step", 19.6),
     "triton": ("seed study, hand-written CUDA C++", 17.0),
     "triton+graph": ("seed study, hand-written CUDA C++", 17.0),
+    "triton+persistent": ("target for the Triton backend", 2.0),
     "triton+epoch-graph": ("target for the Triton backend", 2.0),
 }
 

@@ -13,9 +13,12 @@ sums are accumulated on the device and read by the host only in :meth:`Trainer.r
     compile+amp          + bf16 autocast in the forward
     eager+graph          the eager step captured in a CUDA graph (device-side step counter; the short
                          last batch has its own graph), replayed once per step
-    triton               the fused two-kernel Triton step (triton_kernels/softmax_regression.py)
-    triton+graph         that step captured in a CUDA graph, replayed once per step
-    triton+epoch-graph   a whole epoch (all steps) captured in one CUDA graph, replayed once per epoch
+    triton               the fused Triton step (triton_kernels/softmax_regression.py): ONE kernel per step,
+                         launched from Python every step
+    triton+graph         that one-kernel step captured in a CUDA graph, replayed once per step
+    triton+persistent    one persistent launch per epoch: the same kernel runs every step of the epoch
+                         (programs meet at a grid barrier each step; no launch between steps)
+    triton+epoch-graph   that persistent launch captured in a CUDA graph, replayed once per epoch
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from torch import nn
 from triton_kernels import softmax_regression as _sr
 
 VARIANTS = ("eager-dataloader", "eager-preloaded", "compile", "compile+amp", "eager+graph", "triton",
-            "triton+graph", "triton+epoch-graph")
+            "triton+graph", "triton+persistent", "triton+epoch-graph")
 GRAPH_VARIANTS = ("eager+graph", "triton+graph", "triton+epoch-graph")
 BACKENDS = ("eager", "compile", "triton")
 
@@ -283,18 +286,21 @@ class EagerGraphTrainer(PreloadedTrainer):
 
 
 class TritonTrainer(Trainer):
-    """Rungs 6-8: the fused Triton step (two kernels per step), launched from Python (``graph=None``),
-    captured per step (``graph="step"``) or per epoch (``graph="epoch"``)."""
+    """Rungs 6-9: the fused one-kernel Triton step, launched from Python once per step (``graph=None``),
+    captured per step (``graph="step"``), one persistent launch per epoch (``graph="persistent"``), or
+    that launch captured in a graph (``graph="epoch"``). All four run the same arithmetic (bitwise)."""
+
+    NAMES = {None: "triton", "step": "triton+graph", "persistent": "triton+persistent", "epoch": "triton+epoch-graph"}
 
     def __init__(self, *args, graph: str | None = None, precision: str = "ieee", x_dtype=torch.float32,
                  **kw) -> None:
         super().__init__(*args, **kw)
-        if graph not in (None, "step", "epoch"):
-            raise ValueError(f"graph must be None, 'step' or 'epoch', got {graph!r}")
-        if graph is not None and self.device.type != "cuda":
+        if graph not in self.NAMES:
+            raise ValueError(f"graph must be one of {tuple(self.NAMES)}, got {graph!r}")
+        if graph in ("step", "epoch") and self.device.type != "cuda":
             raise RuntimeError("CUDA-graph variants need a CUDA device")
         self.graph_mode = graph
-        self.name = {None: "triton", "step": "triton+graph", "epoch": "triton+epoch-graph"}[graph]
+        self.name = self.NAMES[graph]
         x = self.cpu_x if x_dtype == torch.float32 else (self.cpu_x * 255).round().to(torch.uint8)
         self.x = x.to(self.device)
         self.y = self.cpu_y.to(self.device)
@@ -303,11 +309,10 @@ class TritonTrainer(Trainer):
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def prepare(self) -> None:
-        buf = self.fused.buf
-        state = [self.weight, self.bias, buf.step, buf.loss_sum, buf.correct_sum]
+        state = [self.weight, self.bias, *self.fused.buf.tensors()]
         snap = _snapshot(state)
         self.fused.step()  # JIT-compile (and autotune) outside any capture
-        if self.graph_mode is not None:
+        if self.graph_mode in ("step", "epoch"):
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
@@ -321,10 +326,12 @@ class TritonTrainer(Trainer):
             torch.cuda.synchronize()
 
     def train_epoch(self, perm: torch.Tensor) -> None:
-        if self.graph_mode is not None and self.graph is None:
+        if self.graph_mode in ("step", "epoch") and self.graph is None:
             self.prepare()
         self.fused.set_perm(perm.to(self.device, non_blocking=True))
         if self.graph_mode is None:
+            self.fused.epoch_stepwise()
+        elif self.graph_mode == "persistent":
             self.fused.epoch()
         elif self.graph_mode == "step":
             for _ in range(self.n_steps):
@@ -357,6 +364,8 @@ def make_trainer(variant: str, model: SoftmaxRegression, train_x: torch.Tensor, 
         return TritonTrainer(*args, **kw)
     if variant == "triton+graph":
         return TritonTrainer(*args, graph="step", **kw)
+    if variant == "triton+persistent":
+        return TritonTrainer(*args, graph="persistent", **kw)
     if variant == "triton+epoch-graph":
         return TritonTrainer(*args, graph="epoch", **kw)
     raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")

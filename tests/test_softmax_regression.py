@@ -39,30 +39,36 @@ def _reference_step(x, y, w, b, idx, lr, u8=False):
     return loss.item(), correct, w64.grad, b64.grad, w64.detach() - lr * w64.grad, b64.detach() - lr * b64.grad
 
 
-def _poison(buf):
-    for t in (buf.gw, buf.gb, buf.loss_part, buf.correct_part):
-        poison_(t)
+def _poison_stats(buf):
+    """The running sums are the kernel's only outputs besides W and b (updated in place): start them at
+    NaN / -1 and check they were overwritten by the expected values minus the poison."""
+    poison_(buf.loss_sum)
+    poison_(buf.correct_sum)
+
+
+def _wb(w, b):
+    return torch.cat([w.detach(), b.detach()[:, None]], 1).clone()
 
 
 @pytest.mark.parametrize("N,K,C,B", [(1, 1, 1, 1), (3, 5, 2, 2), (17, 37, 10, 16), (70, 50, 10, 32),
-                                     (100, 130, 16, 48), (40, 784, 10, 40)])
+                                     (100, 130, 16, 48), (40, 784, 10, 40), (1000, 3, 10, 1000)])
 def test_step_matches_float64(N, K, C, B):
     x, y, w, b = _data(N, K, C)
     perm = torch.randperm(N, device=DEVICE)
     lr = 0.3
     trainer = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
-    _poison(trainer.buf)
     w0, b0 = w.clone(), b.clone()
     trainer.step()
     loss, correct, dw, db, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], lr)
-    P = -(-min(B, N) // trainer.config.kwargs["BLOCK_B"])
-    assert_close(trainer.buf.gw[:P, :C].sum(0), dw, torch.float32, name="dW")
-    assert_close(trainer.buf.gb[:P, :C].sum(0), db, torch.float32, name="db")
     assert_close(w, w1, torch.float32, name="W'")
     assert_close(b, b1, torch.float32, name="b'")
+    # the update itself (W' - W = -lr dW), not only W' (which is dominated by W)
+    assert_close((w0 - w).double().cpu() / lr, dw, torch.float32, name="dW", scale=10)
+    assert_close((b0 - b).double().cpu() / lr, db, torch.float32, name="db", scale=10)
     loss_sum, n_correct = trainer.read_stats()
     assert abs(loss_sum - loss) <= 1e-5 * max(1.0, abs(loss))
     assert n_correct == correct
+    assert trainer.read_stats() == (0.0, 0)
 
 
 @pytest.mark.parametrize("u8", [False, True])
@@ -75,7 +81,6 @@ def test_epoch_with_partial_last_batch(u8):
     w_ref, b_ref = w.clone(), b.clone()
     loss_ref, correct_ref = 0.0, 0
     for s in range(3):
-        _poison(trainer.buf)
         trainer.step()
         loss, correct, _, _, w_ref, b_ref = _reference_step(x, y, w_ref, b_ref, perm[s * B:(s + 1) * B], lr, u8=u8)
         loss_ref, correct_ref = loss_ref + loss, correct_ref + correct
@@ -85,6 +90,73 @@ def test_epoch_with_partial_last_batch(u8):
     loss_sum, n_correct = trainer.read_stats()
     assert abs(loss_sum - loss_ref) <= 1e-5 * loss_ref and n_correct == correct_ref
     assert trainer.read_stats() == (0.0, 0)
+
+
+def test_persistent_launches_match_single_steps():
+    """One launch of n steps == n launches of one step, bitwise, whatever the split (also across the
+    epoch boundary), and the device state (step, phase, buffers) stays consistent between launches."""
+    N, K, C, B, lr = 90, 40, 10, 16, 0.4   # 6 steps per epoch, the last one of 10 rows
+    x, y, w, b = _data(N, K, C)
+    perm = torch.randperm(N, device=DEVICE)
+    w0, b0, w2, b2 = w.clone(), b.clone(), w.clone(), b.clone()
+    one = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
+    many = S.FusedSGDStep(w2, b2, x, y, B, lr, perm=perm)
+    _poison_stats(many.buf)
+    many.reset_stats()
+    splits = [1, 2, 4, 3, 6]  # 16 steps: 2 epochs + 4 steps
+    for n in splits:
+        many.steps(n)
+        for _ in range(n):
+            one.step()
+        assert torch.equal(w2, w) and torch.equal(b2, b), f"after a launch of {n} steps"
+        assert torch.equal(many.buf.state, one.buf.state)
+    total = sum(splits)
+    assert many.buf.state.tolist() == [total % 6, total % 3, 0]
+    # between launches the accumulator and counter of the next two phases are clear
+    for p in (total % 3, (total + 1) % 3):
+        assert not many.buf.zacc[p].any() and int(many.buf.bar[p]) == 0
+    assert many.read_stats() == one.read_stats()
+    # and the whole run agrees with float64 training on the same batches
+    w_ref, b_ref = _reference_train(x, y, w0, b0, perm, B, lr, total)
+    assert_close(w, w_ref, torch.float32, name="W after 16 steps", scale=3)
+    assert_close(b, b_ref, torch.float32, name="b after 16 steps", scale=3)
+
+
+def _reference_train(x, y, w, b, perm, B, lr, steps):
+    w64, b64 = w.detach().double().cpu(), b.detach().double().cpu()
+    N = x.shape[0]
+    n_steps = -(-N // B)
+    for t in range(steps):
+        s = t % n_steps
+        _, _, _, _, w64, b64 = _reference_step(x, y, w64, b64, perm[s * B:(s + 1) * B], lr)
+    return w64, b64
+
+
+def test_epoch_launch_matches_float64():
+    """Two epochs, each one persistent launch, vs float64 training on the same batches."""
+    N, K, C, B, lr = 75, 30, 10, 16, 0.5
+    x, y, w, b = _data(N, K, C)
+    perm = torch.randperm(N, device=DEVICE)
+    w0, b0 = w.clone(), b.clone()
+    t = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
+    t.epoch()
+    t.epoch()
+    w_ref, b_ref = _reference_train(x, y, w0, b0, perm, B, lr, 2 * t.n_steps)
+    assert_close(w, w_ref, torch.float32, name="W after 2 epochs", scale=3)
+    assert_close(b, b_ref, torch.float32, name="b after 2 epochs", scale=3)
+
+
+def test_barrier_timeout_sets_flag():
+    """Programs that can never all be resident (here: two programs in the interpreter, which runs them
+    one after the other) make the barrier give up after max_spin polls; read_stats then raises."""
+    if GPU:
+        pytest.skip("on a GPU two programs are co-resident: the barrier never times out")
+    N, K, C, B = 8, 32, 3, 8
+    x, y, w, b = _data(N, K, C)
+    t = S.FusedSGDStep(w, b, x, y, B, 0.1)
+    S.launch(w, b, x, y, t.perm, t.buf, B, 0.1, t.config, block_k=16, max_spin=3)
+    with pytest.raises(RuntimeError, match="barrier"):
+        t.read_stats()
 
 
 def test_strided_inputs():
@@ -123,12 +195,15 @@ def test_torch_op():
     N, K, C, B = 30, 20, 10, 16
     x, y, w, b = _data(N, K, C)
     perm = torch.randperm(N, device=DEVICE)
-    buf = S.StepBuffers.allocate(K, B, DEVICE)
+    buf = S.StepBuffers.allocate(B, DEVICE)
     w0, b0 = w.clone(), b.clone()
     S.sgd_step(w, b, x, y, perm, buf, B, 0.1)
     _, _, _, _, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], 0.1)
     assert_close(w, w1, torch.float32, name="W'")
+    assert_close(b, b1, torch.float32, name="b'")
     assert int(buf.step.item()) == 1
+    with pytest.raises(ValueError, match="buf"):
+        S.sgd_step(w, b, x, y, perm, buf, 64, 0.1)
 
 
 def test_errors_name_the_argument():
@@ -139,7 +214,7 @@ def test_errors_name_the_argument():
         (dict(weight=w.double()), "weight"), (dict(weight=torch.randn(17, K)), "weight"),
         (dict(bias=torch.randn(C + 1)), "bias"), (dict(x=x[:, :5]), "x has 5 features"),
         (dict(x=x.half()), "x has dtype"), (dict(y=y[:5]), "y has 5 labels"), (dict(y=y.float()), "y has dtype"),
-        (dict(batch_size=0), "batch_size"), (dict(lr=-1.0), "lr"), (dict(x=x.reshape(-1)), "x must have 2 dims"),
+        (dict(batch_size=0), "batch_size"), (dict(batch_size=S.MAX_BATCH + 1), "batch_size"), (dict(lr=-1.0), "lr"), (dict(x=x.reshape(-1)), "x must have 2 dims"),
     ]
     for change, msg in cases:
         with pytest.raises(ValueError, match=msg):
@@ -151,6 +226,8 @@ def test_errors_name_the_argument():
     t = S.FusedSGDStep(**ok)
     with pytest.raises(ValueError, match="perm"):
         t.set_perm(torch.arange(N + 1))
+    with pytest.raises(ValueError, match="n must be"):
+        t.steps(0)
 
 
 def test_ladder_variants_agree():
@@ -161,7 +238,7 @@ def test_ladder_variants_agree():
     init = SoftmaxRegression().state_dict()
     perm = torch.randperm(N)
     finals, stats = [], []
-    for v in ("eager-dataloader", "eager-preloaded", "triton"):
+    for v in ("eager-dataloader", "eager-preloaded", "triton", "triton+persistent"):
         m = SoftmaxRegression()
         m.load_state_dict(init)
         t = make_trainer(v, m, x, y, B, 0.2, device=DEVICE)
@@ -172,6 +249,7 @@ def test_ladder_variants_agree():
     for f, s in zip(finals[1:], stats[1:]):
         assert_close(f, finals[0], torch.float32, name="final weights")
         assert abs(s[0] - stats[0][0]) < 1e-5 and s[1] == stats[0][1]
+    assert torch.equal(finals[2], finals[3]) and stats[2] == stats[3]  # step-wise == persistent, bitwise
     with pytest.raises(ValueError, match="variant"):
         make_trainer("fastest", SoftmaxRegression(), x, y, B, 0.1)
     if not GPU:

@@ -1,4 +1,4 @@
-"""One SGD step of softmax regression (a single linear layer + softmax cross-entropy), fused in two kernels.
+"""SGD training of softmax regression (a single linear layer + softmax cross-entropy), fused in ONE kernel.
 
 Math, for the batch rows i = perm[s*B : s*B + n] of step s (n = B, or fewer for the last batch):
     z_i   = W x_i + b                          W (C, K), b (C,), x_i (K,)      (C <= 16 classes)
@@ -8,19 +8,33 @@ Math, for the batch rows i = perm[s*B : s*B + n] of step s (n = B, or fewer for 
     W    -= lr * dW,            b -= lr * db
 Running sums of loss_i and correct_i stay on the device; the host reads them when it wants to.
 
-Kernels (both launch with no host-side state, so one step, or a whole epoch, can be captured in a
-CUDA graph and replayed):
-  1. `_sr_forward_backward_kernel`, grid P = cdiv(B, BLOCK_B): program p takes batch rows
-     [p*BLOCK_B, (p+1)*BLOCK_B), gathers them through the permutation (no shuffled copy of X), computes
-     the logits (walks K in BLOCK_K chunks: tl.dot of a BLOCK_B x BLOCK_K tile of X with a
-     BLOCK_K x 16 tile of W^T), the softmax, loss, correct-count and dz, then walks K again (the X tiles
-     it just read are in L1/L2) to write its partial dW_p = dz_p^T X_p (16 x K), its db_p and its
-     loss/correct partial sums. The X read is spread over P SMs: 401 KB per step at batch 128.
-  2. `_sr_update_kernel`, grid cdiv(K, BLOCK_KU): program q sums the P partials of its K slice in a
-     fixed order (deterministic, no atomics) and updates W[:, slice] in place; program 0 also updates b,
-     adds the loss/correct partials into the running sums and advances the device step counter
-     (wrapping to 0 after the last step of an epoch).
-The step index is read from a device counter, so the same launch (or graph replay) serves every step.
+Why one kernel, split over K. At batch 128 a step moves 401 KB of X and does ~2 MFLOP: nothing for an
+H100, so a step is pure latency (dependent loads, launches, cross-program reductions). The kernel
+`_sr_train_kernel` runs `n_run` consecutive steps (1 for a step, all of them for an epoch) with a grid of
+S = cdiv(K, BLOCK_K) programs, S <= the SM count so that all are resident at once. Program s owns the
+K slice [s*BLOCK_K, (s+1)*BLOCK_K): its slice of W^T (BLOCK_K x 16) lives in registers for the whole
+run, and every step it
+  1. gathers X[batch rows, slice] (BLOCK_B x BLOCK_K, through perm: no shuffled copy of X; prefetched
+     during the previous step, since it does not depend on W) and forms the partial logits
+     Z_s = X_slice W_slice^T (BLOCK_B x 16, tl.dot);
+  2. adds Z_s into a shared accumulator with int64 atomics in fixed point (Z_s * 2^32): integer
+     addition is associative, so the sum is exact and independent of the arrival order (bitwise
+     reproducible, unlike fp32 atomics), with an absolute resolution of S * 2^-32 on the logits;
+  3. meets the other programs at a grid barrier (one per step: an acq_rel arrival counter, polled);
+  4. reads the full Z (8 KB, bypassing L1), computes softmax, loss, correct count and dz for the whole
+     batch (redundantly in every program: 2K exps, cheaper than another barrier), and updates its own
+     W slice in registers, W_s^T -= lr * X_slice^T dz (tl.dot), and its copy of b (identical in every
+     program: same Z, same arithmetic).
+So the only traffic between programs is Z (BLOCK_B x C int64 atomics per program per step) and one
+counter. Accumulators and counters are triple-buffered by a phase counter kept on the device: at phase
+p, after the barrier, program 0 clears buffer (p+2)%3, whose last readers finished before arriving at
+this barrier and whose next writers start only after the next one. The step index and phase live in
+device memory, so the same launch (or graph replay) serves every step and nothing needs a host sync.
+
+In the CPU interpreter programs run one after another, so there the kernel runs with one program
+(BLOCK_K >= K; the barrier is then passed at once). The barrier's poll loop is bounded: should the
+programs ever not be co-resident, the kernel sets an error flag instead of hanging, and
+:meth:`FusedSGDStep.read_stats` raises.
 """
 from __future__ import annotations
 
@@ -34,6 +48,9 @@ import triton.language as tl
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
+MAX_BATCH = 1024  # the whole batch is one register tile of each program
+FIX_SCALE = 2.0 ** 32  # fixed-point scale of the cross-program logit sums (|z| must stay below 2^31)
+MAX_SPIN = 1 << 24  # barrier polls before giving up (seconds; only if programs are not co-resident)
 X_DTYPES = (torch.float32, torch.uint8)
 INDEX_DTYPES = (torch.int32, torch.int64)
 PRECISIONS = ("ieee", "tf32")
@@ -43,138 +60,150 @@ PRECISIONS = ("ieee", "tf32")
 # Kernels
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
-def _sr_forward_backward_kernel(
-    x_ptr, y_ptr, perm_ptr, w_ptr, b_ptr, step_ptr,
-    gw_ptr, gb_ptr, loss_part_ptr, correct_part_ptr,
-    N, K, C, B, x_scale,
+def _load_batch(x_ptr, y_ptr, perm_ptr, s, valid, N, B, x_scale, stride_xn, stride_xk,
+                offs_b, offs_k, k_ok, X_IS_U8: tl.constexpr):
+    """Rows of step s: X[perm[s*B + r], slice] (BLOCK_B x BLOCK_K fp32), labels, row mask, row count."""
+    start = s.to(tl.int64) * B
+    left = N - start
+    n_rows = tl.where(left < B, left, B).to(tl.int32)  # the last batch of an epoch may be partial
+    row_ok = offs_b < tl.where(valid, n_rows, 0)  # valid: this step is part of the run (else no rows)
+    idx = tl.load(perm_ptr + start + offs_b, mask=row_ok, other=0).to(tl.int64)
+    label = tl.load(y_ptr + idx, mask=row_ok, other=0).to(tl.int32)
+    x = tl.load(x_ptr + idx[:, None] * stride_xn + offs_k[None, :] * stride_xk,
+                mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+    if X_IS_U8:
+        x = x * x_scale
+    return x, label, row_ok, n_rows
+
+
+@triton.jit
+def _grid_barrier(count_ptr, n_programs, max_spin, err_ptr):
+    """All programs arrive at *count_ptr (acq_rel: this CTA's earlier writes are published first),
+    then poll it (acquire) until every program has arrived; bounded, sets *err_ptr on timeout."""
+    tl.debug_barrier()  # all threads' accumulator atomics precede the arrival
+    arrived = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu") + 1
+    spins = 0
+    while (arrived < n_programs) & (spins < max_spin):
+        arrived = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    if arrived < n_programs:
+        tl.store(err_ptr, 1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _sr_train_kernel(
+    x_ptr, y_ptr, perm_ptr, w_ptr, b_ptr,
+    state_ptr, bar_ptr, zacc_ptr, loss_sum_ptr, correct_sum_ptr,
+    N, K, C, B, n_epoch_steps, n_run, lr, x_scale, max_spin,
     stride_xn, stride_xk, stride_wc, stride_wk,
     X_IS_U8: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """Forward + loss + backward for BLOCK_B rows of the batch -> partial gradients of program p.
+    """n_run SGD steps from the device step counter; program s owns W[:, s*BLOCK_K : (s+1)*BLOCK_K].
 
     x_ptr: (N, K) fp32 (or uint8, scaled by x_scale) dataset, y_ptr: (N,) labels, perm_ptr: (N,) order,
-    w_ptr: (C, K), b_ptr: (C,), step_ptr: (1,) int32 step counter,
-    gw_ptr: (P, BLOCK_C, K) partial dW, gb_ptr: (P, BLOCK_C) partial db,
-    loss_part_ptr: (P,) fp32, correct_part_ptr: (P,) int32.
+    w_ptr: (C, K) fp32, b_ptr: (C,) fp32 (both updated in place),
+    state_ptr: (3,) int32 [step within the epoch, phase 0..2, error flag],
+    bar_ptr: (3,) int32 barrier counters, zacc_ptr: (3, BLOCK_B, BLOCK_C) int64 logit accumulators
+    (zero between launches), loss_sum_ptr: (1,) fp32, correct_sum_ptr: (1,) int32 running sums.
     """
     pid = tl.program_id(0)
-    step = tl.load(step_ptr)
-    start = step.to(tl.int64) * B
-    left = N - start
-    n_rows = tl.where(left < B, left, B).to(tl.int32)  # the last batch of an epoch may be partial
+    n_programs = tl.num_programs(0)
+    step0 = tl.load(state_ptr)
+    phase0 = tl.load(state_ptr + 1)
 
-    offs_b = pid * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_ok = offs_b < n_rows
-    idx = tl.load(perm_ptr + start + offs_b, mask=row_ok, other=0).to(tl.int64)
-    label = tl.load(y_ptr + idx, mask=row_ok, other=0).to(tl.int32)
+    offs_b = tl.arange(0, BLOCK_B)
     offs_c = tl.arange(0, BLOCK_C)
-    col_ok = offs_c < C
-    offs_k = tl.arange(0, BLOCK_K)
-    x_rows = x_ptr + idx[:, None] * stride_xn
+    offs_k = pid * BLOCK_K + tl.arange(0, BLOCK_K)
+    c_ok = offs_c < C
+    k_ok = offs_k < K
+    # this program's slice of W^T (BLOCK_K x BLOCK_C) and the bias: registers for the whole run
+    wt_ptrs = w_ptr + offs_c[None, :] * stride_wc + offs_k[:, None] * stride_wk
+    wt_mask = c_ok[None, :] & k_ok[:, None]
+    wt = tl.load(wt_ptrs, mask=wt_mask, other=0.0)
+    bias = tl.load(b_ptr + offs_c, mask=c_ok, other=0.0)
+    z_offs = offs_b[:, None] * BLOCK_C + offs_c[None, :]
+    loss_run = 0.0
+    correct_run = 0
 
-    # pass 1 over K: logits z = X_p W^T (BLOCK_B x BLOCK_C)
-    z = tl.zeros((BLOCK_B, BLOCK_C), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + offs_k
-        x = tl.load(x_rows + kk[None, :] * stride_xk, mask=row_ok[:, None] & (kk[None, :] < K), other=0.0)
-        x = x.to(tl.float32)
-        if X_IS_U8:
-            x = x * x_scale
-        wt = tl.load(w_ptr + offs_c[None, :] * stride_wc + kk[:, None] * stride_wk,
-                     mask=col_ok[None, :] & (kk[:, None] < K), other=0.0)
-        z = tl.dot(x, wt, z, input_precision=PRECISION)
-    z += tl.load(b_ptr + offs_c, mask=col_ok, other=0.0)[None, :]
+    x, label, row_ok, n_rows = _load_batch(x_ptr, y_ptr, perm_ptr, step0, n_run > 0, N, B, x_scale,
+                                           stride_xn, stride_xk, offs_b, offs_k, k_ok, X_IS_U8)
+    for i in range(0, n_run):
+        s = (step0 + i) % n_epoch_steps
+        phase = (phase0 + i) % 3
+        # 1-2. partial logits of this K slice -> the shared int64 fixed-point accumulator
+        zp = tl.dot(x, wt, input_precision=PRECISION)
+        zacc = zacc_ptr + phase * (BLOCK_B * BLOCK_C) + z_offs
+        zmask = row_ok[:, None] & c_ok[None, :]
+        tl.atomic_add(zacc, (zp * FIX_SCALE).to(tl.int64), mask=zmask, sem="relaxed", scope="gpu")
+        # prefetch the next step's rows (they do not depend on W) while the other programs catch up
+        x_n, label_n, row_ok_n, n_rows_n = _load_batch(
+            x_ptr, y_ptr, perm_ptr, (s + 1) % n_epoch_steps, i + 1 < n_run, N, B, x_scale,
+            stride_xn, stride_xk, offs_b, offs_k, k_ok, X_IS_U8)
+        # 3. every program's partial is in
+        _grid_barrier(bar_ptr + phase, n_programs, max_spin, state_ptr + 2)
+        if pid == 0:  # clear the buffers of phase + 2 (last read before this barrier, next written after the next)
+            clear = (phase + 2) % 3
+            tl.store(zacc_ptr + clear * (BLOCK_B * BLOCK_C) + z_offs, tl.zeros((BLOCK_B, BLOCK_C), tl.int64))
+            tl.store(bar_ptr + clear, 0)
+        # 4. full logits -> softmax cross-entropy, correct count, dz (fp32, the whole batch)
+        z = tl.load(zacc, mask=zmask, other=0, cache_modifier=".cg").to(tl.float32) * (1.0 / FIX_SCALE)
+        z = tl.where(c_ok[None, :], z + bias[None, :], float("-inf"))
+        m = tl.max(z, axis=1)
+        e = tl.exp(z - m[:, None])
+        ssum = tl.sum(e, axis=1)
+        onehot = offs_c[None, :] == label[:, None]
+        z_y = tl.sum(tl.where(onehot, z, 0.0), axis=1)
+        loss_run += tl.sum(tl.where(row_ok, m + tl.log(ssum) - z_y, 0.0), axis=0)
+        correct_run += tl.sum(((tl.argmax(z, axis=1) == label) & row_ok).to(tl.int32), axis=0)
+        dz = (e / ssum[:, None] - onehot.to(tl.float32)) * (1.0 / n_rows.to(tl.float32))
+        dz = tl.where(zmask, dz, 0.0)
+        # SGD on this program's slice (and its copy of b)
+        wt -= lr * tl.dot(tl.trans(x), dz, input_precision=PRECISION)
+        bias -= lr * tl.sum(dz, axis=0)
+        x, label, row_ok, n_rows = x_n, label_n, row_ok_n, n_rows_n
 
-    # softmax cross-entropy, correct count, dz (all in fp32 registers)
-    z = tl.where(col_ok[None, :], z, float("-inf"))
-    m = tl.max(z, axis=1)
-    e = tl.exp(z - m[:, None])
-    s = tl.sum(e, axis=1)
-    onehot = offs_c[None, :] == label[:, None]
-    z_y = tl.sum(tl.where(onehot, z, 0.0), axis=1)
-    loss = m + tl.log(s) - z_y
-    pred = tl.argmax(z, axis=1)
-    correct = (pred == label) & row_ok
-    inv_n = 1.0 / n_rows.to(tl.float32)
-    dz = (e / s[:, None] - onehot.to(tl.float32)) * inv_n
-    dz = tl.where(row_ok[:, None] & col_ok[None, :], dz, 0.0)
-
-    tl.store(loss_part_ptr + pid, tl.sum(tl.where(row_ok, loss, 0.0), axis=0))
-    tl.store(correct_part_ptr + pid, tl.sum(correct.to(tl.int32), axis=0))
-    tl.store(gb_ptr + pid * BLOCK_C + offs_c, tl.sum(dz, axis=0))
-
-    # pass 2 over K: partial dW_p = dz^T X_p (BLOCK_C x BLOCK_K per chunk); rows >= C are zeros
-    dzt = tl.trans(dz)
-    gw_rows = gw_ptr + pid.to(tl.int64) * BLOCK_C * K + offs_c[:, None] * K
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + offs_k
-        x = tl.load(x_rows + kk[None, :] * stride_xk, mask=row_ok[:, None] & (kk[None, :] < K), other=0.0)
-        x = x.to(tl.float32)
-        if X_IS_U8:
-            x = x * x_scale
-        g = tl.dot(dzt, x, input_precision=PRECISION)
-        tl.store(gw_rows + kk[None, :], g, mask=col_ok[:, None] & (kk[None, :] < K))
-
-
-@triton.jit
-def _sr_update_kernel(
-    w_ptr, b_ptr, gw_ptr, gb_ptr, loss_part_ptr, correct_part_ptr,
-    step_ptr, loss_sum_ptr, correct_sum_ptr,
-    P, K, C, n_steps, lr,
-    stride_wc, stride_wk,
-    BLOCK_P: tl.constexpr, BLOCK_KU: tl.constexpr, BLOCK_C: tl.constexpr,
-):
-    """W[:, slice] -= lr * sum_p gw[p, :, slice] for the K slice of this program; program 0 also does
-    b -= lr * sum_p gb[p], the running loss / correct sums and step = (step + 1) % n_steps."""
-    pid = tl.program_id(0)
-    offs_c = tl.arange(0, BLOCK_C)
-    offs_k = pid * BLOCK_KU + tl.arange(0, BLOCK_KU)
-    mask = (offs_c[:, None] < C) & (offs_k[None, :] < K)
-    g = tl.zeros((BLOCK_C, BLOCK_KU), dtype=tl.float32)
-    gw_tile = gw_ptr + offs_c[:, None] * K + offs_k[None, :]
-    for p in range(0, P):  # fixed order: bitwise reproducible
-        g += tl.load(gw_tile + p * BLOCK_C * K, mask=mask, other=0.0)
-    w_tile = w_ptr + offs_c[:, None] * stride_wc + offs_k[None, :] * stride_wk
-    w = tl.load(w_tile, mask=mask, other=0.0)
-    tl.store(w_tile, w - lr * g, mask=mask)
-
-    if pid == 0:
-        offs_p = tl.arange(0, BLOCK_P)
-        p_ok = offs_p < P
-        gb = tl.sum(tl.load(gb_ptr + offs_p[:, None] * BLOCK_C + offs_c[None, :], mask=p_ok[:, None], other=0.0),
-                    axis=0)
-        c_ok = offs_c < C
-        bias = tl.load(b_ptr + offs_c, mask=c_ok, other=0.0)
-        tl.store(b_ptr + offs_c, bias - lr * gb, mask=c_ok)
-        loss = tl.sum(tl.load(loss_part_ptr + offs_p, mask=p_ok, other=0.0), axis=0)
-        correct = tl.sum(tl.load(correct_part_ptr + offs_p, mask=p_ok, other=0), axis=0)
-        tl.store(loss_sum_ptr, tl.load(loss_sum_ptr) + loss)
-        tl.store(correct_sum_ptr, tl.load(correct_sum_ptr) + correct)
-        step = tl.load(step_ptr) + 1
-        tl.store(step_ptr, tl.where(step >= n_steps, 0, step))
+    tl.store(wt_ptrs, wt, mask=wt_mask)
+    if pid == 0:  # every program read step0/phase0 before the first barrier, which program 0 has passed
+        tl.store(b_ptr + offs_c, bias, mask=c_ok)
+        tl.store(state_ptr, (step0 + n_run) % n_epoch_steps)
+        tl.store(state_ptr + 1, (phase0 + n_run) % 3)
+        tl.store(loss_sum_ptr, tl.load(loss_sum_ptr) + loss_run)
+        tl.store(correct_sum_ptr, tl.load(correct_sum_ptr) + correct_run)
 
 
 # ----------------------------------------------------------------------------------------------------
-# Autotuning space: (rows per program, K chunk, warps) for kernel 1, (K slice, warps) for kernel 2.
-# At batch 128 on an H100: P = 128 / BLOCK_B programs each read 128*784*4/P bytes of X.
+# Autotuning space: K slice per program (S = cdiv(K, BLOCK_K) programs) and warps.
+# At batch 128, K = 784 on an H100: BLOCK_K 16 -> 49 programs, each 128x16x16 FMAs twice per step and
+# 8 KB of X; 32 -> 25 programs; 64 -> 13. Fewer programs: fewer atomics, more arithmetic per program.
 # ----------------------------------------------------------------------------------------------------
-def _cfg(bb, bk, warps, bku, warps_u, stages=2):
-    return Config({"BLOCK_B": bb, "BLOCK_K": bk, "BLOCK_KU": bku, "WARPS_U": warps_u}, warps, stages)
+def _cfg(bk, warps):
+    return Config({"BLOCK_K": bk}, warps, 1)
 
 
-STEP_CONFIGS = [
-    _cfg(16, 64, 2, 128, 4), _cfg(16, 128, 4, 128, 4), _cfg(16, 256, 4, 128, 4), _cfg(16, 128, 4, 64, 2),
-    _cfg(16, 64, 4, 256, 4), _cfg(32, 64, 4, 128, 4), _cfg(32, 128, 4, 128, 4), _cfg(32, 128, 8, 64, 2),
-    _cfg(32, 256, 8, 128, 4), _cfg(64, 64, 4, 128, 4), _cfg(64, 128, 8, 128, 4), _cfg(16, 128, 2, 256, 8),
-]
-INTERPRET_CONFIG = _cfg(16, 128, 4, 256, 4, stages=1)
-_tuner = register_tuner(Autotuner("softmax_regression_step", [_sr_forward_backward_kernel, _sr_update_kernel],
-                                  STEP_CONFIGS, interpret_config=INTERPRET_CONFIG))
+STEP_CONFIGS = [_cfg(16, 4), _cfg(16, 2), _cfg(16, 8), _cfg(32, 4), _cfg(32, 8), _cfg(64, 4), _cfg(64, 8)]
+INTERPRET_CONFIG = _cfg(0, 4)  # BLOCK_K 0: one program over all of K (the interpreter runs programs in turn)
+_tuner = register_tuner(Autotuner("softmax_regression_train", _sr_train_kernel, STEP_CONFIGS,
+                                  interpret_config=INTERPRET_CONFIG))
 
 
-def _fits(cfg: Config, batch_size: int) -> bool:
-    return cfg.kwargs["BLOCK_B"] <= max(16, triton.next_power_of_2(batch_size))
+def _sm_count(device) -> int:
+    if INTERPRET or torch.device(device).type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def block_k_for(cfg: Config, K: int, device) -> int:
+    """The K slice of one program: the config's, widened so that the grid fits on the SMs at once
+    (one program in the interpreter, where programs run one after another)."""
+    if INTERPRET or cfg.kwargs["BLOCK_K"] == 0:
+        return max(16, triton.next_power_of_2(K))
+    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(triton.cdiv(K, _sm_count(device))))
+
+
+def block_b_for(batch_size: int) -> int:
+    return max(16, triton.next_power_of_2(batch_size))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -221,8 +250,9 @@ def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None
         raise ValueError(f"y has {y.shape[0]} labels but x has {N} rows")
     if perm.shape[0] != N or not perm.is_contiguous():
         raise ValueError(f"perm must be a contiguous permutation of the {N} rows of x, got shape {tuple(perm.shape)}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
+        raise ValueError(f"batch_size must be an int in 1..{MAX_BATCH} (the batch is one register tile), "
+                         f"got {batch_size!r}")
     if not isinstance(lr, (int, float)) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     if precision not in PRECISIONS:
@@ -231,24 +261,25 @@ def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None
 
 @dataclasses.dataclass
 class StepBuffers:
-    """Static device buffers of the fused step (allocated once; nothing is allocated per step)."""
+    """Static device state of the fused training (allocated once, zeroed; nothing is allocated per step)."""
 
-    step: torch.Tensor          # (1,) int32: the step within the epoch
+    state: torch.Tensor         # (3,) int32: [step within the epoch, phase 0..2, error flag]
     loss_sum: torch.Tensor      # (1,) fp32: running sum of per-example losses
     correct_sum: torch.Tensor   # (1,) int32: running count of correct predictions
-    gw: torch.Tensor            # (P_max, 16, K) fp32 partial dW
-    gb: torch.Tensor            # (P_max, 16) fp32 partial db
-    loss_part: torch.Tensor     # (P_max,) fp32
-    correct_part: torch.Tensor  # (P_max,) int32
+    bar: torch.Tensor           # (3,) int32: grid-barrier arrival counters, one per phase
+    zacc: torch.Tensor          # (3, BLOCK_B, 16) int64: fixed-point logit accumulators, one per phase
 
     @classmethod
-    def allocate(cls, K: int, batch_size: int, device) -> "StepBuffers":
-        p_max = triton.cdiv(batch_size, 16)
-        f32 = dict(device=device, dtype=torch.float32)
+    def allocate(cls, batch_size: int, device) -> "StepBuffers":
         i32 = dict(device=device, dtype=torch.int32)
-        return cls(torch.zeros(1, **i32), torch.zeros(1, **f32), torch.zeros(1, **i32),
-                   torch.zeros(p_max, BLOCK_C, K, **f32), torch.zeros(p_max, BLOCK_C, **f32),
-                   torch.zeros(p_max, **f32), torch.zeros(p_max, **i32))
+        return cls(torch.zeros(3, **i32), torch.zeros(1, device=device, dtype=torch.float32),
+                   torch.zeros(1, **i32), torch.zeros(3, **i32),
+                   torch.zeros(3, block_b_for(batch_size), BLOCK_C, device=device, dtype=torch.int64))
+
+    @property
+    def step(self) -> torch.Tensor:
+        """(1,) view of the step counter."""
+        return self.state[:1]
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
@@ -256,27 +287,34 @@ class StepBuffers:
     def clone(self) -> "StepBuffers":
         return StepBuffers(*(t.clone() for t in self.tensors()))
 
+    def check(self) -> None:
+        """Raise if a barrier ever timed out (the results of that launch are not to be trusted)."""
+        if int(self.state[2].item()):
+            raise RuntimeError("fused softmax-regression step: a grid barrier timed out (programs not "
+                               "co-resident?); weights are unreliable")
+
+
+def launch(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: float, cfg: Config,
+           precision: str = "ieee", n_run: int = 1, *, block_k: Optional[int] = None,
+           max_spin: int = MAX_SPIN) -> None:
+    """Launch the kernel for ``n_run`` consecutive steps (no validation, no allocation, no host sync).
+    ``block_k`` overrides the K slice per program (S = cdiv(K, block_k) programs must be co-resident)."""
+    N, K = x.shape
+    C = weight.shape[0]
+    bk = block_k or block_k_for(cfg, K, x.device)
+    _launch(_sr_train_kernel, (triton.cdiv(K, bk),),
+            x, y, perm, weight, bias, buf.state, buf.bar, buf.zacc, buf.loss_sum, buf.correct_sum,
+            N, K, C, batch_size, triton.cdiv(N, batch_size), n_run, float(lr), 1.0 / 255.0, max_spin,
+            x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
+            X_IS_U8=x.dtype == torch.uint8, PRECISION=precision,
+            BLOCK_B=block_b_for(batch_size), BLOCK_K=bk, BLOCK_C=BLOCK_C,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
 
 def launch_step(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: float, cfg: Config,
                 precision: str = "ieee") -> None:
-    """Launch the two kernels of one step (no validation, no allocation, no host sync)."""
-    N, K = x.shape
-    C = weight.shape[0]
-    bb = cfg.kwargs["BLOCK_B"]
-    P = triton.cdiv(batch_size, bb)
-    n_steps = triton.cdiv(N, batch_size)
-    _launch(_sr_forward_backward_kernel, (P,),
-            x, y, perm, weight, bias, buf.step, buf.gw, buf.gb, buf.loss_part, buf.correct_part,
-            N, K, C, batch_size, 1.0 / 255.0, x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-            X_IS_U8=x.dtype == torch.uint8, PRECISION=precision,
-            BLOCK_B=bb, BLOCK_K=cfg.kwargs["BLOCK_K"], BLOCK_C=BLOCK_C,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    bku = cfg.kwargs["BLOCK_KU"]
-    _launch(_sr_update_kernel, (triton.cdiv(K, bku),),
-            weight, bias, buf.gw, buf.gb, buf.loss_part, buf.correct_part, buf.step, buf.loss_sum,
-            buf.correct_sum, P, K, C, n_steps, float(lr), weight.stride(0), weight.stride(1),
-            BLOCK_P=max(2, triton.next_power_of_2(P)), BLOCK_KU=bku, BLOCK_C=BLOCK_C,
-            num_warps=cfg.kwargs["WARPS_U"], num_stages=1)
+    """One step: one kernel launch."""
+    launch(weight, bias, x, y, perm, buf, batch_size, lr, cfg, precision, n_run=1)
 
 
 def pick_config(weight, bias, x, y, perm, batch_size: int, lr: float, precision: str = "ieee") -> Config:
@@ -284,26 +322,25 @@ def pick_config(weight, bias, x, y, perm, batch_size: int, lr: float, precision:
     if INTERPRET:
         return INTERPRET_CONFIG
     key = (bucket(batch_size), x.shape[1], weight.shape[0], str(x.dtype), precision)
-    configs = [c for c in STEP_CONFIGS if _fits(c, batch_size)]
     scratch = None
 
     def run(cfg: Config):
         nonlocal scratch
         if scratch is None:
-            scratch = (weight.detach().clone(), bias.detach().clone(),
-                       StepBuffers.allocate(x.shape[1], batch_size, x.device))
+            scratch = (weight.detach().clone(), bias.detach().clone(), StepBuffers.allocate(batch_size, x.device))
         w, b, buf = scratch
         launch_step(w, b, x, y, perm, buf, batch_size, 1e-6, cfg, precision)
 
-    return _tuner.pick(key, run, configs, tracing=_is_fake(weight, x))
+    return _tuner.pick(key, run, STEP_CONFIGS, tracing=_is_fake(weight, x))
 
 
 class FusedSGDStep:
     """Fused softmax-regression SGD training on (x, y), batches drawn through ``perm``.
 
-    Validates once at construction and owns static buffers, so :meth:`step` launches exactly two
-    kernels with no allocation and no host synchronisation: safe to capture in a CUDA graph (one step,
-    or a whole epoch with :meth:`epoch`). Loss / accuracy sums stay on the device until :meth:`read_stats`.
+    Validates once at construction and owns static buffers, so :meth:`step` (one step) and
+    :meth:`epoch` (every step of an epoch, in one persistent launch) each launch exactly one kernel,
+    with no allocation and no host synchronisation: safe to capture in a CUDA graph. Loss / accuracy
+    sums stay on the device until :meth:`read_stats`.
 
         trainer = FusedSGDStep(model.weight, model.bias, x_gpu, y_gpu, batch_size=128, lr=0.1)
         trainer.set_perm(torch.randperm(len(x)))
@@ -324,8 +361,14 @@ class FusedSGDStep:
         self.perm = perm.clone()  # static buffer: set_perm copies into it
         self.batch_size, self.lr, self.precision = batch_size, float(lr), precision
         self.n_steps = triton.cdiv(x.shape[0], batch_size)
-        self.buf = StepBuffers.allocate(x.shape[1], batch_size, x.device)
+        self.buf = StepBuffers.allocate(batch_size, x.device)
         self.config = config or pick_config(weight, bias, x, y, self.perm, batch_size, lr, precision)
+
+    @property
+    def programs(self) -> int:
+        """Programs per launch (= K slices)."""
+        K = self.x.shape[1]
+        return triton.cdiv(K, block_k_for(self.config, K, self.x.device))
 
     def set_perm(self, perm: torch.Tensor) -> None:
         """Copy a new batch order into the static permutation buffer (e.g. once per epoch)."""
@@ -334,16 +377,33 @@ class FusedSGDStep:
             raise ValueError(f"perm has shape {tuple(perm.shape)}, expected {tuple(self.perm.shape)}")
         self.perm.copy_(perm, non_blocking=True)
 
+    def _launch(self, n_run: int) -> None:
+        launch(self.weight, self.bias, self.x, self.y, self.perm, self.buf, self.batch_size, self.lr,
+               self.config, self.precision, n_run=n_run)
+
     def step(self) -> None:
-        launch_step(self.weight, self.bias, self.x, self.y, self.perm, self.buf, self.batch_size, self.lr,
-                    self.config, self.precision)
+        """One SGD step (one kernel launch)."""
+        self._launch(1)
+
+    def steps(self, n: int) -> None:
+        """n consecutive SGD steps in one launch (wrapping into the next epoch's order if n runs past it)."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        self._launch(n)
 
     def epoch(self) -> None:
+        """The remaining steps of the epoch (all of them from a fresh epoch) in one persistent launch.
+        Launched from a step counter that is not at 0, the device decides nothing: n_steps steps run."""
+        self._launch(self.n_steps)
+
+    def epoch_stepwise(self) -> None:
+        """An epoch as n_steps single-step launches (the same arithmetic as :meth:`epoch`)."""
         for _ in range(self.n_steps):
-            self.step()
+            self._launch(1)
 
     def read_stats(self, reset: bool = True) -> tuple[float, int]:
         """(sum of per-example losses, number correct) since the last reset; one host sync."""
+        self.buf.check()
         loss, correct = float(self.buf.loss_sum.item()), int(self.buf.correct_sum.item())
         if reset:
             self.reset_stats()
@@ -358,13 +418,11 @@ class FusedSGDStep:
 # torch op registration (so torch.compile(fullgraph=True) traces through a training step)
 # ----------------------------------------------------------------------------------------------------
 @torch.library.triton_op("tk::softmax_regression_sgd_step",
-                         mutates_args=("weight", "bias", "step", "loss_sum", "correct_sum", "gw", "gb",
-                                       "loss_part", "correct_part"))
+                         mutates_args=("weight", "bias", "state", "loss_sum", "correct_sum", "bar", "zacc"))
 def _sgd_step_op(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
-                 step: torch.Tensor, loss_sum: torch.Tensor, correct_sum: torch.Tensor, gw: torch.Tensor,
-                 gb: torch.Tensor, loss_part: torch.Tensor, correct_part: torch.Tensor, batch_size: int,
-                 lr: float, precision: str) -> None:
-    buf = StepBuffers(step, loss_sum, correct_sum, gw, gb, loss_part, correct_part)
+                 state: torch.Tensor, loss_sum: torch.Tensor, correct_sum: torch.Tensor, bar: torch.Tensor,
+                 zacc: torch.Tensor, batch_size: int, lr: float, precision: str) -> None:
+    buf = StepBuffers(state, loss_sum, correct_sum, bar, zacc)
     cfg = pick_config(weight, bias, x, y, perm, batch_size, lr, precision)
     launch_step(weight, bias, x, y, perm, buf, batch_size, lr, cfg, precision)
 
@@ -373,7 +431,7 @@ def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch
              buf: StepBuffers, batch_size: int, lr: float, precision: str = "ieee") -> None:
     """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place)."""
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
-    if buf.gw.shape[0] < triton.cdiv(batch_size, 16) or buf.gw.shape[2] != x.shape[1]:
-        raise ValueError(f"buf was allocated for another shape: gw {tuple(buf.gw.shape)}")
+    if tuple(buf.zacc.shape) != (3, block_b_for(batch_size), BLOCK_C):
+        raise ValueError(f"buf was allocated for another batch size: zacc {tuple(buf.zacc.shape)}")
     torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *buf.tensors(), batch_size,
                                              float(lr), precision)
