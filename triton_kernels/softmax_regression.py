@@ -49,8 +49,8 @@ from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, registe
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
-FIX_SCALE = 2.0 ** 32  # fixed-point scale of the cross-program logit sums (|z| must stay below 2^31)
-MAX_SPIN = 1 << 24  # barrier polls before giving up (seconds; only if programs are not co-resident)
+FIX_SCALE = tl.constexpr(2.0 ** 32)  # fixed-point scale of the cross-program logit sums (|z| must stay below 2^31)
+MAX_SPIN = 1 << 20  # barrier polls before giving up (~1 s; only if programs were not co-resident)
 X_DTYPES = (torch.float32, torch.uint8)
 INDEX_DTYPES = (torch.int32, torch.int64)
 PRECISIONS = ("ieee", "tf32")
@@ -79,7 +79,8 @@ def _load_batch(x_ptr, y_ptr, perm_ptr, s, valid, N, B, x_scale, stride_xn, stri
 @triton.jit
 def _grid_barrier(count_ptr, n_programs, max_spin, err_ptr):
     """All programs arrive at *count_ptr (acq_rel: this CTA's earlier writes are published first),
-    then poll it (acquire) until every program has arrived; bounded, sets *err_ptr on timeout."""
+    then poll it (acquire) until every program has arrived. Bounded: on timeout sets *err_ptr and
+    returns a zero budget, so later barriers of the launch do not wait either (no hang, ever)."""
     tl.debug_barrier()  # all threads' accumulator atomics precede the arrival
     arrived = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu") + 1
     spins = 0
@@ -88,7 +89,9 @@ def _grid_barrier(count_ptr, n_programs, max_spin, err_ptr):
         spins += 1
     if arrived < n_programs:
         tl.store(err_ptr, 1)
+        max_spin = 0
     tl.debug_barrier()
+    return max_spin
 
 
 @triton.jit
@@ -142,7 +145,7 @@ def _sr_train_kernel(
             x_ptr, y_ptr, perm_ptr, (s + 1) % n_epoch_steps, i + 1 < n_run, N, B, x_scale,
             stride_xn, stride_xk, offs_b, offs_k, k_ok, X_IS_U8)
         # 3. every program's partial is in
-        _grid_barrier(bar_ptr + phase, n_programs, max_spin, state_ptr + 2)
+        max_spin = _grid_barrier(bar_ptr + phase, n_programs, max_spin, state_ptr + 2)
         if pid == 0:  # clear the buffers of phase + 2 (last read before this barrier, next written after the next)
             clear = (phase + 2) % 3
             tl.store(zacc_ptr + clear * (BLOCK_B * BLOCK_C) + z_offs, tl.zeros((BLOCK_B, BLOCK_C), tl.int64))
