@@ -24,6 +24,7 @@ COLUMNS = [
 ]
 STATUSES = ("ok", "wrong", "oom", "compile-error", "unsupported", "error")
 CPU_NOTE = "cpu-interpreter, not a performance figure"
+_TIMED_UNITS = ("ms", "s", "TFLOP/s", "GB/s", "%", "x", "inputs/s")
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,7 +77,8 @@ def make_row(suite: str, case: str, params: dict | str, dtype: Any, backend: str
         "params": params if isinstance(params, str) else json.dumps(params, sort_keys=True, default=str),
         "dtype": str(dtype).replace("torch.", ""), "backend": backend, "metric": metric,
         "value": value, "p20": p20, "p80": p80, "ci_low": ci_low, "ci_high": ci_high, "unit": unit, "error_vs_fp64": error_vs_fp64, "status": status,
-        "note": note or (CPU_NOTE if INTERPRET and unit in ("ms", "s", "TFLOP/s", "GB/s", "%", "x") else ""),
+        "note": (CPU_NOTE + ("; " + note if note else ""))
+        if INTERPRET and unit in _TIMED_UNITS and not str(note).startswith(CPU_NOTE) else note,
         "timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
     }
     row.update(provenance())

@@ -1,0 +1,153 @@
+"""The shared harness: statistics, row schema, failure rows, correctness gate, CLI."""
+import json
+
+import pytest
+import torch
+
+from bench import cli, harness as H, results as R
+
+
+def _case(fns, reference=lambda x: x.double() * 2, **kw):
+    return H.Case(suite="unit", name="double", params={"N": 8}, dtype=torch.float32,
+                  inputs=lambda seed, dev: (torch.randn(8, device=dev),), fns=fns, reference=reference,
+                  flops=8, bytes=64, **kw)
+
+
+def test_quantiles_and_median():
+    xs = [5, 1, 4, 2, 3]
+    assert H.median(xs) == 3 and H.quantile(xs, 0.0) == 1 and H.quantile(xs, 1.0) == 5
+    assert H.quantile([1, 2], 0.5) == 1.5
+    with pytest.raises(ValueError):
+        H.quantile([], 0.5)
+
+
+def test_bootstrap_ratio_ci_brackets_estimate():
+    num, den = [2.0, 2.1, 1.9, 2.05, 1.95], [1.0, 1.02, 0.98, 1.01, 0.99]
+    est, lo, hi = H.bootstrap_ratio_ci(num, den)
+    assert lo <= est <= hi and 1.8 < lo and hi < 2.2
+    assert H.bootstrap_ratio_ci([1.0] * 4, [1.0] * 4) == (1.0, 1.0, 1.0)
+
+
+def test_rows_have_schema_and_provenance():
+    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}), H.RunConfig(backends=["eager", "triton"]))
+    assert rows and all(list(r) == R.COLUMNS for r in rows)
+    metrics = {(r["backend"], r["metric"]) for r in rows}
+    assert {("eager", "time_ms"), ("triton", "time_ms"), ("triton", "speedup_vs_eager"), ("eager", "gbps")} <= metrics
+    r = next(r for r in rows if r["metric"] == "time_ms")
+    assert r["status"] == "ok" and r["error_vs_fp64"] < 1e-6 and r["torch"] == torch.__version__
+    assert json.loads(r["params"]) == {"N": 8}
+    if not torch.cuda.is_available():
+        assert r["note"].startswith(R.CPU_NOTE)
+
+
+def test_wrong_result_is_not_timed():
+    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x * 3}), H.RunConfig(backends=["eager", "triton"]))
+    bad = [r for r in rows if r["backend"] == "triton"]
+    assert [r["status"] for r in bad if r["metric"] == "time_ms"] == ["wrong"]
+    assert not any(r["metric"] == "tflops" for r in bad)
+
+
+def test_failures_become_rows_and_run_goes_on():
+    def boom(x):
+        raise NotImplementedError("bf16 unsupported here")
+
+    def oom(x):
+        raise RuntimeError("CUDA out of memory. Tried to allocate")
+
+    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": boom}), H.RunConfig(backends=["eager", "triton", "compile-max-autotune"]))
+    st = {r["backend"]: r["status"] for r in rows if r["metric"] == "time_ms"}
+    assert st["eager"] == "ok" and st["triton"] == "unsupported"
+    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": oom}), H.RunConfig(backends=["eager", "triton"]))
+    assert {r["status"] for r in rows if r["backend"] == "triton"} == {"oom"}
+    if not torch.cuda.is_available():
+        rows = H.run_case(_case({"eager": lambda x: x * 2}), H.RunConfig(backends=["eager+graph"]))
+        assert rows[0]["status"] == "unsupported"
+    many = H.run_cases([_case({"eager": boom}), _case({"eager": lambda x: x * 2})], H.RunConfig(backends=["eager"]), progress=False)
+    assert {r["status"] for r in many if r["metric"] == "time_ms"} == {"unsupported", "ok"}
+
+
+def test_unknown_backend_and_register():
+    with pytest.raises(ValueError, match="unknown backend"):
+        H.build_backend("nope", _case({"eager": lambda x: x}))
+    H.register_backend("negate-twice")(lambda case: (lambda x: -(-case.fns["eager"](x))))
+    try:
+        rows = H.run_case(_case({"eager": lambda x: x * 2}), H.RunConfig(backends=["negate-twice"]))
+        assert rows[-1]["status"] == "ok"
+    finally:
+        H.BACKENDS.pop("negate-twice")
+
+
+def test_make_row_rejects_bad_status():
+    with pytest.raises(ValueError, match="status"):
+        R.make_row("s", "c", {}, "float32", "eager", "time_ms", 1.0, "ms", status="great")
+
+
+def test_write_and_read_rows(tmp_path):
+    rows = [R.make_row("unit", "c", {"N": 1}, torch.float32, "eager", "time_ms", 1.5, "ms")]
+    path = R.write_rows(rows + [{"case": "hand", "metric": "x", "value": 2}], tmp_path, "unit")
+    df = R.read_results(tmp_path)
+    assert path.exists() and (tmp_path / "unit.json").exists() and len(df) == 2
+    assert list(df.columns) == R.COLUMNS and df["suite"].eq("unit").all()
+
+
+def test_cli_flags_and_table(tmp_path, capsys):
+    assert cli.parse_shapes("8x16x32,4x4x4") == [(8, 16, 32), (4, 4, 4)]
+    assert cli.parse_dtypes("bf16,float32") == [torch.bfloat16, torch.float32]
+    with pytest.raises(SystemExit):
+        cli.parse_backends("eager,warp-drive")
+    assert cli.parse_backends("eager,triton+graph") == ["eager", "triton+graph"]
+
+    def build(quick):
+        return [_case({"eager": lambda x: x * 2, "triton": lambda x: x + x})]
+
+    rows = cli.main("unit", build, "d", ["--backends", "eager,triton", "--repeat", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "== unit on" in out and "double" in out and (tmp_path / "unit.csv").exists()
+    if not torch.cuda.is_available():
+        assert R.CPU_NOTE in out
+    with pytest.raises(SystemExit):
+        cli.main("unit", build, "d", ["--op", "nothing-matches", "--out", str(tmp_path)])
+    assert rows
+
+
+def test_cli_show_reads_committed(tmp_path, capsys):
+    d = tmp_path / "NVIDIA_X"
+    R.write_rows([R.make_row("unit", "c", {"N": 1}, "float32", "eager", "time_ms", 1.0, "ms")], d, "unit")
+    assert cli.show("unit", str(tmp_path)) == 0
+    assert "unit" in capsys.readouterr().out
+    assert cli.show("absent", str(tmp_path)) == 1
+
+
+def test_ops_quick_builds_every_family():
+    from bench import ops
+
+    names = {c.name for c in ops.build(quick=True)}
+    assert {"gemm", "linear_relu"} <= names
+    assert any(n.startswith("softmax") for n in names) and any(n.startswith("cross_entropy") for n in names)
+    assert any(n.startswith("layernorm") for n in names)
+
+
+def test_plot_writes_pngs(tmp_path):
+    from bench import plot
+
+    rows = []
+    for n in (8, 16, 32):
+        for b, t in (("eager", 2.0), ("triton", 1.0)):
+            rows.append(R.make_row("unit", "c", {"N": n}, "float32", b, "time_ms", t * n, "ms"))
+        rows.append(R.make_row("unit", "c", {"N": n}, "float32", "triton", "speedup_vs_eager", 2.0, "x"))
+    R.write_rows(rows, tmp_path, "unit")
+    assert plot.main([str(tmp_path)]) == 0
+    assert (tmp_path / "speedup_vs_eager.png").exists() and (tmp_path / "latency_c_float32.png").exists()
+
+
+def test_roofline_points_and_plot(tmp_path):
+    from bench import roofline
+
+    (tmp_path / "ceilings.json").write_text(json.dumps({"copy_gbps": 3000, "gemm_tflops": {"bfloat16": 800}}))
+    rows = [R.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", "tflops", 700, "TFLOP/s"),
+            R.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", "gbps", 300, "GB/s")]
+    R.write_rows(rows, tmp_path, "unit")
+    pts = roofline.points(R.read_results(tmp_path))
+    assert len(pts) == 1 and abs(pts["intensity"].iloc[0] - 700e12 / 300e9) < 1e-6
+    png = roofline.plot([str(tmp_path)], None, None)
+    assert png.exists()
