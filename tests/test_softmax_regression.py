@@ -111,10 +111,10 @@ def test_persistent_launches_match_single_steps():
         assert torch.equal(w2, w) and torch.equal(b2, b), f"after a launch of {n} steps"
         assert torch.equal(many.buf.state, one.buf.state)
     total = sum(splits)
-    assert many.buf.state.tolist() == [total % 6, total % 3, 0]
-    # between launches the accumulator and counter of the next two phases are clear
-    for p in (total % 3, (total + 1) % 3):
-        assert not many.buf.zacc[p].any() and int(many.buf.bar[p]) == 0
+    assert many.buf.state.tolist() == [total % 6, 0]
+    # every contribution was counted: 16 steps, one program here, rows (16 x 5 + 10) per epoch
+    counts = (many.buf.zacc[:, :, :C] & 255).sum().item()
+    assert counts == C * (2 * (16 * 5 + 10) + 4 * 16) * many.programs
     assert many.read_stats() == one.read_stats()
     # and the whole run agrees with float64 training on the same batches
     w_ref, b_ref = _reference_train(x, y, w0, b0, perm, B, lr, total)
@@ -146,16 +146,16 @@ def test_epoch_launch_matches_float64():
     assert_close(b, b_ref, torch.float32, name="b after 2 epochs", scale=3)
 
 
-def test_barrier_timeout_sets_flag():
+def test_wait_timeout_sets_flag():
     """Programs that can never all be resident (here: two programs in the interpreter, which runs them
-    one after the other) make the barrier give up after max_spin polls; read_stats then raises."""
+    one after the other) make the wait give up after max_spin polls; read_stats then raises."""
     if GPU:
-        pytest.skip("on a GPU two programs are co-resident: the barrier never times out")
+        pytest.skip("on a GPU two programs are co-resident: the wait never times out")
     N, K, C, B = 8, 32, 3, 8
     x, y, w, b = _data(N, K, C)
     t = S.FusedSGDStep(w, b, x, y, B, 0.1)
     S.launch(w, b, x, y, t.perm, t.buf, B, 0.1, t.config, block_k=16, max_spin=3)
-    with pytest.raises(RuntimeError, match="barrier"):
+    with pytest.raises(RuntimeError, match="timed out"):
         t.read_stats()
 
 
@@ -299,10 +299,10 @@ def test_bench_quick_runs(tmp_path):
 # GPU: real shapes, tf32, CUDA graphs, torch.compile, the full study's accuracy
 # ----------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", S.STEP_CONFIGS, ids=str)
-@pytest.mark.parametrize("B", [128, 96, 1, 200, 1024])
+@pytest.mark.parametrize("cfg,B", [(c, 128) for c in S.STEP_CONFIGS] + [(c, 200) for c in S.STEP_CONFIGS]
+                         + [(S.STEP_CONFIGS[0], b) for b in (1, 96, 1024)], ids=str)
 def test_gpu_step_real_shape(cfg, B):
-    """Every tuning config (13..49 programs meeting at the barrier) on the real shape, vs float64."""
+    """Every tuning config (13..49 programs exchanging logits) on the real shape, vs float64."""
     N, K, C = 1100, 784, 10
     x, y, w, b = _data(N, K, C, device="cuda")
     perm = torch.randperm(N, device="cuda")
@@ -340,7 +340,7 @@ def test_gpu_tf32_and_uint8(B):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", S.STEP_CONFIGS[:1] + S.STEP_CONFIGS[-1:], ids=str)
 def test_gpu_many_steps_vs_float64_and_bitwise(cfg):
-    """Barrier stress: 3 epochs of 40 steps in launches of every size, bitwise equal to one-step
+    """Stress of the cross-program exchange: 3 epochs of 40 steps in launches of every size, bitwise equal to one-step
     launches and to a repeat of itself (the fixed-point sums make the order of arrival irrelevant),
     and within tolerance of float64 training."""
     N, K, C, B, lr = 5000, 784, 10, 128, 0.1

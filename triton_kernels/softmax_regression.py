@@ -17,24 +17,28 @@ run, and every step it
   1. gathers X[batch rows, slice] (BLOCK_B x BLOCK_K, through perm: no shuffled copy of X; prefetched
      during the previous step, since it does not depend on W) and forms the partial logits
      Z_s = X_slice W_slice^T (BLOCK_B x 16, tl.dot);
-  2. adds Z_s into a shared accumulator with int64 atomics in fixed point (Z_s * 2^32): integer
-     addition is associative, so the sum is exact and independent of the arrival order (bitwise
-     reproducible, unlike fp32 atomics), with an absolute resolution of S * 2^-32 on the logits;
-  3. meets the other programs at a grid barrier (one per step: an acq_rel arrival counter, polled);
-  4. reads the full Z (8 KB, bypassing L1), computes softmax, loss, correct count and dz for the whole
-     batch (redundantly in every program: 2K exps, cheaper than another barrier), and updates its own
-     W slice in registers, W_s^T -= lr * X_slice^T dz (tl.dot), and its copy of b (identical in every
-     program: same Z, same arithmetic).
-So the only traffic between programs is Z (BLOCK_B x C int64 atomics per program per step) and one
-counter. Accumulators and counters are triple-buffered by a phase counter kept on the device: at phase
-p, after the barrier, program 0 clears buffer (p+2)%3, whose last readers finished before arriving at
-this barrier and whose next writers start only after the next one. The step index and phase live in
-device memory, so the same launch (or graph replay) serves every step and nothing needs a host sync.
+  2. adds Z_s to a shared accumulator with one int64 atomic per element, packed as
+     (Z_s * 2^32 as an integer) * 256 + 1: the value in the high 56 bits, a count of contributions in
+     the low 8. Integer addition is associative, so the sum is exact and independent of the order in
+     which programs arrive (bitwise reproducible, unlike fp32 atomics), with an absolute resolution of
+     S * 2^-32 on the logits (|partial logits| must stay below 2^22);
+  3. polls the accumulator (volatile loads, L1 bypassed) until every element's count says that all S
+     programs have added theirs: the data is its own barrier, with no fence, flag or counter, and one
+     L2 round trip when the others are already done;
+  4. computes softmax, loss, correct count and dz for the whole batch from the full Z (redundantly in
+     every program: 2K exps, cheaper than another exchange), and updates its own W slice in
+     registers, W_s^T -= lr * X_slice^T dz (tl.dot), and its copy of b (identical in every program:
+     same Z, same arithmetic).
+The accumulators are never cleared: step i uses buffer i % 2, and each program subtracts what the
+buffer held before (two's-complement wrap-around keeps the difference exact). Two buffers suffice: a
+program can add step i+2's partial to buffer i % 2 only once every program has added step i+1's,
+i.e. once every program has finished reading step i. The step index lives in device memory, so the
+same launch (or graph replay) serves every step and nothing needs a host sync.
 
 In the CPU interpreter programs run one after another, so there the kernel runs with one program
-(BLOCK_K >= K; the barrier is then passed at once). The barrier's poll loop is bounded: should the
-programs ever not be co-resident, the kernel sets an error flag instead of hanging, and
-:meth:`FusedSGDStep.read_stats` raises.
+(BLOCK_K >= K; the count is then complete at once). The poll loop is bounded: should the programs ever
+not be co-resident, the kernel sets an error flag instead of hanging, and :meth:`FusedSGDStep.read_stats`
+raises.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, registe
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
 FIX_SCALE = tl.constexpr(2.0 ** 32)  # fixed-point scale of the cross-program logit sums (|z| must stay below 2^31)
-MAX_SPIN = 1 << 20  # barrier polls before giving up (~1 s; only if programs were not co-resident)
+MAX_SPIN = 1 << 20  # polls before giving up (~1 s; only if the programs were not co-resident)
 X_DTYPES = (torch.float32, torch.uint8)
 INDEX_DTYPES = (torch.int32, torch.int64)
 PRECISIONS = ("ieee", "tf32")
@@ -60,44 +64,32 @@ PRECISIONS = ("ieee", "tf32")
 # Kernels
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
-def _load_batch(x_ptr, y_ptr, perm_ptr, s, valid, N, B, x_scale, stride_xn, stride_xk,
-                offs_b, offs_k, k_ok, X_IS_U8: tl.constexpr):
-    """Rows of step s: X[perm[s*B + r], slice] (BLOCK_B x BLOCK_K fp32), labels, row mask, row count."""
+def _batch_rows(perm_ptr, s, valid, N, B, offs_b):
+    """Step s's batch: dataset row indices perm[s*B + r] (int64), row mask, row count (0 if not valid)."""
     start = s.to(tl.int64) * B
     left = N - start
     n_rows = tl.where(left < B, left, B).to(tl.int32)  # the last batch of an epoch may be partial
-    row_ok = offs_b < tl.where(valid, n_rows, 0)  # valid: this step is part of the run (else no rows)
+    n_rows = tl.where(valid, n_rows, 0)  # valid: this step is part of the run
+    row_ok = offs_b < n_rows
     idx = tl.load(perm_ptr + start + offs_b, mask=row_ok, other=0).to(tl.int64)
+    return idx, row_ok, n_rows
+
+
+@triton.jit
+def _batch_data(x_ptr, y_ptr, idx, row_ok, x_scale, stride_xn, stride_xk, offs_k, k_ok, X_IS_U8: tl.constexpr):
+    """X[idx, slice] (BLOCK_B x BLOCK_K fp32) and the labels y[idx]."""
     label = tl.load(y_ptr + idx, mask=row_ok, other=0).to(tl.int32)
     x = tl.load(x_ptr + idx[:, None] * stride_xn + offs_k[None, :] * stride_xk,
                 mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
     if X_IS_U8:
         x = x * x_scale
-    return x, label, row_ok, n_rows
-
-
-@triton.jit
-def _grid_barrier(count_ptr, n_programs, max_spin, err_ptr):
-    """All programs arrive at *count_ptr (acq_rel: this CTA's earlier writes are published first),
-    then poll it (acquire) until every program has arrived. Bounded: on timeout sets *err_ptr and
-    returns a zero budget, so later barriers of the launch do not wait either (no hang, ever)."""
-    tl.debug_barrier()  # all threads' accumulator atomics precede the arrival
-    arrived = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu") + 1
-    spins = 0
-    while (arrived < n_programs) & (spins < max_spin):
-        arrived = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-        spins += 1
-    if arrived < n_programs:
-        tl.store(err_ptr, 1)
-        max_spin = 0
-    tl.debug_barrier()
-    return max_spin
+    return x, label
 
 
 @triton.jit
 def _sr_train_kernel(
     x_ptr, y_ptr, perm_ptr, w_ptr, b_ptr,
-    state_ptr, bar_ptr, zacc_ptr, loss_sum_ptr, correct_sum_ptr,
+    state_ptr, zacc_ptr, loss_sum_ptr, correct_sum_ptr,
     N, K, C, B, n_epoch_steps, n_run, lr, x_scale, max_spin,
     stride_xn, stride_xk, stride_wc, stride_wk,
     X_IS_U8: tl.constexpr, PRECISION: tl.constexpr,
@@ -107,14 +99,13 @@ def _sr_train_kernel(
 
     x_ptr: (N, K) fp32 (or uint8, scaled by x_scale) dataset, y_ptr: (N,) labels, perm_ptr: (N,) order,
     w_ptr: (C, K) fp32, b_ptr: (C,) fp32 (both updated in place),
-    state_ptr: (3,) int32 [step within the epoch, phase 0..2, error flag],
-    bar_ptr: (3,) int32 barrier counters, zacc_ptr: (3, BLOCK_B, BLOCK_C) int64 logit accumulators
-    (zero between launches), loss_sum_ptr: (1,) fp32, correct_sum_ptr: (1,) int32 running sums.
+    state_ptr: (2,) int32 [step within the epoch, error flag],
+    zacc_ptr: (2, BLOCK_B, BLOCK_C) int64 packed logit accumulators (never cleared: see _PACK),
+    loss_sum_ptr: (1,) fp32, correct_sum_ptr: (1,) int32 running sums.
     """
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     step0 = tl.load(state_ptr)
-    phase0 = tl.load(state_ptr + 1)
 
     offs_b = tl.arange(0, BLOCK_B)
     offs_c = tl.arange(0, BLOCK_C)
@@ -126,32 +117,43 @@ def _sr_train_kernel(
     wt_mask = c_ok[None, :] & k_ok[:, None]
     wt = tl.load(wt_ptrs, mask=wt_mask, other=0.0)
     bias = tl.load(b_ptr + offs_c, mask=c_ok, other=0.0)
+    # the accumulators as they stand (nothing writes them between launches): step i reads buffer i % 2
+    # and takes the difference from what that buffer held before
     z_offs = offs_b[:, None] * BLOCK_C + offs_c[None, :]
+    base = tl.load(zacc_ptr + z_offs, volatile=True)
+    base_next = tl.load(zacc_ptr + BLOCK_B * BLOCK_C + z_offs, volatile=True)
     loss_run = 0.0
     correct_run = 0
 
-    x, label, row_ok, n_rows = _load_batch(x_ptr, y_ptr, perm_ptr, step0, n_run > 0, N, B, x_scale,
-                                           stride_xn, stride_xk, offs_b, offs_k, k_ok, X_IS_U8)
+    # software pipeline: the rows of step i+1 and the indices of step i+2 are in flight during step i
+    idx, row_ok, n_rows = _batch_rows(perm_ptr, step0, n_run > 0, N, B, offs_b)
+    x, label = _batch_data(x_ptr, y_ptr, idx, row_ok, x_scale, stride_xn, stride_xk, offs_k, k_ok, X_IS_U8)
+    idx_n, row_ok_n, n_rows_n = _batch_rows(perm_ptr, (step0 + 1) % n_epoch_steps, n_run > 1, N, B, offs_b)
     for i in range(0, n_run):
         s = (step0 + i) % n_epoch_steps
-        phase = (phase0 + i) % 3
-        # 1-2. partial logits of this K slice -> the shared int64 fixed-point accumulator
-        zp = tl.dot(x, wt, input_precision=PRECISION)
-        zacc = zacc_ptr + phase * (BLOCK_B * BLOCK_C) + z_offs
+        zbuf = zacc_ptr + (i % 2) * (BLOCK_B * BLOCK_C) + z_offs
         zmask = row_ok[:, None] & c_ok[None, :]
-        tl.atomic_add(zacc, (zp * FIX_SCALE).to(tl.int64), mask=zmask, sem="relaxed", scope="gpu")
-        # prefetch the next step's rows (they do not depend on W) while the other programs catch up
-        x_n, label_n, row_ok_n, n_rows_n = _load_batch(
-            x_ptr, y_ptr, perm_ptr, (s + 1) % n_epoch_steps, i + 1 < n_run, N, B, x_scale,
-            stride_xn, stride_xk, offs_b, offs_k, k_ok, X_IS_U8)
-        # 3. every program's partial is in
-        max_spin = _grid_barrier(bar_ptr + phase, n_programs, max_spin, state_ptr + 2)
-        if pid == 0:  # clear the buffers of phase + 2 (last read before this barrier, next written after the next)
-            clear = (phase + 2) % 3
-            tl.store(zacc_ptr + clear * (BLOCK_B * BLOCK_C) + z_offs, tl.zeros((BLOCK_B, BLOCK_C), tl.int64))
-            tl.store(bar_ptr + clear, 0)
+        # 1-2. partial logits of this K slice, packed with a count of 1, into the shared accumulator
+        zp = tl.dot(x, wt, input_precision=PRECISION)
+        tl.atomic_add(zbuf, (zp * FIX_SCALE).to(tl.int64) * 256 + 1, mask=zmask, sem="relaxed", scope="gpu")
+        # issue the next step's loads (they do not depend on W) before waiting for the other programs
+        x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, x_scale, stride_xn, stride_xk, offs_k, k_ok,
+                                   X_IS_U8)
+        idx_nn, row_ok_nn, n_rows_nn = _batch_rows(perm_ptr, (s + 2) % n_epoch_steps, i + 2 < n_run, N, B, offs_b)
+        # 3. wait until every element of the batch holds all n_programs contributions (bounded)
+        tot = tl.load(zbuf, volatile=True)
+        missing = tl.sum(tl.where(zmask & (((tot - base) & 255) != n_programs), 1, 0))
+        spins = 0
+        while (missing > 0) & (spins < max_spin):
+            tot = tl.load(zbuf, volatile=True)
+            missing = tl.sum(tl.where(zmask & (((tot - base) & 255) != n_programs), 1, 0))
+            spins += 1
+        if missing > 0:  # the programs were not all resident: flag it, and never wait again
+            tl.store(state_ptr + 1, 1)
+            max_spin = 0
         # 4. full logits -> softmax cross-entropy, correct count, dz (fp32, the whole batch)
-        z = tl.load(zacc, mask=zmask, other=0, cache_modifier=".cg").to(tl.float32) * (1.0 / FIX_SCALE)
+        z = ((tot - base) >> 8).to(tl.float32) * (1.0 / FIX_SCALE)
+        base, base_next = base_next, tot
         z = tl.where(c_ok[None, :], z + bias[None, :], float("-inf"))
         m = tl.max(z, axis=1)
         e = tl.exp(z - m[:, None])
@@ -160,18 +162,18 @@ def _sr_train_kernel(
         z_y = tl.sum(tl.where(onehot, z, 0.0), axis=1)
         loss_run += tl.sum(tl.where(row_ok, m + tl.log(ssum) - z_y, 0.0), axis=0)
         correct_run += tl.sum(((tl.argmax(z, axis=1) == label) & row_ok).to(tl.int32), axis=0)
-        dz = (e / ssum[:, None] - onehot.to(tl.float32)) * (1.0 / n_rows.to(tl.float32))
+        dz = (e / ssum[:, None] - onehot.to(tl.float32)) * (1.0 / tl.maximum(n_rows, 1).to(tl.float32))
         dz = tl.where(zmask, dz, 0.0)
         # SGD on this program's slice (and its copy of b)
         wt -= lr * tl.dot(tl.trans(x), dz, input_precision=PRECISION)
         bias -= lr * tl.sum(dz, axis=0)
         x, label, row_ok, n_rows = x_n, label_n, row_ok_n, n_rows_n
+        idx_n, row_ok_n, n_rows_n = idx_nn, row_ok_nn, n_rows_nn
 
     tl.store(wt_ptrs, wt, mask=wt_mask)
-    if pid == 0:  # every program read step0/phase0 before the first barrier, which program 0 has passed
+    if pid == 0:  # every program read step0 before its first contribution, which program 0 has seen
         tl.store(b_ptr + offs_c, bias, mask=c_ok)
         tl.store(state_ptr, (step0 + n_run) % n_epoch_steps)
-        tl.store(state_ptr + 1, (phase0 + n_run) % 3)
         tl.store(loss_sum_ptr, tl.load(loss_sum_ptr) + loss_run)
         tl.store(correct_sum_ptr, tl.load(correct_sum_ptr) + correct_run)
 
@@ -185,7 +187,7 @@ def _cfg(bk, warps):
     return Config({"BLOCK_K": bk}, warps, 1)
 
 
-STEP_CONFIGS = [_cfg(16, 4), _cfg(16, 2), _cfg(16, 8), _cfg(32, 4), _cfg(32, 8), _cfg(64, 4), _cfg(64, 8)]
+STEP_CONFIGS = [_cfg(16, 8), _cfg(16, 4), _cfg(16, 16), _cfg(32, 8), _cfg(32, 4), _cfg(64, 8), _cfg(64, 16)]
 INTERPRET_CONFIG = _cfg(0, 4)  # BLOCK_K 0: one program over all of K (the interpreter runs programs in turn)
 _tuner = register_tuner(Autotuner("softmax_regression_train", _sr_train_kernel, STEP_CONFIGS,
                                   interpret_config=INTERPRET_CONFIG))
@@ -266,18 +268,17 @@ def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None
 class StepBuffers:
     """Static device state of the fused training (allocated once, zeroed; nothing is allocated per step)."""
 
-    state: torch.Tensor         # (3,) int32: [step within the epoch, phase 0..2, error flag]
+    state: torch.Tensor         # (2,) int32: [step within the epoch, error flag]
     loss_sum: torch.Tensor      # (1,) fp32: running sum of per-example losses
     correct_sum: torch.Tensor   # (1,) int32: running count of correct predictions
-    bar: torch.Tensor           # (3,) int32: grid-barrier arrival counters, one per phase
-    zacc: torch.Tensor          # (3, BLOCK_B, 16) int64: fixed-point logit accumulators, one per phase
+    zacc: torch.Tensor          # (2, BLOCK_B, 16) int64: packed logit accumulators (value * 256 + count)
 
     @classmethod
     def allocate(cls, batch_size: int, device) -> "StepBuffers":
         i32 = dict(device=device, dtype=torch.int32)
-        return cls(torch.zeros(3, **i32), torch.zeros(1, device=device, dtype=torch.float32),
-                   torch.zeros(1, **i32), torch.zeros(3, **i32),
-                   torch.zeros(3, block_b_for(batch_size), BLOCK_C, device=device, dtype=torch.int64))
+        return cls(torch.zeros(2, **i32), torch.zeros(1, device=device, dtype=torch.float32),
+                   torch.zeros(1, **i32), torch.zeros(2, block_b_for(batch_size), BLOCK_C, device=device,
+                                                      dtype=torch.int64))
 
     @property
     def step(self) -> torch.Tensor:
@@ -291,10 +292,10 @@ class StepBuffers:
         return StepBuffers(*(t.clone() for t in self.tensors()))
 
     def check(self) -> None:
-        """Raise if a barrier ever timed out (the results of that launch are not to be trusted)."""
-        if int(self.state[2].item()):
-            raise RuntimeError("fused softmax-regression step: a grid barrier timed out (programs not "
-                               "co-resident?); weights are unreliable")
+        """Raise if a wait for the other programs ever timed out (that launch's results are unreliable)."""
+        if int(self.state[1].item()):
+            raise RuntimeError("fused softmax-regression step: the wait for the other programs timed out "
+                               "(programs not co-resident?); the weights are unreliable")
 
 
 def launch(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: float, cfg: Config,
@@ -306,7 +307,7 @@ def launch(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: floa
     C = weight.shape[0]
     bk = block_k or block_k_for(cfg, K, x.device)
     _launch(_sr_train_kernel, (triton.cdiv(K, bk),),
-            x, y, perm, weight, bias, buf.state, buf.bar, buf.zacc, buf.loss_sum, buf.correct_sum,
+            x, y, perm, weight, bias, buf.state, buf.zacc, buf.loss_sum, buf.correct_sum,
             N, K, C, batch_size, triton.cdiv(N, batch_size), n_run, float(lr), 1.0 / 255.0, max_spin,
             x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
             X_IS_U8=x.dtype == torch.uint8, PRECISION=precision,
@@ -421,11 +422,11 @@ class FusedSGDStep:
 # torch op registration (so torch.compile(fullgraph=True) traces through a training step)
 # ----------------------------------------------------------------------------------------------------
 @torch.library.triton_op("tk::softmax_regression_sgd_step",
-                         mutates_args=("weight", "bias", "state", "loss_sum", "correct_sum", "bar", "zacc"))
+                         mutates_args=("weight", "bias", "state", "loss_sum", "correct_sum", "zacc"))
 def _sgd_step_op(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
-                 state: torch.Tensor, loss_sum: torch.Tensor, correct_sum: torch.Tensor, bar: torch.Tensor,
-                 zacc: torch.Tensor, batch_size: int, lr: float, precision: str) -> None:
-    buf = StepBuffers(state, loss_sum, correct_sum, bar, zacc)
+                 state: torch.Tensor, loss_sum: torch.Tensor, correct_sum: torch.Tensor, zacc: torch.Tensor,
+                 batch_size: int, lr: float, precision: str) -> None:
+    buf = StepBuffers(state, loss_sum, correct_sum, zacc)
     cfg = pick_config(weight, bias, x, y, perm, batch_size, lr, precision)
     launch_step(weight, bias, x, y, perm, buf, batch_size, lr, cfg, precision)
 
@@ -434,7 +435,7 @@ def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch
              buf: StepBuffers, batch_size: int, lr: float, precision: str = "ieee") -> None:
     """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place)."""
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
-    if tuple(buf.zacc.shape) != (3, block_b_for(batch_size), BLOCK_C):
+    if tuple(buf.zacc.shape) != (2, block_b_for(batch_size), BLOCK_C):
         raise ValueError(f"buf was allocated for another batch size: zacc {tuple(buf.zacc.shape)}")
     torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *buf.tensors(), batch_size,
                                              float(lr), precision)
