@@ -122,8 +122,8 @@ def _sr_train_kernel(
     z_offs = offs_b[:, None] * BLOCK_C + offs_c[None, :]
     base = tl.load(zacc_ptr + z_offs, volatile=True)
     base_next = tl.load(zacc_ptr + BLOCK_B * BLOCK_C + z_offs, volatile=True)
-    loss_run = 0.0
-    correct_run = 0
+    loss_run = tl.load(loss_sum_ptr)  # running sums continued step by step: the same rounding however
+    correct_run = tl.load(correct_sum_ptr)  # the steps are split into launches
 
     # software pipeline: the rows of step i+1 and the indices of step i+2 are in flight during step i
     idx, row_ok, n_rows = _batch_rows(perm_ptr, step0, n_run > 0, N, B, offs_b)
@@ -174,8 +174,8 @@ def _sr_train_kernel(
     if pid == 0:  # every program read step0 before its first contribution, which program 0 has seen
         tl.store(b_ptr + offs_c, bias, mask=c_ok)
         tl.store(state_ptr, (step0 + n_run) % n_epoch_steps)
-        tl.store(loss_sum_ptr, tl.load(loss_sum_ptr) + loss_run)
-        tl.store(correct_sum_ptr, tl.load(correct_sum_ptr) + correct_run)
+        tl.store(loss_sum_ptr, loss_run)
+        tl.store(correct_sum_ptr, correct_run)
 
 
 # ----------------------------------------------------------------------------------------------------
