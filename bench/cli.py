@@ -173,7 +173,7 @@ def main(suite: str, build: Callable[..., list[Case]], description: str, argv: S
     if not cases:
         raise SystemExit("no case matches the filters")
     cfg = RunConfig(backends=parse_backends(args.backends), rounds=args.repeat, seed=args.seed)
-    rows = run_cases(cases, cfg)
+    rows = run_cases(cases, cfg, on_rows=lambda rs: R.write_rows(rs, args.out, suite, tag=tag))
     rows += autotune_rows(suite)
     print_table([r for r in rows if r["case"] != "autotune"], suite)
     path = R.write_rows(rows, args.out, suite, tag=tag)

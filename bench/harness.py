@@ -414,7 +414,10 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
     return rows
 
 
-def run_cases(cases: Sequence[Case], cfg: RunConfig, progress: bool = True) -> list[dict]:
+def run_cases(cases: Sequence[Case], cfg: RunConfig, progress: bool = True,
+              on_rows: Callable[[list[dict]], Any] | None = None) -> list[dict]:
+    """Run every case; ``on_rows(all_rows_so_far)`` is called after each case (the CLI saves there, so
+    an interrupted run keeps every finished case)."""
     rows: list[dict] = []
     for i, case in enumerate(cases):
         if progress:
@@ -428,4 +431,6 @@ def run_cases(cases: Sequence[Case], cfg: RunConfig, progress: bool = True) -> l
                                    status=_classify(e), note=f"{type(e).__name__}: {e}"[:300]))
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+        if on_rows is not None:
+            on_rows(rows)
     return rows

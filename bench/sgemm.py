@@ -510,7 +510,10 @@ def suite_steptime(args) -> list[dict]:
             graph_ok=True))
     cfg = H.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
                       target_ms=200.0)
-    rows += H.run_cases(cases, cfg)
+    save = None
+    if not args.no_write:  # keep every finished case if the run is cut short
+        save = lambda rs: R.write_rows(rows + rs, args.out, SUITE, tag=args.suite)  # noqa: E731
+    rows += H.run_cases(cases, cfg, on_rows=save)
     for r in rows:  # the seed's eager step time beside ours
         if r["case"] == "train_step" and r["metric"] == "time_ms" and r["backend"] == "eager":
             p = json.loads(r["params"])
