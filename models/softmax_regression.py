@@ -17,7 +17,7 @@ sums are accumulated on the device and read by the host only in :meth:`Trainer.r
                          launched from Python every step
     triton+graph         that one-kernel step captured in a CUDA graph, replayed once per step
     triton+persistent    one persistent launch per epoch: the same kernel runs every step of the epoch
-                         (programs meet at a grid barrier each step; no launch between steps)
+                         (programs exchange logits through device memory each step; no launch between)
     triton+epoch-graph   that persistent launch captured in a CUDA graph, replayed once per epoch
 """
 from __future__ import annotations
