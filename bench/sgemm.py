@@ -482,8 +482,10 @@ def suite_steptime(args) -> list[dict]:
     default = "eager,triton" if INTERPRET else "eager,compile,triton,triton+graph"
     backends = [b.strip() for b in (args.backends or default).split(",") if b.strip()]
     data = sgemm_data.load(args.data, target=args.target, seed=args.seed, max_rows=args.max_rows, device=device)
-    rows, cases = [], []
-    for name in _family_depths(args):
+    rows: list[dict] = []
+    cfg = H.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
+                      target_ms=200.0)
+    for name in _family_depths(args):  # agreement, then timing, then save: one model at a time
         cls, depth = parse_name(name)
         B = min(args.batch, len(data.train))
         params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": B,
@@ -493,6 +495,7 @@ def suite_steptime(args) -> list[dict]:
         rows.append(R.make_row(SUITE, "loss_agreement", params, "float32", "triton", f"loss_rel_diff_{args.steps}_steps",
                                rel, "", error_vs_fp64=None, status=status,
                                note=f"eager {le:.7g} vs triton {lt:.7g}, tolerance {LOSS_AGREEMENT:g}"))
+        print(f"{name}: loss agreement after {args.steps} steps: rel diff {rel:.3g} ({status})", flush=True)
         fns = _step_fns(name, args, device)
         built = {}
         for b in ("eager", "compile", "triton"):
@@ -503,17 +506,14 @@ def suite_steptime(args) -> list[dict]:
             built[b] = _lazy(fns[b])
         W, L = args.width, depth
         flops = 3 * 2 * B * W * W * L  # forward + two backward GEMMs per layer
-        cases.append(H.Case(
+        case = H.Case(
             suite=SUITE, name="train_step", params=params, dtype=torch.float32,
             inputs=lambda seed, dev, B=B: (data.train.x[:B].contiguous(), data.train.y[:B].contiguous()),
             fns=built, reference=None, flops=flops, bytes=0.0, kind="model", backward=True,
-            graph_ok=True))
-    cfg = H.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
-                      target_ms=200.0)
-    save = None
-    if not args.no_write:  # keep every finished case if the run is cut short
-        save = lambda rs: R.write_rows(rows + rs, args.out, SUITE, tag=args.suite)  # noqa: E731
-    rows += H.run_cases(cases, cfg, on_rows=save)
+            graph_ok=True)
+        rows += H.run_cases([case], cfg)
+        if not args.no_write:  # keep every finished model if the run is cut short
+            R.write_rows(rows, args.out, SUITE, tag=args.suite)
     for r in rows:  # the seed's eager step time beside ours
         if r["case"] == "train_step" and r["metric"] == "time_ms" and r["backend"] == "eager":
             p = json.loads(r["params"])
