@@ -12,14 +12,17 @@ from .conftest import DEVICE, GPU
 REF_ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu}
 
 
-def _reference(a, b, bias, res, act):
+def _reference(a, b, bias, res, act, relu_mask=None):
+    """float64 reference. relu_mask: which pre-activations the kernel saw as positive. At the ReLU kink a
+    pre-activation within rounding of 0 can take either side, and each such flip moves a whole gradient
+    entry; so the reference takes the kernel's side there (the forward value is unaffected)."""
     a64, b64 = a.detach().double().cpu().requires_grad_(), b.detach().double().cpu().requires_grad_()
     bias64 = bias.detach().double().cpu().requires_grad_() if bias is not None else None
     res64 = res.detach().double().cpu().requires_grad_() if res is not None else None
     z = a64 @ b64
     if bias64 is not None:
         z = z + bias64
-    y = REF_ACT[act](z)
+    y = z * relu_mask.cpu() if (act == "relu" and relu_mask is not None) else REF_ACT[act](z)
     if res64 is not None:
         y = y + res64
     return y, (a64, b64, bias64, res64)
@@ -36,11 +39,15 @@ def _check(M, N, K, dtype, act, has_bias=True, has_res=False, transpose_a=False,
     for t in ts:
         t.requires_grad_()
     y = G.gemm(a, b, bias, res, act, precision)
-    y_ref, leaves = _reference(a, b, bias, res, act)
+    mask = None
+    if act == "relu":
+        with torch.no_grad():
+            mask = (G.gemm(a, b, bias, None, "none", precision) > 0).double()
+    y_ref, leaves = _reference(a, b, bias, res, act, mask)
     tf32 = precision == "tf32" and GPU
     # Triton's tf32 operand conversion truncates (cuBLAS rounds): on 4096^3 we measured 7.8e-4 vs cuBLAS's
-    # 2.9e-4 relative error, so the tf32 entry of the table gets a 2x allowance here.
-    scale = 2.0 if tf32 else 1.0
+    # 2.9e-4 relative error, so the tf32 entry of the table gets a 3x allowance here.
+    scale = 3.0 if tf32 else 1.0
     assert_close(y, y_ref, dtype, tf32=tf32, name="C", scale=scale)
     g = torch.randn_like(y)
     y.backward(g)

@@ -67,7 +67,13 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
     def reference(x, w, b, *gy):
         x64, w64, b64 = (t.detach().double().requires_grad_(backward) for t in (x, w, b))
         with torch.enable_grad():
-            y = f(F.linear(x64, w64, b64))
+            z = F.linear(x64, w64, b64)
+            if act == "relu" and backward:
+                # at the kink, take the side the low-precision pre-activation took (a flip there moves a
+                # whole gradient entry and says nothing about the kernel)
+                y = z * (F.linear(x.detach(), w.detach(), b.detach()) > 0).double()
+            else:
+                y = f(z)
             if not backward:
                 return y.detach()
             return (y.detach(), *torch.autograd.grad(y, (x64, w64, b64), gy[0].double()))
