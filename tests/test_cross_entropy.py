@@ -138,6 +138,36 @@ def test_accuracy_ties_take_first_max():
     assert correct.item() == 2
 
 
+def test_accuracy_ties_across_chunks(monkeypatch):
+    """Chunked rows keep a per-lane first maximum; the row's argmax is the smallest such index."""
+    monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 4)
+    logits = torch.randn(4, 13, device=DEVICE)
+    logits[0, [6, 8, 12]] = 9.0    # lane 2 of chunk 1 comes before lane 0 of chunk 2
+    logits[1, [3, 4]] = 9.0        # last lane of chunk 0 vs first lane of chunk 1
+    logits[2, [1, 5, 9]] = 9.0     # the same lane in three chunks
+    logits[3, 12] = 9.0            # the maximum in the ragged last chunk
+    want = torch.tensor([6, 3, 1, 12], device=DEVICE)
+    for shift, n_correct in ((0, 4), (1, 0)):
+        _, correct = CE.cross_entropy(logits, (want + shift) % 13, return_correct=True)
+        assert correct.item() == n_correct
+
+
+def test_minus_inf_logits_chunked(monkeypatch):
+    """-inf logits (masked classes) are skipped by the chunked online sum: finite loss and gradient."""
+    monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 4)
+    logits = torch.randn(5, 11, device=DEVICE)
+    logits[:, :5] = -float("inf")
+    target = torch.randint(5, 11, (5,), device=DEVICE)
+    x = logits.clone().requires_grad_()
+    loss = CE.cross_entropy(x, target)
+    loss.backward()
+    x64 = logits.double().requires_grad_()
+    ref = F.cross_entropy(x64, target)
+    ref.backward()
+    assert_close(loss, ref.detach(), torch.float32)
+    assert_close(x.grad, x64.grad, torch.float32)
+
+
 def test_no_grad_and_empty_batch():
     logits, target = _inputs(9, 21)
     with torch.no_grad():

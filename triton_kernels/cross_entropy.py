@@ -18,8 +18,10 @@ The same sweep counts the rows whose argmax (first maximal index, as torch.argma
 
 Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid, pid + P, ...). A row
 that fits one block (V <= BLOCK_V) is held in registers: one read, one write. Longer rows (vocabularies
-up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps the running max, the rescaled sum of
-exponentials, the argmax and the smoothing sum; sweep 2 goes over the chunks in reverse order (most
+up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps, per lane (column of the chunk), the running max,
+the rescaled sum of exponentials (one exp per element), the first argmax and the smoothing sum -- no
+cross-warp reduction inside the loop, so warps stream independently -- and merges the lanes once per
+row; sweep 2 goes over the chunks in reverse order (most
 recently read chunks first, while they are still in L2) and writes the gradient. Each program keeps its
 loss / weight / correct sums in registers and writes one partial per program; a one-program finalize
 kernel adds the P partials -- no atomics, deterministic. For "mean" with a gradient, the denominator
@@ -34,7 +36,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemm import _is_fake, _launch
+from .gemm import _is_fake
+from .softmax import _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -128,6 +131,7 @@ def _ce_fwd_kernel(
         if HAS_WEIGHT:
             w_t = tl.load(weight_ptr + t_safe)
         w_t = tl.where(valid, w_t, 0.0)
+        x_t = tl.load(x_row + t_safe.to(tl.int64) * stride_lv).to(tl.float32)  # issued early: hides latency
 
         # ---- sweep 1: max, sum of exponentials, argmax, smoothing sum
         if ONE_CHUNK:
@@ -144,20 +148,23 @@ def _ce_fwd_kernel(
                 else:
                     sx = tl.sum(tl.where(mask, x, 0.0), axis=0)
         else:
-            m = NEG_INF
-            s = 0.0
-            best = 0
+            # per-lane online max / sum / first argmax: no cross-warp reduction inside the loop (warps
+            # stream independently); one exp per element: exp(-|x - m|) rescales whichever side is smaller
+            m_vec = tl.full((BLOCK_V,), NEG_INF, tl.float32)
+            s_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
+            i_vec = tl.zeros((BLOCK_V,), dtype=tl.int32)
             sx_acc = tl.zeros((BLOCK_V,), dtype=tl.float32)
             for start in range(0, V, BLOCK_V):
                 c = start + cols
                 mask = c < V
                 xc = tl.load(x_row + c * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
-                cmax, cidx = tl.max(xc, axis=0, return_indices=True)
-                best = tl.where(cmax > m, start + cidx, best)  # strict: keeps the first maximum
-                m_new = tl.maximum(m, cmax)
-                m_safe = tl.where(m_new == NEG_INF, 0.0, m_new)
-                s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(xc - m_safe), axis=0)
-                m = m_new
+                up = xc > m_vec  # strict: a lane keeps its first maximum
+                hi = tl.maximum(m_vec, xc)
+                lo = tl.minimum(m_vec, xc)
+                e = tl.exp(lo - tl.where(hi == NEG_INF, 0.0, hi))  # both -inf: exp(-inf) = 0
+                s_vec = tl.where(up, s_vec * e + 1.0, s_vec + e)
+                i_vec = tl.where(up, c, i_vec)
+                m_vec = hi
                 if SMOOTH:
                     if HAS_WEIGHT:
                         wc = tl.load(weight_ptr + c, mask=mask, other=0.0)
@@ -165,11 +172,14 @@ def _ce_fwd_kernel(
                     else:
                         sx_acc += tl.where(mask, xc, 0.0)
             sx = tl.sum(sx_acc, axis=0)
+            m = tl.max(m_vec, axis=0)
+            # first maximal index: the smallest lane-first index among lanes holding the row maximum
+            best = tl.min(tl.where(m_vec == m, i_vec, 2147483647), axis=0)
             m_safe = tl.where(m == NEG_INF, 0.0, m)
+            s = tl.sum(s_vec * tl.exp(m_vec - m_safe), axis=0)
         lse = m_safe + tl.log(s)
 
         # ---- the row's loss and correctness
-        x_t = tl.load(x_row + t_safe.to(tl.int64) * stride_lv).to(tl.float32)
         loss = w_t * (lse - x_t)
         if SMOOTH:
             loss = (1.0 - eps) * loss + tl.where(valid, (eps / V) * (w_total * lse - sx), 0.0)
@@ -253,13 +263,22 @@ def _ce_scale_grad_kernel(grad_ptr, go_ptr, M, V, stride_gm, stride_go, BLOCK_V:
 # Autotuning space: chunk size, warps, programs per SM (the persistent grid)
 # ----------------------------------------------------------------------------------------------------
 def _configs(V: int) -> list[Config]:
+    """Candidates, best guess first (the first runs when tuning is off and under torch.compile tracing).
+
+    Long rows: the gradient sweep re-reads each row right after the statistics sweep; that re-read is
+    served by L2 only while the rows in flight (programs x row bytes) stay well inside the 50 MB L2,
+    e.g. 132 programs x 128 KB (32000 fp32) = 17 MB. So the first guess is one 16-warp program per SM
+    with 8192-wide chunks (16 values = four 16-byte loads per thread, 32 KB in flight per SM), and the
+    other candidates keep 4..16 values per thread (more would spill the per-lane accumulators).
+    """
     if next_power_of_2(V) <= MAX_ONE_CHUNK_V:
         bv = next_power_of_2(V)
         out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
                if w * 32 <= max(bv // 4, 32) and w * p <= 64]
     else:
-        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for bv in (4096, 8192, 2048) for w in (8, 16, 4)
-               for p in (2, 4, 1, 8) if bv >= w * 32 * 4 and w * p <= 64]
+        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1)
+               for bv, w, p in ((8192, 16, 1), (4096, 8, 2), (8192, 16, 2), (4096, 8, 1), (4096, 16, 1),
+                                (2048, 4, 4), (8192, 8, 1), (4096, 8, 4), (2048, 8, 2), (16384, 32, 1))]
     return out
 
 

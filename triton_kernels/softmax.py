@@ -25,13 +25,27 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemm import _is_fake, _launch
+from .gemm import _is_fake
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Longest row (rounded up to a power of two) handled by the one-block-per-row kernels; longer rows
 # use the looped kernels. 16384 fp32 values per row = 64 KB of registers per program.
 MAX_FUSED_N = 16384
+
+
+
+
+def _launch(kernel, grid, *args, **kwargs):
+    """Launch a jitted kernel. Real tensors go straight to Triton's launcher; only while torch.compile
+    traces (fake / functional tensors) is the launch wrapped with `wrap_triton`. The wrapped path
+    dispatches a higher-order op on every call, which costs far more host time (hundreds of us) than
+    these memory-bound kernels take on the GPU when a launcher is called outside the torch op (the
+    backward functions, the benchmarks)."""
+    if INTERPRET or not _is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
+        kernel[grid](*args, **kwargs)
+    else:
+        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------
