@@ -57,6 +57,25 @@ def test_two_dim_normalized_shape(shape, normalized, variant):
     _check(torch.randn(*shape, device=DEVICE), normalized)
 
 
+@pytest.mark.parametrize("which", ["params_only", "x_only"])
+def test_partial_gradients(which, variant):
+    """Only the parameters (frozen input) or only the input (frozen parameters) need a gradient."""
+    x = torch.randn(7, 3, 19, device=DEVICE) * 2 + 1
+    w = torch.randn(3, 19, device=DEVICE) + 1
+    b = torch.randn(3, 19, device=DEVICE)
+    grad_x, grad_p = which == "x_only", which == "params_only"
+    xs, ws, bs = (t.clone().requires_grad_(r) for t, r in ((x, grad_x), (w, grad_p), (b, grad_p)))
+    y = LN.layer_norm(xs, (3, 19), ws, bs)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ref = [t.double().requires_grad_(r) for t, r in ((x, grad_x), (w, grad_p), (b, grad_p))]
+    F.layer_norm(ref[0], (3, 19), ref[1], ref[2]).backward(g.double())
+    for name, t, r in zip(("dx", "dw", "db"), (xs, ws, bs), ref):
+        assert (t.grad is None) == (r.grad is None), name
+        if t.grad is not None:
+            assert_close(t.grad, r.grad, torch.float32, name=name)
+
+
 @pytest.mark.parametrize("affine,bias", [(False, False), (True, False)])
 def test_without_affine_or_bias(affine, bias, variant):
     _check(torch.randn(6, 45, device=DEVICE), (45,), affine=affine, bias=bias)

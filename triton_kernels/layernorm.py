@@ -16,8 +16,9 @@ Tilings:
 * Long rows (e.g. 256 x 1008 = 258048 values): each row is cut into S segments so that M * S programs
   fill the GPU. The stats kernel gives each segment's (mean, M2) (Chan's parallel variance, merged
   chunk by chunk), and the consumer kernels merge the S partials of their row before normalising their
-  segment. The backward reduces the two row sums per segment the same way, and computes dw / db in a
-  column kernel (tiles of BLOCK_D columns, a group of rows each) followed by `_sum_rows_kernel`.
+  segment. The backward reduces the two row sums per segment the same way; then one kernel over
+  (column tile, row group) programs reads x and dy once more, writes dx and accumulates the group's
+  dw / db partials in registers, and `_sum_rows_kernel` adds the few group partials.
 * LayerNorm -> ReLU -> MaxPool1d over x (B, C, L): the long-row stats kernel, then one kernel whose
   programs each cover a segment of the (C, L // k) output: for every output it loads the k taps,
   normalises them, takes the max and then the ReLU (relu(max) = max(relu)), and stores it.
@@ -247,65 +248,48 @@ def _ln_bwd_stats_kernel(
 
 
 @triton.jit
-def _ln_bwd_dx_kernel(
-    x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, pc1_ptr, pc2_ptr,
-    D, stride_xm, stride_dym, stride_dxm, SEG, S,
-    HAS_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+def _ln_bwd_tile_kernel(
+    x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, pc1_ptr, pc2_ptr, part_ptr,
+    M, D, stride_xm, stride_dym, stride_dxm, S, ROWS_PER_GROUP,
+    HAS_W: tl.constexpr, NEED_DX: tl.constexpr, NEED_PARTS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
-    """Program (row, s): dx on segment s, from the row's summed partials."""
-    row = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
-    offs = tl.arange(0, BLOCK_S)
-    c1 = tl.sum(tl.load(pc1_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
-    c2 = tl.sum(tl.load(pc2_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
-    mean = tl.load(mean_ptr + row)
-    rstd = tl.load(rstd_ptr + row)
-    cols = tl.arange(0, BLOCK_D)
-    start = s * SEG
-    end = tl.minimum(start + SEG, D)
-    for off in range(start, end, BLOCK_D):
-        c = off + cols
-        mask = c < end
-        x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
-        g = tl.load(dy_ptr + row * stride_dym + c, mask=mask, other=0.0).to(tl.float32)
-        if HAS_W:
-            g = g * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-        xhat = (x - mean) * rstd
-        dx = (g - xhat * c1 - c2) * rstd
-        tl.store(dx_ptr + row * stride_dxm + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _ln_dwdb_kernel(
-    x_ptr, dy_ptr, mean_ptr, rstd_ptr, part_ptr,
-    M, D, stride_xm, stride_dym, ROWS_PER_GROUP,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    """Program (column block, row group): sum over the group's rows of dy * xhat and dy for BLOCK_D
-    columns -> part (G, 2, D) fp32 (then summed over G by _sum_rows_kernel)."""
+    """Program (column tile, row group): for each row of the group, dx on BLOCK_D columns (from the
+    row's summed segment partials pc1 / pc2, (M, S)), while dw = sum dy * xhat and db = sum dy over the
+    group's rows accumulate in registers -> part (G, 2, D) fp32. One read of x and dy serves dx, dw and
+    db; the group's partial row is summed over G by _sum_rows_kernel."""
     pid_d = tl.program_id(0)
     gid = tl.program_id(1)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     cmask = cols < D
-    rows0 = tl.arange(0, BLOCK_M)
-    dw = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    db = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    offs = tl.arange(0, BLOCK_S)
+    w = 1.0
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db = tl.zeros((BLOCK_D,), dtype=tl.float32)
     r_start = gid * ROWS_PER_GROUP
     r_end = tl.minimum(r_start + ROWS_PER_GROUP, M)
-    for r0 in range(r_start, r_end, BLOCK_M):
-        rows = r0 + rows0
-        rmask = rows < r_end
-        m = rmask[:, None] & cmask[None, :]
-        r64 = rows[:, None].to(tl.int64)
-        x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + r64 * stride_dym + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
-        dw += dy * (x - mean[:, None]) * rstd[:, None]
-        db += dy
-    base = part_ptr + gid.to(tl.int64) * 2 * D
-    tl.store(base + cols, tl.sum(dw, axis=0), mask=cmask)
-    tl.store(base + D + cols, tl.sum(db, axis=0), mask=cmask)
+    row = r_start.to(tl.int64) - 1  # 64-bit row index (rows * stride can exceed 2**31)
+    for _ in range(r_start, r_end):
+        row += 1
+        x = tl.load(x_ptr + row * stride_xm + cols, mask=cmask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        if NEED_DX:
+            c1 = tl.sum(tl.load(pc1_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
+            c2 = tl.sum(tl.load(pc2_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
+            dx = (dy * w - xhat * c1 - c2) * rstd
+            tl.store(dx_ptr + row * stride_dxm + cols, dx.to(dx_ptr.dtype.element_ty), mask=cmask)
+        if NEED_PARTS:
+            dw += dy * xhat
+            db += dy
+    if NEED_PARTS:
+        base = part_ptr + gid.to(tl.int64) * 2 * D
+        tl.store(base + cols, dw, mask=cmask)
+        tl.store(base + D + cols, db, mask=cmask)
 
 
 @triton.jit
@@ -479,29 +463,31 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
         parts = run(cfg)
     else:
         bd = _long_block()
+        pc1 = pc2 = x2  # dummies when dx is not needed
+        S = 1
         if need_dx:
             seg, S = _segments(M, D, bd, dev)
             pc1 = torch.empty((M, S), device=dev, dtype=torch.float32)
             pc2 = torch.empty((M, S), device=dev, dtype=torch.float32)
             _launch(_ln_bwd_stats_kernel, (M, S), x2, w, dy, mean, rstd, pc1, pc2, D, x2.stride(0), dy.stride(0),
                     seg, S, HAS_W=weight is not None, BLOCK_D=bd, num_warps=8)
-            _launch(_ln_bwd_dx_kernel, (M, S), x2, w, dy, dx, mean, rstd, pc1, pc2, D, x2.stride(0),
-                    dy.stride(0), dx.stride(0), seg, S, HAS_W=weight is not None, BLOCK_D=bd,
-                    BLOCK_S=next_power_of_2(S), num_warps=8)
-        if need_parts:
-            bm, bdc = (8, 64) if INTERPRET else (16, 256)
-            n_dblocks = triton.cdiv(D, bdc)
-            groups = max(1, min(triton.cdiv(M, bm), triton.cdiv(4 * _num_sms(dev), n_dblocks)))
-            rpg = triton.cdiv(triton.cdiv(M, groups), bm) * bm
-            groups = triton.cdiv(M, rpg)
-            parts = torch.empty((groups, 2, D), device=dev, dtype=torch.float32)
-            _launch(_ln_dwdb_kernel, (n_dblocks, groups), x2, dy, mean, rstd, parts, M, D, x2.stride(0),
-                    dy.stride(0), rpg, BLOCK_M=bm, BLOCK_D=bdc, num_warps=4)
+        # dx, dw and db in one sweep over (column tile, row group) programs: enough groups to give
+        # ~4 programs per SM; the (G, 2, D) partials are few (G <= M) and summed below
+        n_tiles = triton.cdiv(D, bd)
+        groups = max(1, min(M, triton.cdiv(4 * _num_sms(dev), n_tiles)))
+        rpg = triton.cdiv(M, groups)
+        groups = triton.cdiv(M, rpg)
+        parts = torch.empty((groups, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
+        _launch(_ln_bwd_tile_kernel, (n_tiles, groups), x2, w, dy, dx if dx is not None else x2, mean, rstd,
+                pc1, pc2, parts, M, D, x2.stride(0), dy.stride(0), dx.stride(0) if dx is not None else 0, S, rpg,
+                HAS_W=weight is not None, NEED_DX=need_dx, NEED_PARTS=need_parts, BLOCK_D=bd,
+                BLOCK_S=next_power_of_2(S), num_warps=4 if INTERPRET else 8)
     dw = db = None
     if need_parts:
         P = parts.shape[0]
         out = torch.empty((2 * D,), device=dev, dtype=torch.float32)
-        bp, bn = (8, 128) if INTERPRET else (32, 256)
+        # >= 2 programs per SM for the big (P, 2D) buffers of the row path
+        bp, bn = (8, 128) if INTERPRET else (32, 256 if 2 * D >= 256 * 2 * _num_sms(dev) else 128)
         _launch(_sum_rows_kernel, (triton.cdiv(2 * D, bn),), parts, out, P, 2 * D, BLOCK_P=bp, BLOCK_N=bn,
                 num_warps=4)
         dw = out[:D] if need_dw else None
