@@ -25,6 +25,8 @@ from .runtime import (
     Config,
     bucket,
     check_tensor,
+    is_fake,
+    launch,
     register_tuner,
 )
 
@@ -267,19 +269,8 @@ def _prune(M: int, N: int, K: int, elem: int, tma: bool = False) -> list[Config]
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-def _launch(kernel, grid, *args, **kwargs):
-    """Launch a jitted kernel; on the GPU through wrap_triton so torch.compile can trace it."""
-    if INTERPRET:
-        kernel[grid](*args, **kwargs)
-    else:
-        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
-
-
-def _is_fake(*ts) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-
-    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts if t is not None)
+_launch = launch
+_is_fake = is_fake
 
 
 def _validate(a, b, bias, residual, activation, precision):

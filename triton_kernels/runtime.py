@@ -397,3 +397,27 @@ ALL_TUNERS: dict[str, Autotuner] = {}
 def register_tuner(t: Autotuner) -> Autotuner:
     ALL_TUNERS[t.name] = t
     return t
+
+
+# --------------------------------------------------------------------------------------------------
+# Launching
+# --------------------------------------------------------------------------------------------------
+def is_fake(*ts: Any) -> bool:
+    """True when any tensor is a FakeTensor / FunctionalTensor, i.e. torch.compile is tracing."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts)
+
+
+def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
+    """Launch a ``@triton.jit`` kernel.
+
+    Real tensors go straight to Triton's launcher. Only while torch.compile traces (fake or functional
+    tensors) is the launch wrapped with ``torch.library.wrap_triton``, so the compiler records the kernel:
+    the wrapped path dispatches a higher-order op per call, which outside a registered op costs far more
+    host time than a memory-bound kernel takes on the GPU."""
+    if not INTERPRET and is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
+        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
