@@ -110,6 +110,7 @@ def test_persistent_launches_match_single_steps():
             one.step()
         assert torch.equal(w2, w) and torch.equal(b2, b), f"after a launch of {n} steps"
         assert torch.equal(many.buf.state, one.buf.state)
+        assert torch.equal(many.buf.zsnap, many.buf.zacc)  # the snapshot the next launch starts from
     total = sum(splits)
     assert many.buf.state.tolist() == [total % 6, 0]
     # every contribution was counted: 16 steps, one program here, rows (16 x 5 + 10) per epoch
