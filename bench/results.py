@@ -55,6 +55,11 @@ def _driver() -> str:
 
 
 def _git_commit() -> str:
+    """HEAD's short hash (+dirty); where the tree has no .git (a copy shipped to a GPU box), the hash
+    written to .git_commit beside the code before shipping, marked "+copy"."""
+    stamp = REPO / ".git_commit"
+    if not (REPO / ".git").exists() and stamp.exists():
+        return stamp.read_text().strip() + "+copy"
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              timeout=10)
