@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, register_tuner
 
 
@@ -68,12 +69,6 @@ def _adam_kernel(
 CONFIGS = [Config({"BLOCK": b}, w, 1) for b, w in ((1024, 4), (2048, 4), (4096, 8), (8192, 8))]
 INTERPRET_CONFIG = Config({"BLOCK": 1024}, 4, 1)
 _tuner = register_tuner(Autotuner("adam", _adam_kernel, CONFIGS, interpret_config=INTERPRET_CONFIG))
-
-
-def _launch(kernel, grid, *args, **kwargs):
-    from .fused_mlp import _launch as launch
-
-    launch(kernel, grid, *args, **kwargs)
 
 
 def adam_step(params: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,

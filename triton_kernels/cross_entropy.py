@@ -36,8 +36,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemm import _is_fake
-from .softmax import _launch
+from .runtime import is_fake as _is_fake
+from .runtime import launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -57,6 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
 
 KINDS = ("glonet", "mlp", "resnet")
@@ -476,22 +477,6 @@ _rbwd_tuner = register_tuner(Autotuner("fused_resnet_bwd", _resnet_bwd_kernel, B
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-def _is_fake(*ts) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-
-    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts if t is not None)
-
-
-def _launch(kernel, grid, *args, **kwargs):
-    """Launch a jitted kernel: through wrap_triton while torch.compile traces (fake tensors), directly
-    otherwise (the fused trainer's hot path: no dispatcher overhead per launch)."""
-    if INTERPRET or not (torch.compiler.is_compiling() or _is_fake(*[a for a in args if isinstance(a, torch.Tensor)])):
-        kernel[grid](*args, **kwargs)
-    else:
-        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
-
-
 def validate(layout: Layout, x, params, target=None, running=None, precision="ieee", training=True):
     """Check every input of the fused ops; ValueErrors name the argument (nothing is launched)."""
     if not isinstance(layout, Layout):

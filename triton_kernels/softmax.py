@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemm import _is_fake
+from .runtime import is_fake as _is_fake
+from .runtime import launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -34,18 +35,6 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_FUSED_N = 16384
 
 
-
-
-def _launch(kernel, grid, *args, **kwargs):
-    """Launch a jitted kernel. Real tensors go straight to Triton's launcher; only while torch.compile
-    traces (fake / functional tensors) is the launch wrapped with `wrap_triton`. The wrapped path
-    dispatches a higher-order op on every call, which costs far more host time (hundreds of us) than
-    these memory-bound kernels take on the GPU when a launcher is called outside the torch op (the
-    backward functions, the benchmarks)."""
-    if INTERPRET or not _is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
-        kernel[grid](*args, **kwargs)
-    else:
-        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------

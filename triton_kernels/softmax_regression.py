@@ -51,6 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
@@ -222,21 +223,6 @@ def block_b_for(batch_size: int) -> int:
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-def _is_fake(*ts) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-
-    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts)
-
-
-def _launch(kernel, grid, *args, **kwargs):
-    """Direct launch (lowest overhead); through wrap_triton when torch.compile traces the op."""
-    if not INTERPRET and _is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
-        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
-    else:
-        kernel[grid](*args, **kwargs)
-
-
 def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None:
     """Check every argument of a step; raises ValueError naming the argument (no launch happens)."""
     check_tensor("weight", weight, ndim=2, dtypes=(torch.float32,))
