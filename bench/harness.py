@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from triton_kernels.runtime import INTERPRET, default_device
+from triton_kernels.runtime import cuda_time_ms, default_device
 from triton_kernels.testing import rel_err, tolerance
 
 from . import results as R
@@ -158,38 +158,18 @@ class CudaGraphed:
 # ----------------------------------------------------------------------------------------------------
 # Timing
 # ----------------------------------------------------------------------------------------------------
-_FLUSH: torch.Tensor | None = None
-
-
-def _flush_buffer() -> torch.Tensor:
-    global _FLUSH
-    if _FLUSH is None:  # larger than any L2 (50 MB on H100, 60 MB on H200)
-        _FLUSH = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    return _FLUSH
-
-
 def time_call(fn: Callable[[], Any], rep: int, *, flush: bool = True, device: torch.device | None = None) -> list[float]:
     """``rep`` per-call times in ms: CUDA events (L2 flushed before each call when ``flush``), or
     perf_counter on the CPU (interpreter: not a performance figure)."""
     device = device or default_device()
-    if device.type != "cuda":
-        out = []
-        for _ in range(rep):
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
-    buf = _flush_buffer() if flush else None
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for s, e in zip(starts, ends):
-        if buf is not None:
-            buf.zero_()
-        s.record()
+    if device.type == "cuda":
+        return cuda_time_ms(fn, warmup=0, rep=rep, flush_l2=flush)
+    out = []
+    for _ in range(rep):
+        t0 = time.perf_counter()
         fn()
-        e.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
 
 
 def quantile(xs: Sequence[float], q: float) -> float:

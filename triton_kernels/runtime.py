@@ -226,17 +226,23 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+_FLUSH: torch.Tensor | None = None
+
+
 def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush_l2: bool = True) -> list[float]:
-    """Per-repetition times (ms) of ``fn`` with CUDA events, the L2 flushed before each repetition."""
-    cache = torch.empty(64 * 1024 * 1024, dtype=torch.int8, device="cuda") if flush_l2 else None
+    """Per-repetition times (ms) of ``fn`` with CUDA events, the L2 flushed (a 256 MB write, larger
+    than any L2) before each repetition when ``flush_l2``. Shared by the autotuner and the harness."""
+    global _FLUSH
+    if flush_l2 and _FLUSH is None:
+        _FLUSH = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     for s, e in zip(starts, ends):
-        if cache is not None:
-            cache.zero_()
+        if flush_l2:
+            _FLUSH.zero_()
         s.record()
         fn()
         e.record()
