@@ -105,19 +105,21 @@ def summary_table(rows: list[dict]) -> "pd.DataFrame":  # noqa: F821
     status = df.groupby(keys)["status"].agg(lambda s: "ok" if (s == "ok").all() else ",".join(sorted(set(s) - {"ok"})))
     err = pd.to_numeric(df["error_vs_fp64"], errors="coerce").groupby([df[k] for k in keys]).max()
     wide = wide.join(status).join(err.rename("rel_err"))
-    cols = [c for c in ("time_ms", "tflops", "gbps", "pct_roofline", "speedup_vs_eager", "speedup_vs_compile",
-                        "compile_s", "rel_err", "status") if c in wide.columns]
+    main = ("time_ms", "tflops", "gbps", "pct_roofline", "speedup_vs_eager", "speedup_vs_compile", "compile_s")
+    extra = [c for c in wide.columns if c not in main and c not in ("rel_err", "status", "first_call_s",
+                                                                  "time_warm_ms", "peak_mem_mb")]
+    cols = [c for c in main if c in wide.columns] + extra[:6] + ["rel_err", "status"]
     out = wide[cols].reset_index()
     out["params"] = out["params"].str.replace(r'[{}"]', "", regex=True).str.replace(": ", "=")
     return out
 
 
-def print_table(rows: list[dict], title: str) -> None:
+def print_table(rows: list[dict], title: str, committed: bool = False) -> None:
     import pandas as pd
 
     table = summary_table(rows)
-    print(f"\n== {title} on {device_name()} ==")
-    if INTERPRET:
+    print(f"\n== {title}" + ("" if committed else f" on {device_name()}") + " ==")
+    if INTERPRET and not committed:
         print(f"NOTE: {R.CPU_NOTE} (every timing below)")
     if table.empty:
         print("(no rows)")
@@ -130,13 +132,14 @@ def print_table(rows: list[dict], title: str) -> None:
 def show(suite: str, out: str | None) -> int:
     """Print the committed GPU results of a suite (for CPU-only machines)."""
     root = Path(out) if out else R.RESULTS
-    files = sorted(p for p in root.rglob(f"{suite}*.csv") if "cpu-interpreter" not in p.parts)
+    files = sorted(p for p in root.rglob(f"{suite}*.csv") if "cpu-interpreter" not in p.parts and "history" not in p.parts)
     if not files:
         print(f"no committed GPU results for suite {suite!r} under {root}")
         return 1
     for f in files:
         df = R.read_results([f])
-        print_table(df.to_dict("records"), f"{suite}: {f.relative_to(root.parent) if root.parent in f.parents else f}")
+        print_table(df.to_dict("records"), f"{suite}: {f.relative_to(root.parent) if root.parent in f.parents else f}",
+                    committed=True)
         print(f"(device {df['device'].iloc[0]}, commit {df['git_commit'].iloc[0]}, {df['timestamp'].iloc[0]})")
     return 0
 

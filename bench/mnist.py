@@ -70,6 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fp32 dot precision of the Triton variants (eager matmuls stay ieee fp32)")
     p.add_argument("--quick", action="store_true", help="2 epochs; tiny subset in the CPU interpreter")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/)")
+    p.add_argument("--show", action="store_true", help="print the committed GPU results instead of running")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
@@ -215,6 +216,10 @@ def print_table(results: list[dict], args, device) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.show:
+        from .cli import show
+
+        return show("mnist", None)
     device = default_device()
     pin = device.type == "cuda"
     train = mnist_data.load_split("train", args.data, limit=args.train_limit, pin_memory=pin)

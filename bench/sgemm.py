@@ -89,10 +89,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile-max-depth", type=int, default=100, help="steptime: compile only up to this depth")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny subset, 1 epoch, depths 2,4")
     p.add_argument("--out", default=None, help="rows directory (default results/<device>/)")
+    p.add_argument("--show", action="store_true", help="print the committed GPU results instead of running")
     p.add_argument("--no-write", action="store_true", help="rows: print only")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    if a.suite == "train" and not a.model:
+    if a.suite == "train" and not a.model and not a.show:
         p.error("--model is required (e.g. --model GloNet1000), or use --suite depth / steptime")
     if a.model:
         try:
@@ -537,6 +538,10 @@ def _lazy(factory):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.show:
+        from .cli import show
+
+        return show("sgemm", None)
     from . import results as R
 
     if args.suite == "train":
