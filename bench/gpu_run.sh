@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run named stages of the GPU measurements on a GPU box, from the repository root:
+#
+#   bash bench/gpu_run.sh STAGE [STAGE ...]      (results under $OUT, else results/<device>/)
+#
+# Stages (rough H100 wall time with a cold autotune cache):
+#   roofline   ceilings: copy bandwidth + cuBLAS peak per dtype             (~20 s)
+#   gemm       bench.gemm --quick, then a second process to show cache hits (~150 s)
+#   ops        bench.ops --quick for the memory-bound families              (~200 s)
+#   ops-full   bench.ops at every study shape                              (long: split with --op)
+#   sweep      autotune.sweep of the linear+bias+ReLU shape, both layouts    (~60 s)
+#   mnist      the MNIST ladder, 10 epochs (needs .data/mnist)               (~60 s)
+#   sgemm      SGEMM step times, depths 10..1000 (needs .data/sgemm)         (~300 s)
+#   tests      every GPU test, one process per group, in parallel            (~250 s)
+# Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
+# after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
+# with `git rev-parse --short HEAD > .git_commit`) with the tree.
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+OUT=${OUT:-}
+out() { if [ -n "$OUT" ]; then echo "--out $OUT${1:+/$1}"; fi; }
+for stage in "$@"; do
+  echo "=== stage $stage ($(date +%T))"
+  case "$stage" in
+    roofline) timeout 120 python3 -m bench.roofline --measure $(out) ;;
+    gemm)
+      timeout 250 python3 -m bench.gemm --quick $(out)
+      TRITON_PLAYGROUND_VERBOSE=1 timeout 60 python3 -m bench.gemm --quick --backends triton --repeat 1 \
+        --out /tmp/second 2>&1 | grep -E "^autotune" ;;
+    ops) timeout 300 python3 -m bench.ops --quick --op softmax,cross_entropy,layernorm,ln_relu $(out) 2>&1 | grep -v "^\[" ;;
+    ops-full) timeout 590 python3 -m bench.ops $(out) 2>&1 | grep -v "^\[" ;;
+    sweep) timeout 120 python3 -m autotune.sweep --shapes 4096x1024x8704 --layouts nn,nt --act relu --rep 10 $(out) 2>&1 | head -30 ;;
+    mnist) timeout 240 python3 -m bench.mnist --epochs 10 $(out) 2>&1 | tail -16 ;;
+    sgemm) timeout 400 python3 -m bench.sgemm --suite steptime --models GloNet,ResNetMLP \
+             --depths 10,24,50,100,200,600,1000 --backends eager,triton,triton+graph --no-progress $(out) 2>&1 | grep -v -i warn | tail -40 ;;
+    tests)
+      i=0
+      for group in "tests/test_gemm.py" "tests/test_softmax.py tests/test_cross_entropy.py" "tests/test_layernorm.py" \
+                   "tests/test_fused_mlp.py tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py" \
+                   "tests/test_softmax_regression.py tests/test_mnist_data.py" "tests/test_runtime.py tests/test_harness.py"; do
+        i=$((i+1))
+        timeout 280 python3 -m pytest -m gpu -q -rf --tb=line $group > "/tmp/pytest-$i.txt" 2>&1 &
+      done
+      wait
+      for f in /tmp/pytest-*.txt; do echo "--- $f"; grep -vE "Warning|warn" "$f" | tail -12; done ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
