@@ -1,7 +1,8 @@
 """The command line every bench module shares: the same flags, the same table, the same files.
 
     --op/--case NAME[,NAME]   only cases whose name contains one of these
-    --backends a,b,c          eager, compile, compile-max-autotune, triton, and <any>+graph
+    --backends a,b,c          eager, compile, compile-max-autotune, triton, and <any>+graph;
+                              "triton#2" times a backend a second time as its own row
     --dtype float32,bfloat16  only these input dtypes
     --shapes 4096x4096x4096   only cases whose shape (params joined by 'x') is listed; builders that
                               take shapes build exactly these
@@ -23,7 +24,7 @@ import torch
 from triton_kernels.runtime import INTERPRET, device_name
 
 from . import results as R
-from .harness import BACKENDS, DEFAULT_BACKENDS, GRAPH_SUFFIX, Case, RunConfig, run_cases
+from .harness import BACKENDS, DEFAULT_BACKENDS, Case, RunConfig, base_backend, run_cases
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -49,7 +50,7 @@ def parse_backends(spec: str | None) -> list[str]:
         return list(DEFAULT_BACKENDS) if torch.cuda.is_available() else ["eager", "triton"]
     out = [b.strip() for b in spec.split(",") if b.strip()]
     for b in out:
-        base = b[: -len(GRAPH_SUFFIX)] if b.endswith(GRAPH_SUFFIX) else b
+        base = base_backend(b)
         if base not in BACKENDS:
             raise SystemExit(f"--backends: unknown backend {b!r}; known: {', '.join(sorted(BACKENDS))} (+graph)")
     return out

@@ -24,7 +24,7 @@ for stage in "$@"; do
   case "$stage" in
     roofline) timeout 120 python3 -m bench.roofline --measure $(out) ;;
     gemm)
-      timeout 250 python3 -m bench.gemm --quick $(out)
+      timeout 250 python3 -m bench.gemm --quick --backends "eager,compile,triton,triton#2" $(out)
       TRITON_PLAYGROUND_VERBOSE=1 timeout 60 python3 -m bench.gemm --quick --backends triton --repeat 1 \
         --out /tmp/second 2>&1 | grep -E "^autotune" ;;
     ops) timeout 300 python3 -m bench.ops --quick --op softmax,cross_entropy,layernorm,ln_relu $(out) 2>&1 | grep -v "^\[" ;;

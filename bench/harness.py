@@ -125,8 +125,17 @@ register_backend("compile-max-autotune")(_compiled("max-autotune"))
 DEFAULT_BACKENDS = ("eager", "compile", "triton")
 
 
+REPEAT_MARK = "#"  # "eager#2": the same backend timed again as its own row (checks the timing's spread)
+
+
 def base_backend(name: str) -> str:
+    """The registered backend behind a name: strips a repeat mark ("#2") and the "+graph" suffix."""
+    name = name.split(REPEAT_MARK, 1)[0]
     return name[: -len(GRAPH_SUFFIX)] if name.endswith(GRAPH_SUFFIX) else name
+
+
+def is_graphed(name: str) -> bool:
+    return name.split(REPEAT_MARK, 1)[0].endswith(GRAPH_SUFFIX)
 
 
 def build_backend(name: str, case: Case) -> Fn | None:
@@ -297,7 +306,7 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
     ready: dict[str, Fn] = {}
     errors: dict[str, float | None] = {}
     for b in cfg.backends:
-        if b.endswith(GRAPH_SUFFIX) and (not is_cuda or not case.graph_ok):
+        if is_graphed(b) and (not is_cuda or not case.graph_ok):
             row(b, "time_ms", None, "ms", status="unsupported",
                 note="CUDA graphs need a GPU" if not is_cuda else "case not graph-capturable")
             continue
@@ -309,7 +318,7 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
             if is_cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            if b.endswith(GRAPH_SUFFIX):
+            if is_graphed(b):
                 fn = CudaGraphed(fn, inputs)
             out = fn(*inputs)
             if is_cuda:

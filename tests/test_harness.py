@@ -151,3 +151,12 @@ def test_roofline_points_and_plot(tmp_path):
     assert len(pts) == 1 and abs(pts["intensity"].iloc[0] - 700e12 / 300e9) < 1e-6
     png = roofline.plot([str(tmp_path)], None, None)
     assert png.exists()
+
+
+def test_same_backend_twice_is_its_own_row():
+    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}),
+                      H.RunConfig(backends=["eager", "triton", "triton#2"]))
+    t = {r["backend"]: r for r in rows if r["metric"] == "time_ms"}
+    assert {"triton", "triton#2"} <= set(t) and t["triton#2"]["status"] == "ok"
+    assert cli.parse_backends("triton#2,eager+graph#2") == ["triton#2", "eager+graph#2"]
+    assert H.base_backend("eager+graph#2") == "eager" and H.is_graphed("eager+graph#2")
