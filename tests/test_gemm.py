@@ -233,9 +233,11 @@ def test_tma_layout_rejects_unaligned():
     assert G._tma_layout(torch.randn(10, 8)) == (False, 8)
 
 
-def test_tma_kernel_on_kmajor_copy_of_b():
-    """The tf32 candidate that copies a row-major B to K-major before the TMA kernel."""
-    cfg = G.Config({**TMA_SMALL.kwargs, "B_KMAJOR": 1}, 4, 1)
-    a, b, bias = torch.randn(70, 36), torch.randn(36, 44), torch.randn(44)
+@pytest.mark.parametrize("tb", [False, True])
+def test_tma_kernel_on_relaid_out_copy_of_b(tb):
+    """The candidates that copy B into the other layout before the TMA kernel."""
+    cfg = G.Config({**TMA_SMALL.kwargs, "B_RELAYOUT": 1}, 4, 1)
+    a, bias = torch.randn(70, 36), torch.randn(44)
+    b = torch.randn(44, 36).t() if tb else torch.randn(36, 44)
     c, _ = G.gemm_forward(a, b, bias, activation="gelu", out=poison_(torch.empty(70, 44)), config=cfg)
     assert_close(c, REF_ACT["gelu"](a.double() @ b.double() + bias.double()), torch.float32)

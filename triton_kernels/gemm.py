@@ -243,22 +243,24 @@ TMA_CONFIGS = [
         _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 128, 8, 3), _cfg(128, 64, 64, 4, 4),
         _cfg(128, 128, 32, 8, 3), _cfg(128, 256, 32, 8, 3))
 ]
-# tf32 with a row-major (N-major) B: the same TMA kernel on a K-major copy of B (see gemm_forward.run)
-TMA_KMAJOR_B_CONFIGS = [
-    Config({**c.kwargs, "TMA": 1, "B_KMAJOR": 1}, c.num_warps, c.num_stages) for c in (
-        _cfg(128, 128, 32, 8, 3), _cfg(128, 256, 32, 8, 3), _cfg(128, 128, 64, 8, 3), _cfg(128, 64, 32, 4, 4))
+# the same TMA kernel on a copy of B in the other layout (see gemm_forward.run): fp32 tiles for tf32 with
+# an N-major B, 16-bit tiles for a K-major B
+TMA_RELAYOUT_CONFIGS = [
+    Config({**c.kwargs, "TMA": 1, "B_RELAYOUT": 1}, c.num_warps, c.num_stages) for c in (
+        _cfg(128, 128, 32, 8, 3), _cfg(128, 256, 32, 8, 3), _cfg(128, 64, 32, 4, 4),
+        _cfg(128, 256, 64, 8, 3), _cfg(256, 128, 64, 8, 3), _cfg(128, 128, 64, 8, 4))
 ]
 INTERPRET_CONFIG = _cfg(32, 32, 32, 4, 1)
 SMEM_LIMIT = 220 * 1024
 
 _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue],
-                                  GEMM_CONFIGS + TMA_CONFIGS + TMA_KMAJOR_B_CONFIGS,
+                                  GEMM_CONFIGS + TMA_CONFIGS + TMA_RELAYOUT_CONFIGS,
                                   interpret_config=INTERPRET_CONFIG))
 
 
-def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, kmajor_b: bool = False) -> list[Config]:
+def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False) -> list[Config]:
     out = []
-    for c in (GEMM_CONFIGS + (TMA_CONFIGS if tma else []) + (TMA_KMAJOR_B_CONFIGS if tma and kmajor_b else [])):
+    for c in (GEMM_CONFIGS + (TMA_CONFIGS if tma else []) + (TMA_RELAYOUT_CONFIGS if tma and relayout else [])):
         bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
         if c.num_stages * (bm * bk + bk * bn) * elem > SMEM_LIMIT:
             continue
@@ -373,10 +375,12 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
         tiles = triton.cdiv(M, kw["BLOCK_M"]) * triton.cdiv(N, kw["BLOCK_N"])
         if kw.pop("TMA", 0):
             bb = b
-            if kw.pop("B_KMAJOR", 0) and b.stride(1) == 1:
-                # tf32 wgmma reads B only K-major from shared memory: copy an N-major B once (its time
-                # is inside the tuner's measurement, so this candidate wins only if it pays for itself)
-                bb = b.t().contiguous().t()
+            if kw.pop("B_RELAYOUT", 0):
+                # Copy B once into the other layout (N-major <-> K-major). tf32 wgmma reads B K-major
+                # only; for 16-bit B the measured K-major (nn.Linear weight) case ran at half the rate of
+                # the N-major one. The copy's time is inside the tuner's measurement, so this candidate
+                # wins only where it pays for itself.
+                bb = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
             (a_t, sa), (b_t, sb) = _tma_layout(a), _tma_layout(bb)
             _ensure_allocator(a.device)
             progs = min(tiles, _sm_count(a.device))
@@ -395,8 +399,12 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
     if config is None:
         key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, bias is not None,
                residual is not None, a.stride(1) == 1, b.stride(1) == 1, tma)
-        kmajor_b = prec == "tf32" and b.stride(1) == 1 and (K * 4) % 16 == 0
-        config = _tuner.pick(key, run, _prune(M, N, K, a.element_size(), tma, kmajor_b), tracing=fake)
+        # candidates on a re-laid-out copy of B: tf32 with N-major B, 16-bit with K-major B (both copies
+        # keep TMA's 16-byte row alignment when the original's rows of the other dimension are aligned)
+        es = a.element_size()
+        relayout = ((prec == "tf32" and b.stride(1) == 1 and (K * es) % 16 == 0)
+                    or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
+        config = _tuner.pick(key, run, _prune(M, N, K, es, tma, relayout), tracing=fake)
     run(config)
     return c, z
 
