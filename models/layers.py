@@ -1,11 +1,17 @@
 """Thin nn.Module wrappers over the Triton ops. Each subclasses its torch.nn twin, so parameters,
-state_dicts and initialisation are exactly those of torch.nn and load into / from it."""
+state_dicts and initialisation are exactly those of torch.nn and load into / from it.
+
+Linear (fused GEMM + bias + activation), MLP, Softmax, LogSoftmax, CrossEntropyLoss (+ correct count),
+LayerNorm, LayerNormReLUMaxPool (Char-CNN's fused inference block)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from triton_kernels import cross_entropy as _ce
 from triton_kernels import gemm as _gemm
+from triton_kernels import layernorm as _ln
+from triton_kernels import softmax as _sm
 
 
 class Linear(nn.Linear):
@@ -43,9 +49,6 @@ class MLP(nn.Sequential):
 # --------------------------------------------------------------------------------------------------
 # Fused memory-bound ops: softmax, cross-entropy (+ accuracy), layernorm
 # --------------------------------------------------------------------------------------------------
-from triton_kernels import cross_entropy as _ce  # noqa: E402
-from triton_kernels import layernorm as _ln  # noqa: E402
-from triton_kernels import softmax as _sm  # noqa: E402
 
 
 def _dim_or_last(dim):
