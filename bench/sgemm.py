@@ -65,7 +65,8 @@ SEED_STEP_MS = {"GloNet": {1000: 228.0}, "ResNetMLP": {1000: 405.0}}  # eager, o
 # ----------------------------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", choices=("train", "depth", "steptime"), default="train")
+    p.add_argument("--suite", choices=("train", "depth", "steptime", "report"), default="train",
+                   help="report: the depth study's tables from the finished sessions under --results-dir")
     p.add_argument("--model", default=None, help="e.g. GloNet1000, ResNetMLP100, MLP10 (--suite train)")
     p.add_argument("--models", default=",".join(STUDY_MODELS), help="model families for the suites")
     p.add_argument("--depths", default=None, help=f"comma-separated depths (default {','.join(map(str, DEPTHS))})")
@@ -208,7 +209,8 @@ def train_session(args, name: str, backend: str | None = None, progress: bool = 
         "lr": args.lr, "weight_decay": args.weight_decay, "width": args.width, "precision": args.precision,
         "target": args.target, "seed": args.seed, "max_rows": args.max_rows, "loss": "mse",
         "optimizer": "adam (L2 weight decay added to the gradient)", "drop_last": True,
-        "device": device_name(), "torch": torch.__version__, "triton": triton_kernels.runtime.triton.__version__,
+        "device": device_name() if (torch.cuda.is_available() or args.backend == "triton") else "cpu (eager)",
+        "torch": torch.__version__, "triton": triton_kernels.runtime.triton.__version__,
     }
     resumed = None
     if ckpt_path.exists():
@@ -370,30 +372,53 @@ def _family_depths(args):
     return out
 
 
+def suite_report(args) -> list[dict]:
+    """The depth study's tables and rows from the finished sessions under --results-dir (latest per model)."""
+    latest = {}
+    for f in sorted(Path(args.results_dir).rglob("session_*/metrics.json")):
+        s = json.loads(f.read_text())
+        cfg = f.parent / "config.json"
+        s["device"] = json.loads(cfg.read_text()).get("device", "") if cfg.exists() else ""
+        latest[s["model"]] = s
+    if not latest:
+        raise SystemExit(f"no finished session under {args.results_dir}")
+
+    def order(s):
+        cls, depth = parse_name(s["model"])
+        return cls.__name__, depth
+
+    summaries = sorted(latest.values(), key=order)
+    args.models = sorted({parse_name(s["model"])[0].__name__ for s in summaries})
+    args.backend = ",".join(sorted({s["backend"] for s in summaries}))
+    args.epochs = ",".join(str(e) for e in sorted({s["epochs"] for s in summaries}))
+    return _depth_rows(summaries, args)
+
+
 def suite_depth(args) -> list[dict]:
+    summaries = [train_session(args, name, progress=not args.no_progress) for name in _family_depths(args)]
+    return _depth_rows(summaries, args)
+
+
+def _depth_rows(summaries, args) -> list[dict]:
     from . import results as R
 
-    rows, summaries = [], []
-    for name in _family_depths(args):
-        s = train_session(args, name, progress=not args.no_progress)
-        summaries.append(s)
-        cls, depth = parse_name(name)
+    rows = []
+    for s in summaries:
+        cls, depth = parse_name(s["model"])
         params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": args.batch,
-                  "epochs": args.epochs, "target": args.target, "precision": args.precision}
-        note = "cpu-interpreter smoke run, tiny subset" if INTERPRET else ""
-        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "test_mse", s["test_mse"],
-                               "mse", note=note or "standardised target"))
-        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "test_mse_target_units",
-                               s["test_mse_target_units"], "mse", note=note))
-        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "train_time_s",
-                               s["train_time_s"], "s", note=note))
-        rows.append(R.make_row(SUITE, "depth_study", params, "float32", args.backend, "blocks_used_99pct",
-                               s["blocks_used_99pct_output_l1"], "blocks", note=note))
+                  "epochs": s.get("epochs", args.epochs), "target": args.target, "precision": args.precision}
+        backend = s.get("backend", args.backend)
+        where = s.get("device") or ("cpu (eager)" if backend == "eager" and not torch.cuda.is_available() else "")
+        note = "cpu-interpreter smoke run, tiny subset" if (INTERPRET and backend == "triton") else f"trained on {where}"
+        for metric, key, unit in (("test_mse", "test_mse", "mse"), ("test_mse_target_units", "test_mse_target_units", "mse"),
+                                  ("train_time_s", "train_time_s", "s"),
+                                  ("blocks_used_99pct", "blocks_used_99pct_output_l1", "blocks")):
+            rows.append(R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit, note=note))
     md = depth_tables(summaries, args)
     print(md)
     root = Path(args.results_dir)
     root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(root / f"depth_study_{args.backend}.md", md)
+    atomic_write_text(root / f"depth_study_{args.backend.replace(',', '_')}.md", md)
     return rows
 
 
@@ -429,7 +454,8 @@ def depth_tables(summaries, args) -> str:
         out.append(f"| {d} | " + " | ".join(cells) + " |")
     out += ["", "Blocks holding 99% of GloNet's block-output L1 mass: " + ", ".join(
         f"depth {d}: {by[('GloNet', d)]['blocks_used_99pct_output_l1']}" for d in depths if ("GloNet", d) in by)]
-    out += ["", f"Device: {device_name()}. MSE units: the target ln(mean run time) standardised with train "
+    devices = sorted({s.get("device") for s in summaries if s.get("device")}) or [device_name()]
+    out += ["", f"Device: {', '.join(devices)}. MSE units: the target ln(mean run time) standardised with train "
             "statistics; test_mse_target_units in metrics.json is in (ln ms)^2."]
     return "\n".join(out) + "\n"
 
@@ -548,7 +574,7 @@ def main(argv=None) -> int:
         s = train_session(args, args.model, progress=not args.no_progress)
         print(json.dumps({k: v for k, v in s.items() if not isinstance(v, list)}, indent=1))
         return 0
-    rows = suite_depth(args) if args.suite == "depth" else suite_steptime(args)
+    rows = {"depth": suite_depth, "report": suite_report}.get(args.suite, suite_steptime)(args)
     if args.suite == "steptime":
         for r in rows:
             if r["metric"] in ("time_ms", "speedup_vs_eager") or r["metric"].startswith("loss_rel"):
