@@ -129,6 +129,10 @@ def test_bench_depth_suite_tables(tmp_path):
     md = (tmp_path / "tr" / "depth_study_triton.md").read_text()
     assert "GloNet ours | GloNet seed" in md and "| 2 |" in md
     assert (tmp_path / "rows" / "sgemm-depth.csv").exists()
+    # the same tables rebuilt from the finished sessions, without training
+    assert B.main(["--suite", "report", "--results-dir", str(tmp_path / "tr"), "--out", str(tmp_path / "rep")]) == 0
+    rep = (tmp_path / "tr" / "depth_study_triton.md").read_text()
+    assert "| 2 |" in rep and (tmp_path / "rep" / "sgemm-report.csv").exists()
 
 
 # ---------------------------------------------------------------------------------------------- GPU
