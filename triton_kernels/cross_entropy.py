@@ -177,10 +177,13 @@ def _ce_fwd_kernel(
             best = tl.min(tl.where(m_vec == m, i_vec, 2147483647), axis=0)
             m_safe = tl.where(m == NEG_INF, 0.0, m)
             s = tl.sum(s_vec * tl.exp(m_vec - m_safe), axis=0)
-        lse = m_safe + tl.log(s)
+        # lse = m + log(s), but kept apart: with logits of magnitude 1e4 an fp32 lse has an ulp of ~1e-3,
+        # so x - lse would lose that much; (x - m) - log(s) keeps full precision near the maximum
+        log_s = tl.log(s)
+        lse = m_safe + log_s
 
         # ---- the row's loss and correctness
-        loss = w_t * (lse - x_t)
+        loss = w_t * ((m_safe - x_t) + log_s)
         if SMOOTH:
             loss = (1.0 - eps) * loss + tl.where(valid, (eps / V) * (w_total * lse - sx), 0.0)
         bad = valid & (in_range == 0)  # an out-of-range target poisons its row (and the reduction)
@@ -199,7 +202,7 @@ def _ce_fwd_kernel(
             coef_p = tl.where(bad, float("nan"), coef_p)
             g_row = grad_ptr + row64 * stride_gm
             if ONE_CHUNK:
-                g = coef_p * tl.exp(x - lse) - tl.where(cols == t, coef_t, 0.0)
+                g = coef_p * tl.exp((x - m_safe) - log_s) - tl.where(cols == t, coef_t, 0.0)
                 if SMOOTH:
                     if HAS_WEIGHT:
                         g -= coef_u * wc
@@ -212,7 +215,7 @@ def _ce_fwd_kernel(
                     c = (n_chunks - 1 - i) * BLOCK_V + cols
                     mask = c < V
                     xc = tl.load(x_row + c * stride_lv, mask=mask, other=0.0).to(tl.float32)
-                    g = coef_p * tl.exp(xc - lse) - tl.where(c == t, coef_t, 0.0)
+                    g = coef_p * tl.exp((xc - m_safe) - log_s) - tl.where(c == t, coef_t, 0.0)
                     if SMOOTH:
                         if HAS_WEIGHT:
                             g -= coef_u * tl.load(weight_ptr + c, mask=mask, other=0.0)
