@@ -433,25 +433,25 @@ def depth_tables(summaries, args) -> str:
         if n not in fams:
             fams.append(n)
     depths = sorted({d for (_, d) in by})
-    out = [f"## Test MSE (standardised ln run time; [{args.backend}], {args.epochs} epochs, batch {args.batch})", ""]
-    out.append("| depth | " + " | ".join(f"{f} ours | {f} seed" for f in fams) + " |")
-    out.append("|---:|" + "---:|---:|" * len(fams))
-    for d in depths:
-        cells = []
-        for f in fams:
-            s = by.get((f, d))
-            cells += [f"{s['test_mse']:.4f}" if s else "-", SEED_MSE.get(f, {}).get(d, "-")]
-        out.append(f"| {d} | " + " | ".join(cells) + " |")
-    out += ["", "## Training time (s)", ""]
-    out.append("| depth | " + " | ".join(f"{f} ours | {f} seed" for f in fams) + " |")
-    out.append("|---:|" + "---:|---:|" * len(fams))
-    for d in depths:
-        cells = []
-        for f in fams:
-            s = by.get((f, d))
-            seed = SEED_TIME_S.get(f, {}).get(d)
-            cells += [f"{s['train_time_s']:.1f}" if s else "-", f"{seed:.0f}" if seed else "-"]
-        out.append(f"| {d} | " + " | ".join(cells) + " |")
+    def table(title, ours, seed):
+        """One markdown table: per depth, ours(summary) and seed(family, depth) for every family."""
+        rows = [title, "", "| depth | " + " | ".join(f"{f} ours | {f} seed" for f in fams) + " |",
+                "|---:|" + "---:|---:|" * len(fams)]
+        for d in depths:
+            cells = []
+            for f in fams:
+                s = by.get((f, d))
+                cells += [ours(s) if s else "-", seed(f, d)]
+            rows.append(f"| {d} | " + " | ".join(cells) + " |")
+        return rows
+
+    def seed_time(f, d):
+        t = SEED_TIME_S.get(f, {}).get(d)
+        return f"{t:.0f}" if t else "-"
+
+    out = table(f"## Test MSE (standardised ln run time; [{args.backend}], {args.epochs} epochs, batch {args.batch})",
+                lambda s: f"{s['test_mse']:.4f}", lambda f, d: SEED_MSE.get(f, {}).get(d, "-"))
+    out += [""] + table("## Training time (s)", lambda s: f"{s['train_time_s']:.1f}", seed_time)
     out += ["", "Blocks holding 99% of GloNet's block-output L1 mass: " + ", ".join(
         f"depth {d}: {by[('GloNet', d)]['blocks_used_99pct_output_l1']}" for d in depths if ("GloNet", d) in by)]
     devices = sorted({s.get("device") for s in summaries if s.get("device")}) or [device_name()]
