@@ -32,9 +32,7 @@ initial weights on the same batches (status "wrong" otherwise). Rows: results/<d
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import math
 import os
 import sys
 import time

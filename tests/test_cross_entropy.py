@@ -9,7 +9,7 @@ from models.layers import CrossEntropyLoss
 from triton_kernels import cross_entropy as CE
 from triton_kernels.testing import assert_close
 
-from .conftest import DEVICE, GPU
+from .conftest import DEVICE
 
 
 def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,

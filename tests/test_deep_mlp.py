@@ -9,7 +9,7 @@ import torch
 from models.deep_mlp import GloNet, MLP, FusedTrainer, ResNetMLP, build_model, canonical_name
 from triton_kernels.testing import assert_close, rel_err
 
-from .conftest import DEVICE, GPU
+from .conftest import DEVICE
 
 
 def test_names_and_architecture():

@@ -5,7 +5,7 @@ import torch
 
 from models.layers import MLP, Linear
 from triton_kernels import gemm as G
-from triton_kernels.testing import assert_close, poison_, tolerance
+from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
 

@@ -11,7 +11,7 @@ from models.layers import LayerNorm, LayerNormReLUMaxPool
 from triton_kernels import layernorm as LN
 from triton_kernels.testing import assert_close, rel_err
 
-from .conftest import DEVICE, GPU
+from .conftest import DEVICE
 
 
 def _check(x, shape, affine=True, bias=True, dtype=None, eps=1e-5):

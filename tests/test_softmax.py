@@ -8,7 +8,7 @@ from models.layers import LogSoftmax, Softmax
 from triton_kernels import softmax as S
 from triton_kernels.testing import assert_close, poison_
 
-from .conftest import DEVICE, GPU
+from .conftest import DEVICE
 
 REF = {False: torch.softmax, True: torch.log_softmax}
 FN = {False: S.softmax, True: S.log_softmax}

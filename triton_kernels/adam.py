@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .runtime import launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, register_tuner
+from .runtime import Autotuner, Config, bucket, check_tensor, register_tuner
 
 
 @triton.jit

@@ -50,7 +50,6 @@ counter: all capturable in one CUDA graph (no host syncs, static shapes).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 import torch
@@ -207,6 +206,18 @@ def _mlp_fwd_kernel(
 
 
 @triton.jit
+def _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD: tl.constexpr):
+    """dL/dy for the program's rows: dy_scale * (y - t) for the fused MSE loss (LOSS_GRAD), else loaded."""
+    if LOSS_GRAD:
+        y = tl.load(y_ptr + rows, mask=rmask, other=0.0)
+        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
+        dy = tl.where(rmask, dy_scale * (y - t), 0.0)
+    else:
+        dy = tl.load(dy_ptr + rows, mask=rmask, other=0.0)
+    return dy
+
+
+@triton.jit
 def _mlp_bwd_kernel(
     x_ptr, t_ptr, dy_ptr, p_ptr, acts_ptr, g_ptr, y_ptr, part_ptr,
     B, IN, NH, P, stride_xm, stride_xk, dy_scale,
@@ -227,12 +238,7 @@ def _mlp_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
-    if LOSS_GRAD:
-        y = tl.load(y_ptr + rows, mask=rmask, other=0.0)
-        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
-        dy = tl.where(rmask, dy_scale * (y - t), 0.0)
-    else:
-        dy = tl.load(dy_ptr + rows, mask=rmask, other=0.0)
+    dy = _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(acts_ptr + NH * BW + act_offs, mask=rmask[:, None], other=0.0)
     if GLONET:
         feat = tl.load(g_ptr + act_offs, mask=rmask[:, None], other=0.0)
@@ -395,12 +401,7 @@ def _resnet_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
-    if LOSS_GRAD:
-        y = tl.load(y_ptr + rows, mask=rmask, other=0.0)
-        t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
-        dy = tl.where(rmask, dy_scale * (y - t), 0.0)
-    else:
-        dy = tl.load(dy_ptr + rows, mask=rmask, other=0.0)
+    dy = _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
     tl.store(part + OFF_BHEAD, tl.sum(dy, axis=0))

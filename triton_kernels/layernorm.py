@@ -118,9 +118,15 @@ def _ln_bwd_row_kernel(
             dw_acc += dy * xhat
             db_acc += dy
     if NEED_PARTS:
-        base = part_ptr + pid.to(tl.int64) * 2 * D
-        tl.store(base + cols, dw_acc, mask=cmask)
-        tl.store(base + D + cols, db_acc, mask=cmask)
+        _store_partials(part_ptr, pid, D, cols, cmask, dw_acc, db_acc)
+
+
+@triton.jit
+def _store_partials(part_ptr, group, D, cols, cmask, dw, db):
+    """This program's dW and dB partial sums into row `group` of the (groups, 2 * D) fp32 buffer."""
+    base = part_ptr + group.to(tl.int64) * 2 * D
+    tl.store(base + cols, dw, mask=cmask)
+    tl.store(base + D + cols, db, mask=cmask)
 
 
 @triton.jit
@@ -287,9 +293,7 @@ def _ln_bwd_tile_kernel(
             dw += dy * xhat
             db += dy
     if NEED_PARTS:
-        base = part_ptr + gid.to(tl.int64) * 2 * D
-        tl.store(base + cols, dw, mask=cmask)
-        tl.store(base + D + cols, db, mask=cmask)
+        _store_partials(part_ptr, gid, D, cols, cmask, dw, db)
 
 
 @triton.jit

@@ -216,23 +216,30 @@ def softmax_forward(x: torch.Tensor, log: bool = False) -> torch.Tensor:
         return y
     args = (x, y, M, N, x.stride(0), x.stride(1), y.stride(0))
     key = (bucket(M), bucket(N), str(x.dtype), log, x.stride(1) == 1)
+    _dispatch(_softmax_fwd_row_kernel, _softmax_fwd_looped_kernel, _fwd_row_tuner, _fwd_loop_tuner,
+              args, key, M, N, log, _is_fake(x))
+    return y
+
+
+def _dispatch(row_kernel, looped_kernel, row_tuner, loop_tuner, args, key, M, N, log, fake) -> None:
+    """Launch the row kernel (a whole row in registers) when the row fits, else the looped one, each
+    with its tuner's config for ``key``."""
     if next_power_of_2(N) <= MAX_FUSED_N:
         bn = next_power_of_2(N)
 
         def run(cfg):
             grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),)
-            _launch(_softmax_fwd_row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
+            _launch(row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-        cfg = _pick(_fwd_row_tuner, key, run, _row_configs(M, N), _interpret_row_config(N), _is_fake(x))
+        cfg = _pick(row_tuner, key, run, _row_configs(M, N), _interpret_row_config(N), fake)
     else:
         def run(cfg):
-            _launch(_softmax_fwd_looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
+            _launch(looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-        cfg = _pick(_fwd_loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, _is_fake(x))
+        cfg = _pick(loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, fake)
     run(cfg)
-    return y
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False) -> torch.Tensor:
@@ -243,22 +250,8 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False) -> to
         return dx
     args = (dy, y, dx, M, N, dy.stride(0), dy.stride(1), y.stride(0), y.stride(1), dx.stride(0))
     key = (bucket(M), bucket(N), str(y.dtype), str(dy.dtype), log, dy.stride(1) == 1)
-    if next_power_of_2(N) <= MAX_FUSED_N:
-        bn = next_power_of_2(N)
-
-        def run(cfg):
-            grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),)
-            _launch(_softmax_bwd_row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-        cfg = _pick(_bwd_row_tuner, key, run, _row_configs(M, N), _interpret_row_config(N), _is_fake(dy, y))
-    else:
-        def run(cfg):
-            _launch(_softmax_bwd_looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-        cfg = _pick(_bwd_loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, _is_fake(dy, y))
-    run(cfg)
+    _dispatch(_softmax_bwd_row_kernel, _softmax_bwd_looped_kernel, _bwd_row_tuner, _bwd_loop_tuner,
+              args, key, M, N, log, _is_fake(dy, y))
     return dx
 
 
