@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from models.layers import CrossEntropyLoss
 from triton_kernels import cross_entropy as CE
-from triton_kernels.testing import assert_close
+from triton_kernels.testing import assert_close, rel_err, tolerance
 
 from .conftest import DEVICE
 
@@ -33,7 +33,17 @@ def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", lab
     g = torch.randn_like(ref) if grad_scale is None else torch.full_like(ref, grad_scale)
     loss.backward(g.to(loss.device, loss.dtype))
     ref.backward(g.to(loss.dtype).double())
-    assert_close(x.grad, x64.grad, dtype, name="dlogits")
+    if dtype == torch.float16 and x.is_cuda:
+        # an fp16 gradient of a "mean" over thousands of rows underflows: p_c / n falls below fp16's
+        # smallest subnormal (6e-8) for most classes, and torch's own fp16 gradient loses the same. Allow
+        # what torch loses (measured on the same inputs), or the table's tolerance, whichever is larger
+        xt = logits.detach().requires_grad_()
+        F.cross_entropy(xt, target, weight, ignore_index=ignore_index, reduction=reduction,
+                        label_smoothing=label_smoothing).backward(g.to(loss.device, loss.dtype))
+        scale = max(1.0, 1.5 * rel_err(xt.grad, x64.grad) / tolerance(dtype))
+        assert_close(x.grad, x64.grad, dtype, name="dlogits", scale=scale)
+    else:
+        assert_close(x.grad, x64.grad, dtype, name="dlogits")
     return loss, correct
 
 

@@ -44,10 +44,14 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TARGET_DTYPES = (torch.int64, torch.int32)
 REDUCTIONS = ("none", "sum", "mean")
 _RED_CODE = {"none": 0, "sum": 1, "mean": 2}
-MAX_ONE_CHUNK_V = 8192  # rows up to this many classes (next power of two) stay in registers
+MAX_ONE_CHUNK_V = 8192  # rows up to this many classes (next power of two): only one-chunk configs
+MAX_REG_ROW_V = 32768   # rows up to this many classes may be held whole in registers (16 warps: 64 per thread)
+PF_MAX_BYTES = 1 << 17  # the next row is prefetched into L2 only when a row is at most this large
+LOG2E = 1.4426950408889634
 BLOCK_T = 1024          # targets per step when summing the denominator
 MAX_PARTIALS = 4096     # upper bound on the persistent grid (finalize loads all partials in one block)
 INTERPRET_BLOCK_V = 1024  # chunk size in the CPU interpreter (tests lower it to exercise the chunked sweep)
+INTERPRET_REG_DB = False  # register double-buffering in the interpreter (tests switch it on)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -98,6 +102,7 @@ def _ce_fwd_kernel(
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_V)
     NEG_INF: tl.constexpr = -float("inf")
+    eps = tl.cast(eps, tl.float32)  # under torch.compile a Python float argument can arrive as fp64
 
     # the gradient scale of the reduction
     scale = 1.0
