@@ -231,6 +231,8 @@ def _mlp_bwd_kernel(
     part: (num_programs, P) partial gradients in the flat layout of p.
     """
     pid = tl.program_id(0)
+    # Python floats can arrive as fp64 under torch.compile: keep every scalar (and loop-carried value) fp32
+    dy_scale = tl.cast(dy_scale, tl.float32)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < B
     cols = tl.arange(0, W)
@@ -307,6 +309,11 @@ def _resnet_fwd_kernel(
     a: (NBLK, B, W) first-layer outputs of each block; y: (B,); loss: (num_programs,).
     """
     pid = tl.program_id(0)
+    # Python floats can arrive as fp64 under torch.compile: keep every scalar (and loop-carried value) fp32
+    inv_n = tl.cast(inv_n, tl.float32)
+    unbias = tl.cast(unbias, tl.float32)
+    momentum = tl.cast(momentum, tl.float32)
+    eps = tl.cast(eps, tl.float32)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < B
     cols = tl.arange(0, W)
@@ -394,6 +401,9 @@ def _resnet_bwd_kernel(
     dW_{2j} = dz1^T h_j;  dh_j = dpre + dz1 W_{2j}.
     """
     pid = tl.program_id(0)
+    # Python floats can arrive as fp64 under torch.compile: keep every scalar (and loop-carried value) fp32
+    dy_scale = tl.cast(dy_scale, tl.float32)
+    inv_n = tl.cast(inv_n, tl.float32)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < B
     cols = tl.arange(0, W)
