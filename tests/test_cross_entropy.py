@@ -54,10 +54,12 @@ def _inputs(M, V, dtype=torch.float32, scale=3.0, device=DEVICE, ignore_frac=0.2
     return logits, target
 
 
-@pytest.fixture(params=["one_chunk", "chunked"])
+@pytest.fixture(params=["one_chunk", "chunked", "chunked_db"])
 def variant(request, monkeypatch):
-    if request.param == "chunked":  # force several chunks per row on small vocabularies
+    if request.param != "one_chunk":  # force several chunks per row on small vocabularies
         monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 8)
+    # chunked_db: the sweeps load chunk i + 1 into registers before reducing chunk i
+    monkeypatch.setattr(CE, "INTERPRET_REG_DB", request.param == "chunked_db")
     return request.param
 
 
@@ -65,7 +67,7 @@ def variant(request, monkeypatch):
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
 @pytest.mark.parametrize("V", [2, 3, 17, 1000])
 def test_loss_grad_correct(V, reduction, dtype, variant):
-    if variant == "chunked" and V > 100:
+    if variant != "one_chunk" and V > 100:
         pytest.skip("slow in the interpreter; long rows are chunked in test_vocab_32001_chunked")
     logits, target = _inputs(23, V, dtype)
     _check(logits, target, reduction=reduction)
@@ -148,9 +150,24 @@ def test_accuracy_ties_take_first_max():
     assert correct.item() == 2
 
 
-def test_accuracy_ties_across_chunks(monkeypatch):
+def test_target_is_max_with_ties(variant):
+    """Rows whose target holds the maximum (the first-argmax search runs), some tied with an earlier or
+    a later class: loss, gradient (the target column is written last) and correct count."""
+    logits, target = _inputs(24, 37, ignore_frac=0.0)
+    top = logits.max(1).values
+    for i in range(0, 24, 2):                      # every other row: the target is a maximum
+        logits[i, target[i]] = top[i] + 1.0
+    for i, j in ((0, 0), (4, 36), (8, 5)):         # ties: a class before / after the target
+        logits[i, j] = logits[i, target[i]]
+    _check(logits, target)
+    _check(logits, target, label_smoothing=0.2, reduction="sum")
+
+
+@pytest.mark.parametrize("reg_db", [False, True])
+def test_accuracy_ties_across_chunks(monkeypatch, reg_db):
     """Chunked rows keep a per-lane first maximum; the row's argmax is the smallest such index."""
     monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 4)
+    monkeypatch.setattr(CE, "INTERPRET_REG_DB", reg_db)
     logits = torch.randn(4, 13, device=DEVICE)
     logits[0, [6, 8, 12]] = 9.0    # lane 2 of chunk 1 comes before lane 0 of chunk 2
     logits[1, [3, 4]] = 9.0        # last lane of chunk 0 vs first lane of chunk 1
@@ -162,9 +179,11 @@ def test_accuracy_ties_across_chunks(monkeypatch):
         assert correct.item() == n_correct
 
 
-def test_minus_inf_logits_chunked(monkeypatch):
+@pytest.mark.parametrize("reg_db", [False, True])
+def test_minus_inf_logits_chunked(monkeypatch, reg_db):
     """-inf logits (masked classes) are skipped by the chunked online sum: finite loss and gradient."""
     monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 4)
+    monkeypatch.setattr(CE, "INTERPRET_REG_DB", reg_db)
     logits = torch.randn(5, 11, device=DEVICE)
     logits[:, :5] = -float("inf")
     target = torch.randint(5, 11, (5,), device=DEVICE)

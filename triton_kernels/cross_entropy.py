@@ -11,22 +11,34 @@ denominator and a zero gradient. Reductions: "none" -> loss_i; "sum" -> sum_i lo
 The gradient of the reduced loss with respect to the logits, with p_c = exp(x_c - lse) and
 scale = 1 / denominator for "mean", 1 otherwise:
     dx_c = scale * [ ((1 - eps) w_t + (eps / V) W) p_c  -  (1 - eps) w_t [c == t]  -  (eps / V) w_c ]
-It is written DURING the forward (the logits are read once more from the same program, usually from
-L2), so the backward is only a multiplication by the incoming gradient -- done in place, and skipped on
-the device (no host sync) when that gradient is 1, as it is after `loss.backward()`.
+It is written DURING the forward (from registers, or for long rows by reading the logits once more from
+the same program, usually from L2), so the backward is only a multiplication by the incoming gradient --
+done in place, and skipped on the device (no host sync) when that gradient is 1, as it is after
+`loss.backward()`.
 The same sweep counts the rows whose argmax (first maximal index, as torch.argmax) equals the target.
 
-Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid, pid + P, ...). A row
-that fits one block (V <= BLOCK_V) is held in registers: one read, one write. Longer rows (vocabularies
-up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps, per lane (column of the chunk), the running max,
-the rescaled sum of exponentials (one exp per element), the first argmax and the smoothing sum -- no
-cross-warp reduction inside the loop, so warps stream independently -- and merges the lanes once per
-row; sweep 2 goes over the chunks in reverse order (most
-recently read chunks first, while they are still in L2) and writes the gradient. Each program keeps its
-loss / weight / correct sums in registers and writes one partial per program; a one-program finalize
-kernel adds the P partials -- no atomics, deterministic. For "mean" with a gradient, the denominator
-sum_i w_{t_i} is needed before the first gradient is written: each program computes it from the targets
-(cheap while M * P is small) or a one-program prologue kernel writes it to device memory.
+Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid, pid + P, ...).
+* A row of at most BLOCK_V classes is held in registers (BLOCK_V up to 32768: 16 warps x 32 threads x 64
+  values): one read from device memory, the row max, one exp per element kept for the gradient
+  (p = e / s), the sum, then one write -- no re-read. While a program reduces its row, device memory
+  has nothing of its to fetch; with PREFETCH the program first asks L2 for its next row
+  (cp.async.bulk.prefetch.L2: no registers, no wait), so the next row's loads hit L2 and device memory
+  keeps streaming during the reductions. 132 programs x one 128 KB row ahead = 17 MB of the 50 MB L2.
+  The argmax check needs no index tracking: the first argmax is t iff x_t equals the row max and no
+  earlier class does (searched only when x_t is the max); the target column's "- coef" is one scalar
+  store after a barrier, so no per-element column compare.
+* Longer rows (vocabularies up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps, per lane
+  (column of the chunk), the running max, the rescaled sum of exponentials (one exp per element), the
+  first argmax and the smoothing sum -- no cross-warp reduction inside the loop, so warps stream
+  independently -- and merges the lanes once per row; sweep 2 goes over the chunks in reverse order
+  (most recently read chunks first, while they are still in L2) and writes the gradient. With REG_DB
+  each sweep loads chunk i + 1 into registers before reducing chunk i (register double-buffering), and
+  PREFETCH (rows up to 128 KB) asks L2 for the next row as above.
+Each program keeps its loss / weight / correct sums in registers and writes one partial per program; a
+one-program finalize kernel adds the P partials -- no atomics, deterministic. For "mean" with a gradient,
+the denominator sum_i w_{t_i} is needed before the first gradient is written: each program computes it
+from the targets (cheap while M * P is small) or a one-program prologue kernel writes it to device memory.
+The tuner (`_configs`) picks among the layouts per shape and dtype.
 """
 from __future__ import annotations
 
@@ -47,7 +59,7 @@ _RED_CODE = {"none": 0, "sum": 1, "mean": 2}
 MAX_ONE_CHUNK_V = 8192  # rows up to this many classes (next power of two): only one-chunk configs
 MAX_REG_ROW_V = 32768   # rows up to this many classes may be held whole in registers (16 warps: 64 per thread)
 PF_MAX_BYTES = 1 << 17  # the next row is prefetched into L2 only when a row is at most this large
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_T = 1024          # targets per step when summing the denominator
 MAX_PARTIALS = 4096     # upper bound on the persistent grid (finalize loads all partials in one block)
 INTERPRET_BLOCK_V = 1024  # chunk size in the CPU interpreter (tests lower it to exercise the chunked sweep)
@@ -84,6 +96,33 @@ def _ce_denominator_kernel(target_ptr, weight_ptr, denom_ptr, M, V, ignore_index
 
 
 @triton.jit
+def _prefetch_l2(ptr, nbytes):
+    """Ask L2 to fetch the bytes [ptr, ptr + nbytes) from device memory and return at once: no registers,
+    no completion to wait for (cp.async.bulk.prefetch.L2, sm_90). Warp w of the program asks for the
+    16 KB slice w, so a 128 KB row costs 8 instructions; the range is widened to 16-byte boundaries, as the
+    instruction requires. nbytes <= 0: nothing. GPU only (PTX): the interpreter never reaches it."""
+    a = ptr.to(tl.int64, bitcast=True)
+    a0 = a & -16
+    n = tl.where(nbytes > 0, ((a + nbytes + 15) & -16) - a0, 0).to(tl.int32)
+    tl.inline_asm_elementwise(
+        """{
+        .reg .pred p;
+        .reg .u32 w, off, sz;
+        .reg .u64 addr;
+        mov.u32 w, %tid.x;
+        shr.u32 w, w, 5;
+        shl.b32 off, w, 14;
+        setp.lt.u32 p, off, $2;
+        sub.u32 sz, $2, off;
+        min.u32 sz, sz, 16384;
+        cvt.u64.u32 addr, off;
+        add.u64 addr, addr, $1;
+        @p cp.async.bulk.prefetch.L2.global [addr], sz;
+        mov.u32 $0, 0;
+        }""", "=r,l,r", [a0, n], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _ce_fwd_kernel(
     logits_ptr, target_ptr, weight_ptr, grad_ptr, row_loss_ptr, part_loss_ptr, part_wsum_ptr,
     part_correct_ptr, denom_ptr,
@@ -91,18 +130,27 @@ def _ce_fwd_kernel(
     HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
     REDUCTION: tl.constexpr, DENOM_IN_KERNEL: tl.constexpr, STORE_ROW_LOSS: tl.constexpr,
     ONE_CHUNK: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_T: tl.constexpr,
+    PREFETCH: tl.constexpr, REG_DB: tl.constexpr,
 ):
     """Loss, gradient and correct count for the rows pid, pid + P, ... (P = number of programs).
 
     logits: (M, V) strides (stride_lm, stride_lv); target: (M,) stride stride_t; weight: (V,) fp32;
     grad: (M, V) strides (stride_gm, 1); row_loss: (M,); part_*: (P,) per-program partial sums;
     denom: (1,) fp32, read when the "mean" gradient scale comes from the prologue kernel.
+    ONE_CHUNK: the row (V <= BLOCK_V) is held in registers. PREFETCH: ask L2 for the program's next row
+    while this one is processed (contiguous rows only). REG_DB: chunked sweeps load chunk i + 1 into
+    registers before reducing chunk i (register double-buffering).
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_V)
     NEG_INF: tl.constexpr = -float("inf")
-    eps = tl.cast(eps, tl.float32)  # under torch.compile a Python float argument can arrive as fp64
+    ROW_BYTES = V * (logits_ptr.dtype.element_ty.primitive_bitwidth // 8)
+
+    row64 = pid.to(tl.int64)  # 64-bit row index (rows * stride can exceed 2**31)
+    if PREFETCH:
+        _prefetch_l2(logits_ptr + row64 * stride_lm, ROW_BYTES)
+    t_next = tl.load(target_ptr + row64 * stride_t)
 
     # the gradient scale of the reduction
     scale = 1.0
@@ -124,34 +172,51 @@ def _ce_fwd_kernel(
     loss_acc = 0.0
     wsum_acc = 0.0
     correct_acc = 0
-    row64 = pid.to(tl.int64) - nprog  # 64-bit row index (rows * stride can exceed 2**31)
     for _ in range(pid, M, nprog):
-        row64 += nprog
+        nxt = row64 + nprog
+        has_next = nxt < M
+        t = t_next.to(tl.int32)
+        t_next = tl.load(target_ptr + tl.where(has_next, nxt, row64) * stride_t)  # the next row's, early
+        if PREFETCH:
+            _prefetch_l2(logits_ptr + nxt * stride_lm, tl.where(has_next, ROW_BYTES, 0))
         x_row = logits_ptr + row64 * stride_lm
-        t = tl.load(target_ptr + row64 * stride_t).to(tl.int32)
         valid = t != ignore_index
         in_range = (t >= 0) & (t < V)
         t_safe = tl.where(in_range, t, 0)
         w_t = 1.0
+        w_t_class = 1.0
         if HAS_WEIGHT:
-            w_t = tl.load(weight_ptr + t_safe)
+            w_t_class = tl.load(weight_ptr + t_safe)
+            w_t = w_t_class
         w_t = tl.where(valid, w_t, 0.0)
         x_t = tl.load(x_row + t_safe.to(tl.int64) * stride_lv).to(tl.float32)  # issued early: hides latency
 
-        # ---- sweep 1: max, sum of exponentials, argmax, smoothing sum
+        # ---- sweep 1: max, sum of exponentials, first argmax == target, smoothing sum
         if ONE_CHUNK:
-            mask = cols < V
-            x = tl.load(x_row + cols * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
-            m, best = tl.max(x, axis=0, return_indices=True)
+            # the whole row in registers: one read, the max, then one exp per element (kept for the
+            # gradient). The column offsets get a per-row zero the compiler cannot see through: hoisted
+            # out of the row loop, they would hold two registers per four values and spill the row.
+            zero = tl.multiple_of((row64 >> 62).to(tl.int32), BLOCK_V)  # rows < 2**62: always 0
+            cr = cols + zero
+            mask = cr < V
+            x = tl.load(x_row + cr * stride_lv, mask=mask, other=NEG_INF,
+                        eviction_policy="evict_first").to(tl.float32)
+            m = tl.max(x, axis=0)
             m_safe = tl.where(m == NEG_INF, 0.0, m)
-            s = tl.sum(tl.exp(x - m_safe), axis=0)
+            # the first argmax is t iff x_t is the maximum and no earlier class holds it: the search for
+            # the first maximal index runs only when x_t is the maximum
+            hit = valid & in_range & (x_t == m)
+            if hit:
+                hit = tl.min(tl.where(x == m, cr, BLOCK_V), axis=0) == t
             sx = 0.0
             if SMOOTH:
                 if HAS_WEIGHT:
-                    wc = tl.load(weight_ptr + cols, mask=mask, other=0.0)
+                    wc = tl.load(weight_ptr + cr, mask=mask, other=0.0)
                     sx = tl.sum(tl.where(mask, x * wc, 0.0), axis=0)
                 else:
                     sx = tl.sum(tl.where(mask, x, 0.0), axis=0)
+            e = tl.exp2((x - m_safe) * LOG2E)  # masked lanes: exp2(-inf) = 0
+            s = tl.sum(e, axis=0)
         else:
             # per-lane online max / sum / first argmax: no cross-warp reduction inside the loop (warps
             # stream independently); one exp per element: exp(-|x - m|) rescales whichever side is smaller
@@ -159,14 +224,21 @@ def _ce_fwd_kernel(
             s_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
             i_vec = tl.zeros((BLOCK_V,), dtype=tl.int32)
             sx_acc = tl.zeros((BLOCK_V,), dtype=tl.float32)
+            if REG_DB:
+                x_nxt = tl.load(x_row + cols * stride_lv, mask=cols < V, other=NEG_INF)
             for start in range(0, V, BLOCK_V):
                 c = start + cols
                 mask = c < V
-                xc = tl.load(x_row + c * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
+                if REG_DB:  # chunk i + 1 is in flight while chunk i is reduced
+                    xc = x_nxt.to(tl.float32)
+                    cn = c + BLOCK_V
+                    x_nxt = tl.load(x_row + cn * stride_lv, mask=cn < V, other=NEG_INF)
+                else:
+                    xc = tl.load(x_row + c * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
                 up = xc > m_vec  # strict: a lane keeps its first maximum
                 hi = tl.maximum(m_vec, xc)
                 lo = tl.minimum(m_vec, xc)
-                e = tl.exp(lo - tl.where(hi == NEG_INF, 0.0, hi))  # both -inf: exp(-inf) = 0
+                e = tl.exp2((lo - tl.where(hi == NEG_INF, 0.0, hi)) * LOG2E)  # both -inf: exp2(-inf) = 0
                 s_vec = tl.where(up, s_vec * e + 1.0, s_vec + e)
                 i_vec = tl.where(up, c, i_vec)
                 m_vec = hi
@@ -180,8 +252,9 @@ def _ce_fwd_kernel(
             m = tl.max(m_vec, axis=0)
             # first maximal index: the smallest lane-first index among lanes holding the row maximum
             best = tl.min(tl.where(m_vec == m, i_vec, 2147483647), axis=0)
+            hit = valid & (best == t)
             m_safe = tl.where(m == NEG_INF, 0.0, m)
-            s = tl.sum(s_vec * tl.exp(m_vec - m_safe), axis=0)
+            s = tl.sum(s_vec * tl.exp2((m_vec - m_safe) * LOG2E), axis=0)
         # lse = m + log(s), but kept apart: with logits of magnitude 1e4 an fp32 lse has an ulp of ~1e-3,
         # so x - lse would lose that much; (x - m) - log(s) keeps full precision near the maximum
         log_s = tl.log(s)
@@ -197,7 +270,7 @@ def _ce_fwd_kernel(
             tl.store(row_loss_ptr + row64, loss.to(row_loss_ptr.dtype.element_ty))
         loss_acc += loss
         wsum_acc += w_t
-        correct_acc += tl.where(valid & (best == t), 1, 0)
+        correct_acc += tl.where(hit, 1, 0)
 
         # ---- sweep 2: the gradient
         if COMPUTE_GRAD:
@@ -207,26 +280,48 @@ def _ce_fwd_kernel(
             coef_p = tl.where(bad, float("nan"), coef_p)
             g_row = grad_ptr + row64 * stride_gm
             if ONE_CHUNK:
-                g = coef_p * tl.exp((x - m_safe) - log_s) - tl.where(cols == t, coef_t, 0.0)
+                # p = e / s: no second exp (e is within an ulp of exp(x - m)); the target column's
+                # "- coef_t" is written after the row, by one scalar store ordered by a barrier, so no
+                # per-element column compare is needed
+                g = e * (coef_p / s)
                 if SMOOTH:
                     if HAS_WEIGHT:
                         g -= coef_u * wc
                     else:
                         g -= coef_u
-                tl.store(g_row + cols, g.to(grad_ptr.dtype.element_ty), mask=mask)
+                tl.store(g_row + cr, g.to(grad_ptr.dtype.element_ty), mask=mask)
+                if valid & in_range:
+                    g_t = coef_p * tl.exp2(((x_t - m_safe) - log_s) * LOG2E) - coef_t
+                    if SMOOTH:
+                        if HAS_WEIGHT:
+                            g_t -= coef_u * w_t_class
+                        else:
+                            g_t -= coef_u
+                    tl.debug_barrier()  # every thread's row store lands before the target column's
+                    tl.store(g_row + t_safe, g_t.to(grad_ptr.dtype.element_ty))
             else:
+                # reverse order: the chunks read last in sweep 1 are the likeliest to be still in L2
                 n_chunks = tl.cdiv(V, BLOCK_V)
+                if REG_DB:
+                    cl = (n_chunks - 1) * BLOCK_V + cols
+                    x_nxt = tl.load(x_row + cl * stride_lv, mask=cl < V, other=0.0)
                 for i in range(0, n_chunks):
                     c = (n_chunks - 1 - i) * BLOCK_V + cols
                     mask = c < V
-                    xc = tl.load(x_row + c * stride_lv, mask=mask, other=0.0).to(tl.float32)
-                    g = coef_p * tl.exp((xc - m_safe) - log_s) - tl.where(c == t, coef_t, 0.0)
+                    if REG_DB:
+                        xc = x_nxt.to(tl.float32)
+                        cp = c - BLOCK_V
+                        x_nxt = tl.load(x_row + cp * stride_lv, mask=cp >= 0, other=0.0)
+                    else:
+                        xc = tl.load(x_row + c * stride_lv, mask=mask, other=0.0).to(tl.float32)
+                    g = coef_p * tl.exp2(((xc - m_safe) - log_s) * LOG2E) - tl.where(c == t, coef_t, 0.0)
                     if SMOOTH:
                         if HAS_WEIGHT:
                             g -= coef_u * tl.load(weight_ptr + c, mask=mask, other=0.0)
                         else:
                             g -= coef_u
                     tl.store(g_row + c, g.to(grad_ptr.dtype.element_ty), mask=mask)
+        row64 = nxt
 
     tl.store(part_loss_ptr + pid, loss_acc)
     tl.store(part_wsum_ptr + pid, wsum_acc)
@@ -273,26 +368,29 @@ def _ce_scale_grad_kernel(grad_ptr, go_ptr, M, V, stride_gm, stride_go, BLOCK_V:
 def _configs(V: int) -> list[Config]:
     """Candidates, best guess first (the first runs when tuning is off and under torch.compile tracing).
 
-    Long rows: the gradient sweep re-reads each row right after the statistics sweep; that re-read is
-    served by L2 only while the rows in flight (programs x row bytes) stay well inside the 50 MB L2,
-    e.g. 132 programs x 128 KB (32000 fp32) = 17 MB. So the first guess is one 16-warp program per SM
-    with 8192-wide chunks (16 values = four 16-byte loads per thread, 32 KB in flight per SM), and the
-    other candidates keep 4..16 values per thread (more would spill the per-lane accumulators).
+    Rows up to MAX_REG_ROW_V classes can be held whole in registers (16 warps x 32 threads x 64 values =
+    32768): one read from device memory, no re-read, while the L2 prefetch of the program's next row
+    keeps device memory busy during the reductions. Longer rows are swept in chunks: the gradient sweep
+    re-reads each row right after the statistics sweep; that re-read is served by L2 only while the rows
+    in flight (programs x row bytes) stay well inside the 50 MB L2, e.g. 132 programs x 128 KB (32000
+    fp32) = 17 MB: one 16-warp program per SM with 8192-wide chunks (16 values = four 16-byte loads per
+    thread, 32 KB in flight per SM); other candidates keep 4..16 values per thread (more would spill
+    the per-lane accumulators).
     """
-    if next_power_of_2(V) <= MAX_ONE_CHUNK_V:
-        bv = next_power_of_2(V)
-        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
-               if w * 32 <= max(bv // 4, 32) and w * p <= 64]
-    else:
-        out = [Config({"BLOCK_V": bv, "PER_SM": p}, w, 1)
-               for bv, w, p in ((8192, 16, 1), (4096, 8, 2), (8192, 16, 2), (4096, 8, 1), (4096, 16, 1),
-                                (2048, 4, 4), (8192, 8, 1), (4096, 8, 4), (2048, 8, 2), (16384, 32, 1))]
-        # Measured on the H100 (8192 x 32000): fp32 and bf16 logits took the same 1.34 ms, so the sweep is
-        # latency-bound, not bandwidth-bound. With num_stages=1 each chunk's load waits for the previous
-        # chunk's math; pipelined candidates issue the next chunk's load first (2-3 chunks in flight per
-        # program). Prediction: towards the 0.7 ms traffic floor if they win; the tuner keeps the best.
-        out += [Config({"BLOCK_V": bv, "PER_SM": p}, w, st)
-                for bv, w, p in ((4096, 8, 2), (4096, 8, 1), (2048, 4, 4), (2048, 8, 2)) for st in (2, 3)]
+    npow = next_power_of_2(V)
+    if npow <= MAX_ONE_CHUNK_V:
+        return [Config({"BLOCK_V": npow, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
+                if w * 32 <= max(npow // 4, 32) and w * p <= 64]
+    out = []
+    if npow <= MAX_REG_ROW_V:
+        # whole row in registers: at most 64 values per thread
+        out += [Config({"BLOCK_V": npow, "PER_SM": p, "PREFETCH": pf}, w, 1)
+                for w, p, pf in ((16, 1, 1), (16, 1, 0), (32, 1, 1), (8, 2, 1), (8, 1, 1))
+                if npow // (32 * w) <= 64 and npow // (32 * w) >= 4]
+    out += [Config({"BLOCK_V": bv, "PER_SM": p, "PREFETCH": pf, "REG_DB": db}, w, 1)
+            for bv, w, p, pf, db in ((8192, 16, 1, 1, 1), (8192, 16, 1, 1, 0), (8192, 16, 1, 0, 1),
+                                     (8192, 16, 1, 0, 0), (4096, 8, 2, 1, 1), (4096, 8, 2, 0, 0),
+                                     (2048, 4, 4, 0, 0), (16384, 32, 1, 0, 1))]
     return out
 
 
@@ -312,8 +410,10 @@ def _num_sms(device: torch.device) -> int:
 # ----------------------------------------------------------------------------------------------------
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor] = None,
                           ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
-                          compute_grad: bool = True):
+                          compute_grad: bool = True, config: Optional[Config] = None):
     """Launch the fused kernel on 2-D logits (M, V) and targets (M,).
+
+    config: run this launch configuration instead of the tuned one (benchmarks compare variants).
 
     Returns (loss, n_correct, grad): loss 0-dim ("mean"/"sum") or (M,) ("none") in the logits dtype;
     n_correct a 0-dim int64 tensor on the device; grad (M, V) in the logits dtype -- the gradient of the
@@ -329,9 +429,12 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
     smooth = label_smoothing > 0.0
     fake = _is_fake(logits, target)
     if INTERPRET:
-        configs = [Config({"BLOCK_V": min(INTERPRET_BLOCK_V, next_power_of_2(V)), "PER_SM": 2}, 4, 1)]
+        configs = [Config({"BLOCK_V": min(INTERPRET_BLOCK_V, next_power_of_2(V)), "PER_SM": 2,
+                           "REG_DB": int(INTERPRET_REG_DB)}, 4, 1)]
     else:
         configs = _configs(V)
+    if config is not None:
+        configs = [config]
     n_sms = _num_sms(dev)
 
     def grid_size(cfg):
@@ -339,13 +442,18 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
 
     def launch(cfg, P, part_loss, part_wsum, part_correct, denom, denom_in_kernel):
         bv = cfg.kwargs["BLOCK_V"]
+        # the L2 prefetch of the next row: a GPU instruction, for contiguous rows small enough that the
+        # prefetched rows (one per program) stay well inside L2 next to the rows being read
+        prefetch = (bool(cfg.kwargs.get("PREFETCH", 0)) and not INTERPRET and logits.stride(1) == 1
+                    and V * logits.element_size() <= PF_MAX_BYTES)
         _launch(_ce_fwd_kernel, (P,), logits, target, w, grad if grad is not None else logits,
                 loss, part_loss, part_wsum, part_correct, denom,
                 M, V, logits.stride(0), logits.stride(1), grad.stride(0) if grad is not None else 0,
                 target.stride(0), ignore_index, float(label_smoothing),
                 HAS_WEIGHT=weight is not None, SMOOTH=smooth, COMPUTE_GRAD=compute_grad, REDUCTION=red,
                 DENOM_IN_KERNEL=denom_in_kernel, STORE_ROW_LOSS=red == 0, ONE_CHUNK=V <= bv,
-                BLOCK_V=bv, BLOCK_T=BLOCK_T, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                BLOCK_V=bv, BLOCK_T=BLOCK_T, PREFETCH=prefetch, REG_DB=bool(cfg.kwargs.get("REG_DB", 0)),
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     def buffers(P):
         return (torch.empty((P,), device=dev, dtype=torch.float32), torch.empty((P,), device=dev, dtype=torch.float32),
@@ -374,7 +482,7 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
 
     key = (bucket(M), bucket(V), str(logits.dtype), weight is not None, smooth, compute_grad, red,
            logits.stride(1) == 1)
-    cfg = configs[0] if INTERPRET else _tuner.pick(key, run, configs, tracing=fake)
+    cfg = configs[0] if INTERPRET or config is not None else _tuner.pick(key, run, configs, tracing=fake)
     P, (part_loss, part_wsum, part_correct) = run(cfg)
     _launch(_ce_finalize_kernel, (1,), part_loss, part_wsum, part_correct, loss, correct, P,
             REDUCTION=red, BLOCK_P=next_power_of_2(P), num_warps=4)
