@@ -150,6 +150,14 @@ def test_accuracy_ties_take_first_max():
     assert correct.item() == 2
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_mean_denominator_from_prologue(monkeypatch, weighted):
+    """Large M * programs: the "mean" denominator comes from the one-program prologue kernel."""
+    monkeypatch.setattr(CE, "DENOM_IN_KERNEL_MAX", 0)
+    logits, target = _inputs(29, 40)
+    _check(logits, target, torch.rand(40, device=DEVICE) + 0.5 if weighted else None)
+
+
 def test_target_is_max_with_ties(variant):
     """Rows whose target holds the maximum (the first-argmax search runs), some tied with an earlier or
     a later class: loss, gradient (the target column is written last) and correct count."""

@@ -32,8 +32,9 @@ Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid
   first argmax and the smoothing sum -- no cross-warp reduction inside the loop, so warps stream
   independently -- and merges the lanes once per row; sweep 2 goes over the chunks in reverse order
   (most recently read chunks first, while they are still in L2) and writes the gradient. With REG_DB
-  each sweep loads chunk i + 1 into registers before reducing chunk i (register double-buffering), and
-  PREFETCH (rows up to 128 KB) asks L2 for the next row as above.
+  each sweep loads chunk i + 1 into registers before reducing chunk i (register double-buffering: 15-19 %
+  faster on the H100). PREFETCH works here too (rows up to 128 KB) but slowed the chunked sweep on the
+  H100, so no chunked candidate uses it.
 Each program keeps its loss / weight / correct sums in registers and writes one partial per program; a
 one-program finalize kernel adds the P partials -- no atomics, deterministic. For "mean" with a gradient,
 the denominator sum_i w_{t_i} is needed before the first gradient is written: each program computes it
@@ -42,6 +43,7 @@ The tuner (`_configs`) picks among the layouts per shape and dtype.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -62,6 +64,7 @@ PF_MAX_BYTES = 1 << 17  # the next row is prefetched into L2 only when a row is 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_T = 1024          # targets per step when summing the denominator
 MAX_PARTIALS = 4096     # upper bound on the persistent grid (finalize loads all partials in one block)
+DENOM_IN_KERNEL_MAX = 1 << 22  # each program sums the M targets itself while M * programs <= this
 INTERPRET_BLOCK_V = 1024  # chunk size in the CPU interpreter (tests lower it to exercise the chunked sweep)
 INTERPRET_REG_DB = False  # register double-buffering in the interpreter (tests switch it on)
 
@@ -124,8 +127,7 @@ def _prefetch_l2(ptr, nbytes):
 
 @triton.jit
 def _ce_fwd_kernel(
-    logits_ptr, target_ptr, weight_ptr, grad_ptr, row_loss_ptr, part_loss_ptr, part_wsum_ptr,
-    part_correct_ptr, denom_ptr,
+    logits_ptr, target_ptr, weight_ptr, grad_ptr, row_loss_ptr, part_ptr,
     M, V, stride_lm, stride_lv, stride_gm, stride_t, ignore_index, eps,
     HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
     REDUCTION: tl.constexpr, DENOM_IN_KERNEL: tl.constexpr, STORE_ROW_LOSS: tl.constexpr,
@@ -135,8 +137,9 @@ def _ce_fwd_kernel(
     """Loss, gradient and correct count for the rows pid, pid + P, ... (P = number of programs).
 
     logits: (M, V) strides (stride_lm, stride_lv); target: (M,) stride stride_t; weight: (V,) fp32;
-    grad: (M, V) strides (stride_gm, 1); row_loss: (M,); part_*: (P,) per-program partial sums;
-    denom: (1,) fp32, read when the "mean" gradient scale comes from the prologue kernel.
+    grad: (M, V) strides (stride_gm, 1); row_loss: (M,); part: (3 P + 1,) fp32: per-program partial
+    loss, weight and correct-count sums at [0, P), [P, 2 P), [2 P, 3 P), and at 3 P the "mean"
+    denominator, read when the prologue kernel wrote it.
     ONE_CHUNK: the row (V <= BLOCK_V) is held in registers. PREFETCH: ask L2 for the program's next row
     while this one is processed (contiguous rows only). REG_DB: chunked sweeps load chunk i + 1 into
     registers before reducing chunk i (register double-buffering).
@@ -158,7 +161,7 @@ def _ce_fwd_kernel(
         if DENOM_IN_KERNEL:
             denom = _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT, BLOCK_T)
         else:
-            denom = tl.load(denom_ptr)
+            denom = tl.load(part_ptr + 3 * nprog)
         scale = tl.where(denom == 0.0, 0.0, 1.0 / denom)  # every row ignored: zero gradient (as torch)
     # total class weight (smoothing term)
     w_total = V * 1.0
@@ -323,23 +326,23 @@ def _ce_fwd_kernel(
                     tl.store(g_row + c, g.to(grad_ptr.dtype.element_ty), mask=mask)
         row64 = nxt
 
-    tl.store(part_loss_ptr + pid, loss_acc)
-    tl.store(part_wsum_ptr + pid, wsum_acc)
-    tl.store(part_correct_ptr + pid, correct_acc)
+    tl.store(part_ptr + pid, loss_acc)
+    tl.store(part_ptr + nprog + pid, wsum_acc)
+    tl.store(part_ptr + 2 * nprog + pid, correct_acc.to(tl.float32))  # exact: < 2**24 rows per program
 
 
 @triton.jit
-def _ce_finalize_kernel(part_loss_ptr, part_wsum_ptr, part_correct_ptr, loss_ptr, correct_ptr, P,
-                        REDUCTION: tl.constexpr, BLOCK_P: tl.constexpr):
-    """One program: loss = sum of partial losses (/ sum of partial weights for "mean"), correct = sum."""
+def _ce_finalize_kernel(part_ptr, loss_ptr, correct_ptr, P, REDUCTION: tl.constexpr, BLOCK_P: tl.constexpr):
+    """One program: loss = sum of partial losses (/ sum of partial weights for "mean"), correct = sum
+    (the layout of part_ptr is _ce_fwd_kernel's)."""
     offs = tl.arange(0, BLOCK_P)
     mask = offs < P
-    correct = tl.sum(tl.load(part_correct_ptr + offs, mask=mask, other=0), axis=0)
+    correct = tl.sum(tl.load(part_ptr + 2 * P + offs, mask=mask, other=0.0).to(tl.int32), axis=0)
     tl.store(correct_ptr, correct.to(tl.int64))
     if REDUCTION != 0:
-        loss = tl.sum(tl.load(part_loss_ptr + offs, mask=mask, other=0.0), axis=0)
+        loss = tl.sum(tl.load(part_ptr + offs, mask=mask, other=0.0), axis=0)
         if REDUCTION == 2:
-            loss = loss / tl.sum(tl.load(part_wsum_ptr + offs, mask=mask, other=0.0), axis=0)
+            loss = loss / tl.sum(tl.load(part_ptr + P + offs, mask=mask, other=0.0), axis=0)
         tl.store(loss_ptr, loss.to(loss_ptr.dtype.element_ty))
 
 
@@ -365,33 +368,36 @@ def _ce_scale_grad_kernel(grad_ptr, go_ptr, M, V, stride_gm, stride_go, BLOCK_V:
 # ----------------------------------------------------------------------------------------------------
 # Autotuning space: chunk size, warps, programs per SM (the persistent grid)
 # ----------------------------------------------------------------------------------------------------
-def _configs(V: int) -> list[Config]:
-    """Candidates, best guess first (the first runs when tuning is off and under torch.compile tracing).
+@functools.lru_cache(maxsize=None)
+def _configs(V: int, elem_bytes: int = 4) -> tuple[Config, ...]:
+    """Candidates, measured best first (the first runs when tuning is off and under torch.compile tracing).
 
-    Rows up to MAX_REG_ROW_V classes can be held whole in registers (16 warps x 32 threads x 64 values =
-    32768): one read from device memory, no re-read, while the L2 prefetch of the program's next row
-    keeps device memory busy during the reductions. Longer rows are swept in chunks: the gradient sweep
-    re-reads each row right after the statistics sweep; that re-read is served by L2 only while the rows
-    in flight (programs x row bytes) stay well inside the 50 MB L2, e.g. 132 programs x 128 KB (32000
-    fp32) = 17 MB: one 16-warp program per SM with 8192-wide chunks (16 values = four 16-byte loads per
-    thread, 32 KB in flight per SM); other candidates keep 4..16 values per thread (more would spill
-    the per-lane accumulators).
+    H100, 8192 x 32000, forward with the gradient (bench/ce_variants.py; results/NVIDIA_H100_80GB_HBM3/
+    ce_variants.*): the row held in registers by 16 warps (64 values per thread, one program per SM)
+    took 0.756 ms in fp32 (92 % of the copy bandwidth) and 0.382 ms in bf16 with the L2 prefetch of
+    the next row (0.397 without; in fp32 the prefetch cost 6 %: 0.804). So the prefetch goes first for
+    rows of at most 64 KB. The chunked sweep with register double-buffering took 0.850 / 0.545 ms; the
+    previous first candidate (chunks of 8192, no double-buffering) 1.004 / 0.633. Fewer warps per row
+    would need more than 64 values per thread (ptxas then takes 173-254 registers: no second program
+    fits on the SM), and 32 warps per row cap registers at 64 (spills): 0.814 / 0.386.
+
+    Longer rows are swept in chunks; there double-buffering won by 15-19 % (4096 x 128256 bf16: 1.09 vs
+    1.29 ms; 1024 x 262144 bf16: 0.59 vs 0.70). The gradient sweep re-reads each row right after the
+    statistics sweep; that re-read is served by L2 only while the rows in flight (programs x row bytes)
+    stay well inside the 50 MB L2: one 16-warp program per SM with 8192-wide chunks (16 values = four
+    16-byte loads per thread, 32 KB in flight per SM).
     """
     npow = next_power_of_2(V)
     if npow <= MAX_ONE_CHUNK_V:
-        return [Config({"BLOCK_V": npow, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
-                if w * 32 <= max(npow // 4, 32) and w * p <= 64]
+        return tuple(Config({"BLOCK_V": npow, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
+                     if w * 32 <= max(npow // 4, 32) and w * p <= 64)
     out = []
-    if npow <= MAX_REG_ROW_V:
-        # whole row in registers: at most 64 values per thread
-        out += [Config({"BLOCK_V": npow, "PER_SM": p, "PREFETCH": pf}, w, 1)
-                for w, p, pf in ((16, 1, 1), (16, 1, 0), (32, 1, 1), (8, 2, 1), (8, 1, 1))
-                if npow // (32 * w) <= 64 and npow // (32 * w) >= 4]
-    out += [Config({"BLOCK_V": bv, "PER_SM": p, "PREFETCH": pf, "REG_DB": db}, w, 1)
-            for bv, w, p, pf, db in ((8192, 16, 1, 1, 1), (8192, 16, 1, 1, 0), (8192, 16, 1, 0, 1),
-                                     (8192, 16, 1, 0, 0), (4096, 8, 2, 1, 1), (4096, 8, 2, 0, 0),
-                                     (2048, 4, 4, 0, 0), (16384, 32, 1, 0, 1))]
-    return out
+    if npow <= MAX_REG_ROW_V:  # the whole row in registers: 16 warps, at most 64 values per thread
+        pf_first = V * elem_bytes <= (1 << 16)
+        out += [Config({"BLOCK_V": npow, "PER_SM": 1, "PREFETCH": int(pf)}, 16, 1) for pf in (pf_first, not pf_first)]
+    out += [Config({"BLOCK_V": bv, "PER_SM": p, "REG_DB": db}, w, st)
+            for bv, w, p, db, st in ((8192, 16, 1, 1, 1), (8192, 16, 1, 0, 1), (4096, 8, 2, 0, 2), (4096, 8, 2, 1, 1))]
+    return tuple(out)
 
 
 _INTERPRET_CONFIG = Config({"BLOCK_V": 256, "PER_SM": 2}, 4, 1)
@@ -432,60 +438,44 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
         configs = [Config({"BLOCK_V": min(INTERPRET_BLOCK_V, next_power_of_2(V)), "PER_SM": 2,
                            "REG_DB": int(INTERPRET_REG_DB)}, 4, 1)]
     else:
-        configs = _configs(V)
+        configs = _configs(V, logits.element_size())
     if config is not None:
         configs = [config]
     n_sms = _num_sms(dev)
-
-    def grid_size(cfg):
-        return max(1, min(M, n_sms * cfg.kwargs["PER_SM"], MAX_PARTIALS))
-
-    def launch(cfg, P, part_loss, part_wsum, part_correct, denom, denom_in_kernel):
-        bv = cfg.kwargs["BLOCK_V"]
-        # the L2 prefetch of the next row: a GPU instruction, for contiguous rows small enough that the
-        # prefetched rows (one per program) stay well inside L2 next to the rows being read
-        prefetch = (bool(cfg.kwargs.get("PREFETCH", 0)) and not INTERPRET and logits.stride(1) == 1
-                    and V * logits.element_size() <= PF_MAX_BYTES)
-        _launch(_ce_fwd_kernel, (P,), logits, target, w, grad if grad is not None else logits,
-                loss, part_loss, part_wsum, part_correct, denom,
-                M, V, logits.stride(0), logits.stride(1), grad.stride(0) if grad is not None else 0,
-                target.stride(0), ignore_index, float(label_smoothing),
-                HAS_WEIGHT=weight is not None, SMOOTH=smooth, COMPUTE_GRAD=compute_grad, REDUCTION=red,
-                DENOM_IN_KERNEL=denom_in_kernel, STORE_ROW_LOSS=red == 0, ONE_CHUNK=V <= bv,
-                BLOCK_V=bv, BLOCK_T=BLOCK_T, PREFETCH=prefetch, REG_DB=bool(cfg.kwargs.get("REG_DB", 0)),
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-    def buffers(P):
-        return (torch.empty((P,), device=dev, dtype=torch.float32), torch.empty((P,), device=dev, dtype=torch.float32),
-                torch.empty((P,), device=dev, dtype=torch.int32))
-
-    denom = torch.empty((1,), device=dev, dtype=torch.float32)
     need_denom = compute_grad and red == 2
     if M == 0:
         if red == 0:
             return loss, correct.zero_(), grad
         return loss.fill_(float("nan") if red == 2 else 0.0), correct.zero_(), grad
 
-    def plan(cfg):
-        P = grid_size(cfg)
-        # each program sums the targets itself while that is cheap; otherwise a prologue kernel does
-        return P, need_denom and M * P <= (1 << 22)
-
     def run(cfg):
-        P, in_kernel = plan(cfg)
-        bufs = buffers(P)
-        if need_denom and not in_kernel:
-            _launch(_ce_denominator_kernel, (1,), target, w, denom, M, V, ignore_index,
+        P = max(1, min(M, n_sms * cfg.kwargs["PER_SM"], MAX_PARTIALS))
+        # each program sums the targets itself while that is cheap; otherwise a prologue kernel does
+        denom_in_kernel = need_denom and M * P <= DENOM_IN_KERNEL_MAX
+        part = torch.empty((3 * P + 1,), device=dev, dtype=torch.float32)  # partial sums + the denominator
+        if need_denom and not denom_in_kernel:
+            _launch(_ce_denominator_kernel, (1,), target, w, part[3 * P:], M, V, ignore_index,
                     HAS_WEIGHT=weight is not None, BLOCK=BLOCK_T, num_warps=4)
-        launch(cfg, P, *bufs, denom, in_kernel)
-        return P, bufs
+        bv = cfg.kwargs["BLOCK_V"]
+        # the L2 prefetch of the next row: a GPU instruction, for contiguous rows small enough that the
+        # prefetched rows (one per program) stay well inside L2 next to the rows being read
+        prefetch = (bool(cfg.kwargs.get("PREFETCH", 0)) and not INTERPRET and logits.stride(1) == 1
+                    and V * logits.element_size() <= PF_MAX_BYTES)
+        _launch(_ce_fwd_kernel, (P,), logits, target, w, grad if grad is not None else logits, loss, part,
+                M, V, logits.stride(0), logits.stride(1), grad.stride(0) if grad is not None else 0,
+                target.stride(0), ignore_index, float(label_smoothing),
+                HAS_WEIGHT=weight is not None, SMOOTH=smooth, COMPUTE_GRAD=compute_grad, REDUCTION=red,
+                DENOM_IN_KERNEL=denom_in_kernel, STORE_ROW_LOSS=red == 0, ONE_CHUNK=V <= bv,
+                BLOCK_V=bv, BLOCK_T=BLOCK_T, PREFETCH=prefetch, REG_DB=bool(cfg.kwargs.get("REG_DB", 0)),
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return P, part
 
     key = (bucket(M), bucket(V), str(logits.dtype), weight is not None, smooth, compute_grad, red,
            logits.stride(1) == 1)
     cfg = configs[0] if INTERPRET or config is not None else _tuner.pick(key, run, configs, tracing=fake)
-    P, (part_loss, part_wsum, part_correct) = run(cfg)
-    _launch(_ce_finalize_kernel, (1,), part_loss, part_wsum, part_correct, loss, correct, P,
-            REDUCTION=red, BLOCK_P=next_power_of_2(P), num_warps=4)
+    P, part = run(cfg)
+    _launch(_ce_finalize_kernel, (1,), part, loss, correct, P, REDUCTION=red, BLOCK_P=next_power_of_2(P),
+            num_warps=4)
     return loss, correct, grad
 
 
@@ -508,10 +498,10 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
 @torch.library.triton_op("tk::cross_entropy", mutates_args=())
 def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
                       ignore_index: int, reduction: str, label_smoothing: float,
-                      compute_grad: bool) -> list[torch.Tensor]:
+                      compute_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     loss, correct, grad = cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
                                                 compute_grad)
-    return [loss, correct, grad if grad is not None else logits.new_empty((0,))]
+    return loss, correct, grad if grad is not None else logits.new_empty((0,))
 
 
 def _setup_context(ctx, inputs, output):
@@ -519,10 +509,12 @@ def _setup_context(ctx, inputs, output):
     ctx.compute_grad = inputs[6]
     ctx.save_for_backward(output[2])
     ctx.used = False
+    # the (M, V) gradient output gets no incoming gradient; autograd would otherwise materialize one as
+    # zeros on every backward (a 1 GB memset at 8192 x 32000 fp32: measured 0.33 ms of a 1.08 ms step)
+    ctx.set_materialize_grads(False)
 
 
-def _backward(ctx, grads):
-    dloss = grads[0]
+def _backward(ctx, dloss, dcorrect, dgrad):
     (grad,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return (None,) * 7
@@ -539,7 +531,7 @@ def _backward(ctx, grads):
             raise RuntimeError("cross_entropy's gradient is computed in the forward and scaled in place: "
                                "its backward can run only once (retain_graph is not supported)")
         ctx.used = True
-        dx = scale_grad_(grad, go.to(torch.float32))
+        dx = scale_grad_(grad, go)  # the kernel reads go in its own dtype: no conversion launch
     return dx, None, None, None, None, None, None
 
 
