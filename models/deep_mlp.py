@@ -54,9 +54,14 @@ class _DeepMLPBase(nn.Module):
 
     def flat_parameters(self) -> torch.Tensor:
         """All parameters concatenated in the fused layout (differentiable; one copy)."""
-        if self._flat is not None and self._is_flat():
-            return _FlatView.apply(self._flat, *[p for _, _, p in self.layout_parameters()])
-        return torch.cat([p.reshape(-1) for _, _, p in self.layout_parameters()])
+        params = [p for _, _, p in self.layout_parameters()]
+        if self._flat is not None:
+            # under torch.compile no data pointers can be compared: trust the flat buffer if it is on the
+            # parameters' device (a model moved after flattening is caught by the eager check)
+            ok = (self._flat.device == params[0].device) if torch.compiler.is_compiling() else self._is_flat()
+            if ok:
+                return _FlatView.apply(self._flat, self._flat_offsets, *params)
+        return torch.cat([p.reshape(-1) for p in params])
 
     def _is_flat(self) -> bool:
         views = self.layout.views(self._flat)
@@ -79,6 +84,7 @@ class _DeepMLPBase(nn.Module):
             v.copy_(p.detach().reshape(v.shape))
             p.data = v.view(p.shape)
         self._flat = flat
+        self._flat_offsets = tuple((p.data_ptr() - flat.data_ptr()) // 4 for _, _, p in self.layout_parameters())
         self._flatten_running()
         return flat
 
@@ -127,8 +133,8 @@ class _FlatView(torch.autograd.Function):
     gradient w.r.t. the flat buffer flows back to every parameter."""
 
     @staticmethod
-    def forward(ctx, flat, *params):
-        ctx.shapes = [(p.data_ptr() - flat.data_ptr()) // 4 for p in params], [p.shape for p in params]
+    def forward(ctx, flat, offsets, *params):
+        ctx.shapes = offsets, [p.shape for p in params]
         return flat.view_as(flat)
 
     @staticmethod
@@ -140,7 +146,7 @@ class _FlatView(torch.autograd.Function):
             for d in s:
                 n *= d
             out.append(g[o:o + n].view(s))
-        return (None, *out)
+        return (None, None, *out)
 
 
 class GloNet(_DeepMLPBase):
@@ -254,6 +260,11 @@ class ResNetMLP(_DeepMLPBase):
         self._running, self._nbt = run, nbt
 
     def running_buffer(self):
+        if torch.compiler.is_compiling():
+            if self._running is None:
+                raise RuntimeError("call the model once outside torch.compile (or model.flatten_()) before "
+                                   "compiling it with backend='triton': the running statistics must be flat")
+            return self._running
         if self._running is None or self._running.data_ptr() != self._bns()[0].running_mean.data_ptr():
             self.flatten_() if self._flat is None else self._flatten_running()
         return self._running
@@ -325,7 +336,10 @@ def build_model(name: str, width: int = 16, in_features: int = IN_FEATURES, back
             model = cls(depth, in_features, width, backend=backend, precision=precision)
     else:
         model = cls(depth, in_features, width, backend=backend, precision=precision)
-    return model.to(device) if device is not None else model
+    model = model.to(device) if device is not None else model
+    if backend == "triton":  # parameters as views of one flat buffer (needed under torch.compile)
+        model.flatten_()
+    return model
 
 
 class FusedTrainer:

@@ -57,7 +57,7 @@ import triton
 import triton.language as tl
 
 from .runtime import is_fake as _is_fake, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
 KINDS = ("glonet", "mlp", "resnet")
 WIDTHS = (16, 32, 64)
@@ -681,7 +681,6 @@ def reduce_partials(part: torch.Tensor, out: Optional[torch.Tensor] = None) -> t
 _SAVED_NAMES = {"resnet": ("rstd", "hs", "xh", "a", "bstat"), "glonet": ("acts", "g"), "mlp": ("acts", "g")}
 
 
-@torch.library.triton_op("tk::fused_mlp", mutates_args=())
 def _fused_mlp_op(x: torch.Tensor, params: torch.Tensor, running: torch.Tensor, kind: str, in_features: int,
                   width: int, depth: int, training: bool, precision: str, save: bool) -> list[torch.Tensor]:
     layout = Layout(kind, in_features, width, depth)
@@ -690,7 +689,6 @@ def _fused_mlp_op(x: torch.Tensor, params: torch.Tensor, running: torch.Tensor, 
     return [buf["y"]] + [buf[n] for n in _SAVED_NAMES[kind]]
 
 
-@torch.library.triton_op("tk::fused_mlp_backward", mutates_args=())
 def _fused_mlp_backward_op(x: torch.Tensor, params: torch.Tensor, dy: torch.Tensor, saved: list[torch.Tensor],
                            kind: str, in_features: int, width: int, depth: int, training: bool,
                            precision: str) -> torch.Tensor:
@@ -699,7 +697,7 @@ def _fused_mlp_backward_op(x: torch.Tensor, params: torch.Tensor, dy: torch.Tens
     sv["y"] = dy  # only read when the loss gradient is computed in-kernel (not here)
     res = backward(layout, x, params, sv, dy=dy, training=training, precision=precision)
     g = res["grad"]
-    return g.clone() if g.data_ptr() == res["partials"].data_ptr() else g
+    return g.clone() if res["partials"].shape[0] == 1 else g  # one program: grad is a view of the partials
 
 
 def _setup_context(ctx, inputs, output):
@@ -715,11 +713,12 @@ def _backward(ctx, grads):
     if ctx.needs_input_grad[1]:
         if dy is None:
             dy = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
-        gp = torch.ops.tk.fused_mlp_backward(x, params, dy.contiguous(), list(saved), *ctx.meta)
+        gp = _fused_mlp_backward_call(x, params, dy.contiguous(), list(saved), *ctx.meta)
     return None, gp, None, None, None, None, None, None, None, None
 
 
-torch.library.register_autograd("tk::fused_mlp", _backward, setup_context=_setup_context)
+_fused_mlp_backward_call = register_op("tk::fused_mlp_backward", _fused_mlp_backward_op)
+_fused_mlp_call = register_op("tk::fused_mlp", _fused_mlp_op, setup_context=_setup_context, backward=_backward)
 
 
 def fused_mlp(layout: Layout, x: torch.Tensor, params: torch.Tensor, running: Optional[torch.Tensor] = None,
@@ -735,7 +734,7 @@ def fused_mlp(layout: Layout, x: torch.Tensor, params: torch.Tensor, running: Op
         running = params.new_empty((0,)) if running is None else running
     validate(layout, x, params, running=running, precision=precision, training=training)
     save = torch.is_grad_enabled() and params.requires_grad
-    outs = torch.ops.tk.fused_mlp(x, params, running, layout.kind, layout.in_features, layout.width,
+    outs = _fused_mlp_call(x, params, running, layout.kind, layout.in_features, layout.width,
                                   layout.depth, training, precision, save)
     stats = outs[5] if (layout.kind == "resnet" and training) else None
     return outs[0], stats

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from .runtime import (
     INTERPRET,
+    register_op,
     Autotuner,
     Config,
     bucket,
@@ -404,7 +405,7 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
         es = a.element_size()
         relayout = ((prec == "tf32" and b.stride(1) == 1 and (K * es) % 16 == 0)
                     or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
-        config = _tuner.pick(key, run, _prune(M, N, K, es, tma, relayout), tracing=fake)
+        config = _tuner.pick(key, run, lambda: _prune(M, N, K, es, tma, relayout), tracing=fake)
     run(config)
     return c, z
 
@@ -431,14 +432,12 @@ def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
-@torch.library.triton_op("tk::gemm", mutates_args=())
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
              activation: str, precision: str, save_preact: bool) -> list[torch.Tensor]:
     c, z = gemm_forward(a, b, bias, residual, activation, precision, save_preact)
     return [c, z if z is not None else c.new_empty((0,))]
 
 
-@torch.library.triton_op("tk::act_backward", mutates_args=())
 def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
                      need_dz: bool, need_dbias: bool) -> list[torch.Tensor]:
     dz, dbias = act_backward(dc, saved if saved.numel() else None, activation, z_is_output=z_is_output,
@@ -472,22 +471,23 @@ def _backward(ctx, grads):
     dz = dc
     dbias = None
     if ctx.activation != "none" or need_bias:
-        dz_, db = torch.ops.tk.act_backward(dc, saved if saved is not None else dc.new_empty((0,)),
-                                            ctx.activation, ctx.z_is_output,
-                                            ctx.activation != "none", bool(need_bias and ctx.has_bias))
+        dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)),
+                                     ctx.activation, ctx.z_is_output,
+                                     ctx.activation != "none", bool(need_bias and ctx.has_bias))
         if ctx.activation != "none":
             dz = dz_
         dbias = db.to(ctx.bias_dtype) if (need_bias and ctx.has_bias) else None
     da = db_ = None
     if need_a:
-        da = torch.ops.tk.gemm(dz, b.t(), None, None, "none", ctx.precision, False)[0]
+        da = _gemm_call(dz, b.t(), None, None, "none", ctx.precision, False)[0]
     if need_b:
-        db_ = torch.ops.tk.gemm(a.t(), dz, None, None, "none", ctx.precision, False)[0]
+        db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0]
     dres = dc if (need_res and ctx.has_res) else None
     return da, db_, dbias, dres, None, None, None
 
 
-torch.library.register_autograd("tk::gemm", _backward, setup_context=_setup_context)
+_act_backward_call = register_op("tk::act_backward", _act_backward_op)
+_gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, backward=_backward)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
@@ -500,7 +500,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a, b, bias, residual))
     save_preact = needs_grad and (activation == "gelu" or (activation == "relu" and residual is not None))
-    return torch.ops.tk.gemm(a, b, bias, residual, activation, precision, save_preact)[0]
+    return _gemm_call(a, b, bias, residual, activation, precision, save_preact)[0]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from .runtime import is_fake as _is_fake
 from .runtime import launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_ROW_D = 16384            # longest row (next power of two) kept in registers by the row kernels
@@ -524,14 +524,12 @@ def layer_norm_relu_maxpool_forward(x: torch.Tensor, weight: Optional[torch.Tens
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
-@torch.library.triton_op("tk::layer_norm", mutates_args=())
 def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                    save_stats: bool) -> list[torch.Tensor]:
     y, mean, rstd = layer_norm_forward(x, weight, bias, eps, save_stats)
     return [y, mean, rstd]
 
 
-@torch.library.triton_op("tk::layer_norm_backward", mutates_args=())
 def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
                             rstd: torch.Tensor, need_dx: bool, need_dw: bool,
                             need_db: bool) -> list[torch.Tensor]:
@@ -542,7 +540,6 @@ def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[
             dw.clone() if dw is not None else empty, db.clone() if db is not None else empty.clone()]
 
 
-@torch.library.triton_op("tk::layer_norm_relu_maxpool", mutates_args=())
 def _ln_relu_pool_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                      pool: int) -> torch.Tensor:
     return layer_norm_relu_maxpool_forward(x, weight, bias, eps, pool)
@@ -564,12 +561,14 @@ def _backward(ctx, grads):
     need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
     if mean.numel() != x.shape[0]:
         raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    dx, dw, db = torch.ops.tk.layer_norm_backward(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b)
+    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b)
     return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
             db.to(ctx.b_dtype) if need_b else None, None, None)
 
 
-torch.library.register_autograd("tk::layer_norm", _backward, setup_context=_setup_context)
+_ln_backward_call = register_op("tk::layer_norm_backward", _layer_norm_backward_op)
+_ln_call = register_op("tk::layer_norm", _layer_norm_op, setup_context=_setup_context, backward=_backward)
+_ln_relu_pool_call = register_op("tk::layer_norm_relu_maxpool", _ln_relu_pool_op)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -603,7 +602,7 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: t
     w = weight.reshape(D) if weight is not None else None
     b = bias.reshape(D) if bias is not None else None
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    y = torch.ops.tk.layer_norm(x2, w, b, float(eps), needs_grad)[0]
+    y = _ln_call(x2, w, b, float(eps), needs_grad)[0]
     return y.reshape(x.shape)
 
 
@@ -622,4 +621,4 @@ def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None,
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         raise ValueError("layer_norm_relu_maxpool is an inference kernel: call it under torch.no_grad() "
                          "(or use layer_norm + relu + max_pool1d for training)")
-    return torch.ops.tk.layer_norm_relu_maxpool(x, weight, bias, float(eps), int(pool))
+    return _ln_relu_pool_call(x, weight, bias, float(eps), int(pool))

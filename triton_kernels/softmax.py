@@ -27,7 +27,7 @@ import triton.language as tl
 
 from .runtime import is_fake as _is_fake
 from .runtime import launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Longest row (rounded up to a power of two) handled by the one-block-per-row kernels; longer rows
@@ -258,12 +258,10 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False) -> to
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
-@torch.library.triton_op("tk::softmax", mutates_args=())
 def _softmax_op(x: torch.Tensor, log: bool) -> torch.Tensor:
     return softmax_forward(x, log)
 
 
-@torch.library.triton_op("tk::softmax_backward", mutates_args=())
 def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tensor:
     return softmax_backward(dy, y, log)
 
@@ -277,10 +275,11 @@ def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return None, None
-    return torch.ops.tk.softmax_backward(dy, y, ctx.log), None
+    return _softmax_backward_call(dy, y, ctx.log), None
 
 
-torch.library.register_autograd("tk::softmax", _backward, setup_context=_setup_context)
+_softmax_backward_call = register_op("tk::softmax_backward", _softmax_backward_op)
+_softmax_call = register_op("tk::softmax", _softmax_op, setup_context=_setup_context, backward=_backward)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -300,7 +299,7 @@ def _apply(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     xt = x.movedim(dim, -1) if dim != x.ndim - 1 else x
     shape = xt.shape
     x2 = xt.reshape(-1, shape[-1])  # a view when the layout allows it, else one copy
-    y = torch.ops.tk.softmax(x2, log).reshape(shape)
+    y = _softmax_call(x2, log).reshape(shape)
     return y.movedim(-1, dim) if dim != x.ndim - 1 else y
 
 
