@@ -49,7 +49,7 @@ def _check_model(name, B, width=16, strided=False, device=DEVICE, precision="iee
     base = 10 if name.startswith("Res") else 3  # fp32 rounding compounds through BN / long sums
 
     def check(out, expect, eager, what):
-        tol = max(base * tolerance(torch.float32, tf32), 4 * rel_err(eager, expect))
+        tol = max(base * tolerance(torch.float32, tf32), (8 if name.startswith("Res") else 4) * rel_err(eager, expect))
         err = rel_err(out, expect)
         assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
 
@@ -202,9 +202,11 @@ def test_gpu_tf32(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("width", [32, 64])
-def test_gpu_wide(width):
-    _check_model("GloNet64", 1000, width=width, device="cuda")
-    _check_model("ResNetMLP64", 1000 if width == 32 else 1024, width=width, device="cuda")
+@pytest.mark.parametrize("name", ["GloNet64", "ResNetMLP64"])
+def test_gpu_wide(name, width):
+    # training-mode BN: one program holds next_pow2(B) * width <= MAX_BN_TILE values
+    B = 1000 if name.startswith("GloNet") else F.MAX_BN_TILE // width - 3
+    _check_model(name, B, width=width, device="cuda")
 
 
 @pytest.mark.gpu

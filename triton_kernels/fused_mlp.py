@@ -38,10 +38,10 @@ Tiling
 * ResNet-MLP in training mode (``_resnet_fwd_kernel``, ``_resnet_bwd_kernel``): batch statistics need
   every row of the batch at every layer. Instead of a grid-wide barrier (not expressible in Triton, and
   a deadlock under the sequential interpreter), ONE program owns the whole batch (BLOCK_M =
-  next_pow2(B); 1024 x 16 fp32 = 64 KB of registers spread over 8-16 warps) and computes mean / variance
+  next_pow2(B); 1024 x 16 fp32 = 64 KB of registers spread over 16-32 warps) and computes mean / variance
   with in-register column reductions, so BN, ReLU, the residual add, the running-stat update and the
   BN backward (dz = rstd (dxh - mean(dxh) - xh mean(dxh xh))) are all fused. What cannot be fused away:
-  the parallelism across row tiles (one SM does the whole step) and the size limit B * W <= 65536 for
+  the parallelism across row tiles (one SM does the whole step) and the size limit next_pow2(B) * W <= 32768 for
   training mode. In evaluation mode BN is affine and the same kernels run with a grid over row tiles.
 
 Launches per training step: forward, backward, (partials reduction fused into) Adam, plus the step
@@ -50,6 +50,7 @@ counter: all capturable in one CUDA graph (no host syncs, static shapes).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import torch
@@ -62,7 +63,7 @@ from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_po
 KINDS = ("glonet", "mlp", "resnet")
 WIDTHS = (16, 32, 64)
 PRECISIONS = ("ieee", "tf32")
-MAX_BN_TILE = 65536  # rows * width held by the single training-mode ResNet program
+MAX_BN_TILE = 32768  # rows * width held by the single training-mode ResNet program (32 per thread at 32 warps)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -474,7 +475,7 @@ def _rcfg(bm, warps):
 # small warps counts keep the per-layer dot + layout shuffle short (latency, not throughput, matters)
 ROW_CONFIGS = [_rcfg(bm, w) for bm in (16, 32, 64) for w in (1, 2, 4)]
 ROW_INTERPRET = _rcfg(16, 4)
-BN_CONFIGS = [Config({}, w, 1) for w in (4, 8, 16)]
+BN_CONFIGS = [Config({}, w, 1) for w in (4, 8, 16, 32)]  # all warp counts _bn_configs may pick
 BN_INTERPRET = Config({}, 4, 1)
 
 _fwd_tuner = register_tuner(Autotuner("fused_mlp_fwd", _mlp_fwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
@@ -603,9 +604,17 @@ def _block_m(layout, B, cfg, bn_train):
     return cfg.kwargs.get("BLOCK_M", 16 if INTERPRET else 64)
 
 
+def _bn_configs(B: int, W: int) -> list[Config]:
+    """Warp counts for the one-program batch-norm kernels: 8..64 values of each (BLOCK_M, W) tensor per
+    thread, closest to 32 first. Fewer threads spill (and ptxas then takes minutes on the wide tiles)."""
+    tile = next_power_of_2(B) * W
+    ok = [w for w in (4, 8, 16, 32) if 8 <= tile // (32 * w) <= 64] or [32 if tile > 4096 else 4]
+    return [Config({}, w, 1) for w in sorted(ok, key=lambda w: abs(math.log2(tile / (32 * w)) - 5))]
+
+
 def _configs(layout, B, bn_train):
     if layout.kind == "resnet":
-        return BN_CONFIGS if bn_train else ROW_CONFIGS
+        return _bn_configs(B, layout.width) if bn_train else ROW_CONFIGS
     return [c for c in ROW_CONFIGS if c.kwargs["BLOCK_M"] <= max(16, next_power_of_2(B))]
 
 
