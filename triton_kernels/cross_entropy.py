@@ -148,6 +148,7 @@ def _ce_fwd_kernel(
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_V)
     NEG_INF: tl.constexpr = -float("inf")
+    eps = tl.cast(eps, tl.float32)  # under torch.compile a Python float argument can arrive as fp64
     ROW_BYTES = V * (logits_ptr.dtype.element_ty.primitive_bitwidth // 8)
 
     row64 = pid.to(tl.int64)  # 64-bit row index (rows * stride can exceed 2**31)
