@@ -52,7 +52,8 @@ import triton.language as tl
 
 from .runtime import is_fake as _is_fake
 from .runtime import launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_tuner
+from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op,
+                      register_tuner)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -496,13 +497,12 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
-@torch.library.triton_op("tk::cross_entropy", mutates_args=())
 def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
                       ignore_index: int, reduction: str, label_smoothing: float,
-                      compute_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      compute_grad: bool) -> list[torch.Tensor]:
     loss, correct, grad = cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
                                                 compute_grad)
-    return loss, correct, grad if grad is not None else logits.new_empty((0,))
+    return [loss, correct, grad if grad is not None else logits.new_empty((0,))]
 
 
 def _setup_context(ctx, inputs, output):
@@ -515,7 +515,8 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _backward(ctx, dloss, dcorrect, dgrad):
+def _backward(ctx, grads):
+    dloss = grads[0]
     (grad,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return (None,) * 7
@@ -536,7 +537,9 @@ def _backward(ctx, dloss, dcorrect, dgrad):
     return dx, None, None, None, None, None, None
 
 
-torch.library.register_autograd("tk::cross_entropy", _backward, setup_context=_setup_context)
+# torch.compile calls the registered op; eager calls skip the custom-op dispatcher (runtime.register_op)
+_cross_entropy_call = register_op("tk::cross_entropy", _cross_entropy_op, setup_context=_setup_context,
+                                  backward=_backward)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -601,8 +604,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
         x2, t2 = logits.movedim(1, -1).reshape(-1, V), target.reshape(-1)
     w = weight.to(torch.float32).contiguous() if weight is not None else None
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
-    loss, correct, _ = torch.ops.tk.cross_entropy(x2, t2, w, ignore_index, reduction, float(label_smoothing),
-                                                  compute_grad)
+    loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
+                                           compute_grad)
     if reduction == "none":
         loss = loss.reshape(target.shape)
     return (loss, correct) if return_correct else loss
