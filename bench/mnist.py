@@ -1,6 +1,7 @@
 """The MNIST softmax-regression study: the optimisation ladder, one epoch-scale case per rung.
 
     python -m bench.mnist [--data DIR] [--epochs 10] [--batch 128] [--lr 0.1] [--variants a,b,...]
+                          [--precision ieee|tf32|tf32x3] [--x-dtype float32|uint8]
                           [--log-every N] [--quick] [--out DIR] [--seed 0]
 
 Every variant trains the same model (same initial weights, same per-epoch permutations, batch 128,
@@ -9,11 +10,18 @@ every --log-every epochs (every epoch for eager-dataloader, as in the seed study
 but eager-dataloader gets the per-epoch orders already on the device (preloaded with the data, before
 the clock starts: a 480 KB host-to-device copy per epoch would otherwise cost more than a fused
 epoch). Printed
-and written (long-format rows, results/<device>/mnist.csv): the average epoch time over the latter half
-of training (wall clock, the device synchronised at each epoch end), p20/p80 of those epochs, the total
-wall time, one-off setup time (compilation, graph capture, autotuning), the final test accuracy, and the
-relative difference of the final weights from a float64 run on the same batches (error_vs_fp64).
+and written (long-format rows, results/<device>/mnist[-<precision>][-u8].csv): the average epoch time over
+the latter half of training (wall clock, the device synchronised at each epoch end; every epoch is
+timed whole: the copy of its order into the trainer's buffer, the steps, and for the last epoch the
+one host read of the loss / accuracy sums), p20/p80 of those epochs, the same epochs' time on the
+device (CUDA events around each epoch: device_epoch_ms, which leaves out the host's launch and sync
+latency), the total wall time, one-off setup time (compilation, graph capture, autotuning), the final
+test accuracy, and the relative difference of the final weights from a float64 run on the same batches
+(error_vs_fp64). The Triton rungs' tuned config (feature slice per program, warps) is in the note.
 A variant whose test accuracy is more than 0.3 points from eager's gets status "wrong".
+
+--precision and --x-dtype apply to the Triton rungs only (the eager rungs train on float32 X with ieee
+fp32 matmuls): uint8 X holds the pixel values 0..255 (x = x_u8 / 255, a quarter of the bytes to gather).
 
 --quick: 2 epochs; in the CPU interpreter also a small real-format subset (1024 train / 512 test
 examples); CUDA-graph variants are then "unsupported" and no time is a performance figure.
@@ -29,10 +37,9 @@ import traceback
 
 import torch
 
-import triton_kernels  # noqa: F401  (interpreter switch before triton loads)
+from triton_kernels.runtime import INTERPRET, default_device, device_name  # (interpreter switch before triton loads)
 from bench.data import mnist as mnist_data
 from models.softmax_regression import GRAPH_VARIANTS, VARIANTS, SoftmaxRegression, make_trainer
-from triton_kernels.runtime import INTERPRET, default_device, device_name
 from triton_kernels.testing import rel_err
 
 from . import results as R
@@ -66,8 +73,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="read loss/accuracy every N epochs (default: only after the last epoch)")
     p.add_argument("--train-limit", type=int, default=None, help="use the first N training examples")
     p.add_argument("--test-limit", type=int, default=None, help="use the first N test examples")
-    p.add_argument("--precision", default="ieee", choices=("ieee", "tf32"),
+    p.add_argument("--precision", default="ieee", choices=("ieee", "tf32", "tf32x3"),
                    help="fp32 dot precision of the Triton variants (eager matmuls stay ieee fp32)")
+    p.add_argument("--x-dtype", default="float32", choices=("float32", "uint8"),
+                   help="dtype of the data set on the device for the Triton variants")
     p.add_argument("--quick", action="store_true", help="2 epochs; tiny subset in the CPU interpreter")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/)")
     p.add_argument("--show", action="store_true", help="print the committed GPU results instead of running")
@@ -127,27 +136,42 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
         model.load_state_dict(init)
         t0 = time.perf_counter()
         trainer = make_trainer(variant, model, train.images, train.labels, args.batch, args.lr, device,
-                               precision=args.precision)
+                               precision=args.precision, x_dtype=getattr(torch, args.x_dtype))
         trainer.prepare()
         R_sync(device)
         out["setup_s"] = time.perf_counter() - t0
-        epoch_ms, log = [], []
+        fused = getattr(trainer, "fused", None)
+        if fused is not None:
+            out["note"] = f"config {fused.config} ({fused.programs} programs), x {args.x_dtype}, {args.precision}"
+        epoch_ms, dev_ms, log = [], [], []
         wall0 = time.perf_counter()
         if variant != "eager-dataloader":  # the epoch orders are preloaded to the device, like the data
             perms = [p.to(device) for p in perms]
             R_sync(device)
+        cuda = device.type == "cuda"
         for e, perm in enumerate(perms):
+            if cuda:
+                ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev[0].record()
             t = time.perf_counter()
             trainer.train_epoch(perm)
             if variant == "eager-dataloader" or (e + 1) % args.log_every == 0 or e + 1 == len(perms):
                 loss, acc = trainer.read_stats()
                 log.append({"epoch": e + 1, "train_loss": loss, "train_acc": acc})
+            if cuda:
+                ev[1].record()
             R_sync(device)
             epoch_ms.append(1e3 * (time.perf_counter() - t))
+            if cuda:
+                dev_ms.append(ev[0].elapsed_time(ev[1]))
         out["total_s"] = time.perf_counter() - wall0
         half = epoch_ms[len(epoch_ms) // 2:]
         out.update(epoch_ms=sum(half) / len(half), p20=quantile(half, 0.2), p80=quantile(half, 0.8),
                    epochs_ms=epoch_ms, log=log, train_loss=log[-1]["train_loss"], train_acc=log[-1]["train_acc"])
+        if dev_ms:
+            dhalf = dev_ms[len(dev_ms) // 2:]
+            out.update(device_epoch_ms=sum(dhalf) / len(dhalf), device_p20=quantile(dhalf, 0.2),
+                       device_p80=quantile(dhalf, 0.8), device_epochs_ms=dev_ms)
         out["test_acc"] = 100.0 * model.accuracy(test.images, test.labels)
         w = torch.cat([model.weight.detach(), model.bias.detach()[:, None]], dim=1)
         out["err_fp64"] = rel_err(w, ref_w)
@@ -171,8 +195,9 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
     rows = []
     for r in results:
         v, st, note = r["variant"], r["status"], r.get("note", "")
-        if v.startswith("triton") and params.get("precision") == "tf32":
-            v += "[tf32]"
+        if v.startswith("triton"):
+            tags = [t for t in (params.get("precision"), params.get("x_dtype")) if t not in (None, "ieee", "float32")]
+            v += f"[{','.join(tags)}]" if tags else ""
         p = json.dumps(params, sort_keys=True)
         def mk(metric, value, unit, **kw):
             kw.setdefault("note", note)
@@ -184,6 +209,8 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
         err = r.get("err_fp64")
         rows += [
             mk("epoch_ms", r["epoch_ms"], "ms", p20=r["p20"], p80=r["p80"], error_vs_fp64=err),
+            *([mk("device_epoch_ms", r["device_epoch_ms"], "ms", p20=r["device_p20"], p80=r["device_p80"])]
+              if "device_epoch_ms" in r else []),
             mk("total_s", r["total_s"], "s"),
             mk("setup_s", r["setup_s"], "s"),
             mk("test_acc", r["test_acc"], "pct", error_vs_fp64=err),
@@ -197,18 +224,20 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
 
 def print_table(results: list[dict], args, device) -> None:
     print(f"\nMNIST softmax regression, batch {args.batch}, lr {args.lr}, {args.epochs} epochs, "
-          f"Triton dot precision {args.precision}, "
+          f"Triton dot precision {args.precision}, Triton x {args.x_dtype}, "
           f"{device_name(device)}" + ("  [CPU interpreter: times are NOT performance figures]" if INTERPRET else ""))
-    hdr = f"{'variant':<20} {'epoch ms':>10} {'p20-p80':>17} {'total s':>8} {'test acc':>8} {'vs fp64':>9} " \
-          f"{'status':<12} reference"
+    hdr = f"{'variant':<20} {'epoch ms':>10} {'p20-p80':>17} {'device ms':>9} {'total s':>8} {'test acc':>8} " \
+          f"{'vs fp64':>9} {'status':<12} reference"
     print(hdr)
     print("-" * len(hdr))
     for r in results:
         ref = SEED_STUDY.get(r["variant"])
         ref_s = f"{ref[1]:g} ms ({ref[0]})" if ref else ""
         if "epoch_ms" in r:
-            print(f"{r['variant']:<20} {r['epoch_ms']:>10.3f} {r['p20']:>8.3f}-{r['p80']:<8.3f} {r['total_s']:>8.3f} "
-                  f"{r['test_acc']:>7.2f}% {r['err_fp64']:>9.2e} {r['status']:<12} {ref_s}")
+            dev = f"{r['device_epoch_ms']:>9.3f}" if "device_epoch_ms" in r else f"{'-':>9}"
+            print(f"{r['variant']:<20} {r['epoch_ms']:>10.3f} {r['p20']:>8.3f}-{r['p80']:<8.3f} {dev} "
+                  f"{r['total_s']:>8.3f} {r['test_acc']:>7.2f}% {r['err_fp64']:>9.2e} {r['status']:<12} {ref_s}"
+                  + (f"  [{r['note']}]" if r.get("note") and r["variant"].startswith("triton") else ""))
         else:
             print(f"{r['variant']:<20} {'-':>10} {'-':>17} {'-':>8} {'-':>8} {'-':>9} {r['status']:<12} {ref_s}"
                   + (f"  ({r['note'][:80]})" if r.get("note") else ""))
@@ -230,6 +259,8 @@ def main(argv=None) -> int:
     ref_w = fp64_reference(init, train, perms, args.batch, args.lr, device)
     params = {"batch": args.batch, "epochs": args.epochs, "lr": args.lr, "n_train": len(train),
               "n_test": len(test), "log_every": args.log_every, "seed": args.seed, "precision": args.precision}
+    if args.x_dtype != "float32":
+        params["x_dtype"] = args.x_dtype
 
     results = []
     for v in args.variants:
@@ -247,8 +278,8 @@ def main(argv=None) -> int:
                 r["note"] = f"test accuracy {r['test_acc']:.2f}% vs eager {eager['test_acc']:.2f}%"
     print_table(results, args, device)
     if not args.no_write:
-        path = R.write_rows(to_rows(results, params), args.out, SUITE,
-                            tag=None if args.precision == "ieee" else args.precision)
+        tags = [t for t in (args.precision, "u8" if args.x_dtype == "uint8" else None) if t not in (None, "ieee")]
+        path = R.write_rows(to_rows(results, params), args.out, SUITE, tag="-".join(tags) or None)
         print(f"rows -> {path}")
     return 0 if all(r["status"] in ("ok", "unsupported") for r in results) else 1
 

@@ -92,6 +92,26 @@ def test_epoch_with_partial_last_batch(u8):
     assert trainer.read_stats() == (0.0, 0)
 
 
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3"])
+@pytest.mark.parametrize("u8", [False, True])
+def test_precisions_and_uint8_match_float64(precision, u8):
+    """The tf32 / tf32x3 code paths (split operands; for uint8 x only the other operand is split) and uint8
+    x (integers 0..255, the scale on the products, the constant feature 255): in the interpreter every
+    product is exact fp32, so all of them must agree with float64 to fp32 tolerance."""
+    N, K, C, B, lr = 50, 37, 10, 32, 0.3
+    x, y, w, b = _data(N, K, C, u8=u8)
+    perm = torch.randperm(N, device=DEVICE)
+    w0, b0 = w.clone(), b.clone()
+    t = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm, precision=precision)
+    t.step()
+    loss, correct, dw, db, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], lr, u8=u8)
+    tf32 = GPU and precision == "tf32"
+    assert_close((w0 - w).double().cpu() / lr, dw, torch.float32, tf32=tf32, name="dW", scale=10)
+    assert_close((b0 - b).double().cpu() / lr, db, torch.float32, tf32=tf32, name="db", scale=10)
+    loss_sum, n_correct = t.read_stats()
+    assert abs(loss_sum - loss) <= (1e-3 if tf32 else 1e-5) * loss and abs(n_correct - correct) <= (2 if tf32 else 0)
+
+
 def test_persistent_launches_match_single_steps():
     """One launch of n steps == n launches of one step, bitwise, whatever the split (also across the
     epoch boundary), and the device state (step, phase, buffers) stays consistent between launches."""
@@ -113,9 +133,10 @@ def test_persistent_launches_match_single_steps():
         assert torch.equal(many.buf.zsnap, many.buf.zacc)  # the snapshot the next launch starts from
     total = sum(splits)
     assert many.buf.state.tolist() == [total % 6, 0]
-    # every contribution was counted: 16 steps, one program here, rows (16 x 5 + 10) per epoch
-    counts = (many.buf.zacc[:, :, :C] & 255).sum().item()
-    assert counts == C * (2 * (16 * 5 + 10) + 4 * 16) * many.programs
+    # every contribution was counted: 16 steps, one program here, every row of the 16-row tile (rows past
+    # a short batch add 0 and their count), the C real classes only (the exchange is class-major)
+    counts = (many.buf.zacc & 255).sum(dim=(0, 2))
+    assert counts[:C].tolist() == [total * 16 * many.programs] * C and counts[C:].sum() == 0
     assert many.read_stats() == one.read_stats()
     # and the whole run agrees with float64 training on the same batches
     w_ref, b_ref = _reference_train(x, y, w0, b0, perm, B, lr, total)
@@ -123,13 +144,13 @@ def test_persistent_launches_match_single_steps():
     assert_close(b, b_ref, torch.float32, name="b after 16 steps", scale=3)
 
 
-def _reference_train(x, y, w, b, perm, B, lr, steps):
+def _reference_train(x, y, w, b, perm, B, lr, steps, u8=False):
     w64, b64 = w.detach().double().cpu(), b.detach().double().cpu()
     N = x.shape[0]
     n_steps = -(-N // B)
     for t in range(steps):
         s = t % n_steps
-        _, _, _, _, w64, b64 = _reference_step(x, y, w64, b64, perm[s * B:(s + 1) * B], lr)
+        _, _, _, _, w64, b64 = _reference_step(x, y, w64, b64, perm[s * B:(s + 1) * B], lr, u8=u8)
     return w64, b64
 
 
@@ -326,7 +347,7 @@ def test_gpu_tf32_and_uint8(B):
     N, K, C = 1000, 784, 10
     x, y, w, b = _data(N, K, C, device="cuda", u8=True)
     perm = torch.randperm(N, device="cuda")
-    for precision in ("ieee", "tf32"):
+    for precision in ("ieee", "tf32", "tf32x3"):  # tf32x3: fp32 accuracy (split operands)
         w_, b_ = w.clone(), b.clone()
         t = S.FusedSGDStep(w_, b_, x, y, B, 0.1, perm=perm, precision=precision)
         t.step()
@@ -339,25 +360,26 @@ def test_gpu_tf32_and_uint8(B):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", S.STEP_CONFIGS[:1] + S.STEP_CONFIGS[-1:], ids=str)
-def test_gpu_many_steps_vs_float64_and_bitwise(cfg):
+@pytest.mark.parametrize("cfg,precision,u8", [(S.STEP_CONFIGS[0], "ieee", False), (S.STEP_CONFIGS[-1], "ieee", False),
+                                              (S.STEP_CONFIGS[0], "tf32x3", True)], ids=str)
+def test_gpu_many_steps_vs_float64_and_bitwise(cfg, precision, u8):
     """Stress of the cross-program exchange: 3 epochs of 40 steps in launches of every size, bitwise equal to one-step
     launches and to a repeat of itself (the fixed-point sums make the order of arrival irrelevant),
     and within tolerance of float64 training."""
     N, K, C, B, lr = 5000, 784, 10, 128, 0.1
-    x, y, w, b = _data(N, K, C, device="cuda")
+    x, y, w, b = _data(N, K, C, device="cuda", u8=u8)
     w = w * 0.01
     perm = torch.randperm(N, device="cuda")
     runs = []
     for split in ([1] * 120, [40, 40, 40], [7, 33, 1, 79], [120]):
         w_, b_ = w.clone(), b.clone()
-        t = S.FusedSGDStep(w_, b_, x, y, B, lr, perm=perm, config=cfg)
+        t = S.FusedSGDStep(w_, b_, x, y, B, lr, perm=perm, config=cfg, precision=precision)
         for n in split:
             t.steps(n)
         runs.append((_wb(w_, b_), t.read_stats(), t.buf.state.tolist()))
     for r in runs[1:]:
         assert torch.equal(r[0], runs[0][0]) and r[1] == runs[0][1] and r[2] == runs[0][2]
-    w_ref, b_ref = _reference_train(x, y, w, b, perm, B, lr, 120)
+    w_ref, b_ref = _reference_train(x, y, w, b, perm, B, lr, 120, u8=u8)
     assert_close(runs[0][0][:, :K], w_ref, torch.float32, name="W after 120 steps", scale=10)
     assert_close(runs[0][0][:, K], b_ref, torch.float32, name="b after 120 steps", scale=10)
 

@@ -6,29 +6,41 @@ Math, for the batch rows i = perm[s*B : s*B + n] of step s (n = B, or fewer for 
     dz_i  = (p_i - onehot(y_i)) / n            (gradient of the batch-mean loss)
     dW    = sum_i dz_i x_i^T,   db = sum_i dz_i
     W    -= lr * dW,            b -= lr * db
-Running sums of loss_i and correct_i stay on the device; the host reads them when it wants to.
+The bias is handled as the weights of a constant feature: x_i gets a (K+1)-th entry 1 and W^T a row b,
+so z = [x, 1] [W, b]^T and [dW, db] = dz^T [x, 1], both inside the same two matrix products.
+Per-row running sums of loss_i and correct_i stay on the device; the host reads them when it wants to.
 
-Why one kernel, split over K. At batch 128 a step moves 401 KB of X and does ~2 MFLOP: nothing for an
-H100, so a step is pure latency (dependent loads, launches, cross-program reductions). The kernel
-`_sr_train_kernel` runs `n_run` consecutive steps (1 for a step, all of them for an epoch) with a grid of
-S = cdiv(K, BLOCK_K) programs, S <= the SM count so that all are resident at once. Program s owns the
-K slice [s*BLOCK_K, (s+1)*BLOCK_K): its slice of W^T (BLOCK_K x 16) lives in registers for the whole
-run, and every step it
+Why one kernel, split over K. At batch 128 a step moves 401 KB of X (100 KB as uint8) and does ~4 MFLOP:
+nothing for an H100, so a step is pure latency (dependent loads, launches, cross-program reductions,
+and the instructions each program issues). The kernel `_sr_train_kernel` runs `n_run` consecutive steps
+(1 for a step, all of them for an epoch) with a grid of S = cdiv(K+1, BLOCK_K) programs, S <= the SM
+count so that all are resident at once. Program s owns the feature slice [s*BLOCK_K, (s+1)*BLOCK_K)
+(the last one also the constant feature K): its slice of [W, b]^T (BLOCK_K x 16) lives in registers
+for the whole run, and every step it
   1. gathers X[batch rows, slice] (BLOCK_B x BLOCK_K, through perm: no shuffled copy of X; prefetched
-     during the previous step, since it does not depend on W) and forms the partial logits
+     during the previous step's wait, since it does not depend on W) and forms the partial logits
      Z_s = X_slice W_slice^T (BLOCK_B x 16, tl.dot);
-  2. adds Z_s to a shared accumulator with one int64 atomic per element, packed as
-     (Z_s * 2^32 as an integer) * 256 + 1: the value in the high 56 bits, a count of contributions in
-     the low 8. Integer addition is associative, so the sum is exact and independent of the order in
-     which programs arrive (bitwise reproducible, unlike fp32 atomics), with an absolute resolution of
-     S * 2^-32 on the logits (|partial logits| must stay below 2^22);
+  2. adds Z_s to a shared accumulator with one int64 atomic per (row, real class), packed as
+     floor(Z_s * 2^32) * 256 + 1: the value in the high 56 bits, a count of contributions in the low 8.
+     Integer addition is associative, so the sum is exact and independent of the order in which programs
+     arrive (bitwise reproducible, unlike fp32 atomics), with an absolute resolution of S * 2^-32 on the
+     logits (|partial logits| must stay below 2^23). Rows past the batch add 0 (and their count);
   3. polls the accumulator (volatile loads, L1 bypassed) until every element's count says that all S
      programs have added theirs: the data is its own barrier, with no fence, flag or counter, and one
-     L2 round trip when the others are already done;
-  4. computes softmax, loss, correct count and dz for the whole batch from the full Z (redundantly in
-     every program: 2K exps, cheaper than another exchange), and updates its own W slice in
-     registers, W_s^T -= lr * X_slice^T dz (tl.dot), and its copy of b (identical in every program:
-     same Z, same arithmetic).
+     L2 round trip when the others are already done (a flag or counter would need a release fence after
+     the atomics and a second round trip for the data);
+  4. computes softmax and dz for the whole batch from the full Z (redundantly in every program: cheaper
+     than another exchange), and updates its slice in registers, W_s^T -= lr * X_slice^T dz (tl.dot).
+Layout. The accumulator is stored class-major (element (row, class) at class * BLOCK_B + row), so with
+BLOCK_B = 32 * num_warps each thread holds whole rows: the softmax's row max / sum, argmax and the
+label pick are in-thread (no shuffles), and the class count C is a compile-time constant, so padded
+classes cost nothing. Program 0 alone adds the loss / accuracy statistics of step i while it waits for
+step i+1's exchange (they are off every program's critical path).
+Precision. The two products run on the tensor cores: "tf32" (10-bit mantissas), "tf32x3" (fp32
+accuracy from split operands: a = a_hi + a_lo in tf32; for uint8 X, whose pixel values 0..255 are exact
+in tf32, only the other operand is split, two products instead of three), or "ieee" (fp32 FMAs, slower).
+uint8 X is used as integers 0..255 (the constant feature is 255) and the scale x_scale = 1/255 goes on
+the products' results.
 The accumulators are never cleared: step i uses buffer i % 2, and each program subtracts what the
 buffer held before (two's-complement wrap-around keeps the difference exact). Two buffers suffice: a
 program can add step i+2's partial to buffer i % 2 only once every program has added step i+1's,
@@ -38,7 +50,7 @@ programs that start early may already have added. The step index lives in device
 same launch (or graph replay) serves every step and nothing needs a host sync.
 
 In the CPU interpreter programs run one after another, so there the kernel runs with one program
-(BLOCK_K >= K; the count is then complete at once). The poll loop is bounded: should the programs ever
+(BLOCK_K >= K+1; the count is then complete at once). The poll loop is bounded: should the programs ever
 not be co-resident, the kernel sets an error flag instead of hanging, and :meth:`FusedSGDStep.read_stats`
 raises.
 """
@@ -56,16 +68,24 @@ from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, registe
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
-FIX_SCALE = tl.constexpr(2.0 ** 32)  # fixed-point scale of the cross-program logit sums (|z| must stay below 2^31)
+FIX_SCALE = tl.constexpr(2.0 ** 40)  # fixed point of the exchange: value * 2^40, low 8 bits = count
 MAX_SPIN = 1 << 20  # polls before giving up (~1 s; only if the programs were not co-resident)
 X_DTYPES = (torch.float32, torch.uint8)
 INDEX_DTYPES = (torch.int32, torch.int64)
-PRECISIONS = ("ieee", "tf32")
+PRECISIONS = ("ieee", "tf32", "tf32x3")
+U8_SCALE = 1.0 / 255.0  # uint8 X holds pixel values 0..255: x = x_u8 * U8_SCALE
 
 
 # ----------------------------------------------------------------------------------------------------
 # Kernels
 # ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _next_step(s, n_epoch_steps):
+    """(s + 1) mod n_epoch_steps for 0 <= s < n_epoch_steps (no integer division)."""
+    s = s + 1
+    return tl.where(s >= n_epoch_steps, s - n_epoch_steps, s)
+
+
 @triton.jit
 def _batch_rows(perm_ptr, s, valid, N, B, offs_b):
     """Step s's batch: dataset row indices perm[s*B + r] (int64), row mask, row count (0 if not valid)."""
@@ -79,33 +99,63 @@ def _batch_rows(perm_ptr, s, valid, N, B, offs_b):
 
 
 @triton.jit
-def _batch_data(x_ptr, y_ptr, idx, row_ok, x_scale, stride_xn, stride_xk, offs_k, k_ok, X_IS_U8: tl.constexpr):
-    """X[idx, slice] (BLOCK_B x BLOCK_K fp32) and the labels y[idx]."""
+def _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, offs_k, k_ok, is_one):
+    """X[idx, slice] in x's own dtype (BLOCK_B x BLOCK_K; the constant feature, 1 or 255 for uint8, where
+    is_one; 0 in rows past the batch) and the labels y[idx]."""
     label = tl.load(y_ptr + idx, mask=row_ok, other=0).to(tl.int32)
+    one = (row_ok[:, None] & is_one[None, :]).to(x_ptr.dtype.element_ty)
+    if x_ptr.dtype.element_ty == tl.uint8:
+        one = one * 255
     x = tl.load(x_ptr + idx[:, None] * stride_xn + offs_k[None, :] * stride_xk,
-                mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-    if X_IS_U8:
-        x = (x * x_scale).to(tl.float32)
+                mask=row_ok[:, None] & k_ok[None, :], other=one)
     return x, label
 
 
 @triton.jit
+def _tf32_hi(b):
+    """b with its 13 low mantissa bits cleared: exact in tf32, and b - _tf32_hi(b) is exact in fp32."""
+    return (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot_scaled(a, b, scale, PRECISION: tl.constexpr, SPLIT_B: tl.constexpr):
+    """(a @ b) * scale with fp32 accumulation. SPLIT_B (tf32x3 with `a` exact in tf32, i.e. uint8 pixel
+    values): b = b_hi + b_lo, two tf32 products, kept apart (two independent tensor-core chains; a sum of
+    two dots would be fused into one chain through the accumulator)."""
+    if SPLIT_B:
+        b_hi = _tf32_hi(b)
+        return tl.dot(a, b_hi, input_precision="tf32") * scale + tl.dot(a, b - b_hi, input_precision="tf32") * scale
+    else:
+        return tl.dot(a, b, input_precision=PRECISION) * scale
+
+
+@triton.jit
+def _row_stats(z, m, ssum, label, row_ok, offs_c):
+    """Per row, the parts of loss = (m - z[label]) + log(sum) and correct = [argmax z == label]: (m - z[label],
+    sum, correct), with 0, 1, 0 for rows past the batch (the log is taken later, off the critical path)."""
+    z_y = tl.sum(tl.where(offs_c[None, :] == label[:, None], z, 0.0), axis=1)
+    correct = ((tl.argmax(z, axis=1) == label) & row_ok).to(tl.int32)
+    return tl.where(row_ok, m - z_y, 0.0), tl.where(row_ok, ssum, 1.0), correct
+
+
+@triton.jit(do_not_specialize=["n_run"])  # one compiled kernel for steps and epochs (the same arithmetic)
 def _sr_train_kernel(
     x_ptr, y_ptr, perm_ptr, w_ptr, b_ptr,
     state_ptr, zacc_ptr, zsnap_ptr, loss_sum_ptr, correct_sum_ptr,
-    N, K, C, B, n_epoch_steps, n_run, lr, x_scale, max_spin,
+    N, K, B, n_epoch_steps, n_run, lr, x_scale, max_spin,
     stride_xn, stride_xk, stride_wc, stride_wk,
-    X_IS_U8: tl.constexpr, PRECISION: tl.constexpr,
+    C: tl.constexpr, X_IS_U8: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """n_run SGD steps from the device step counter; program s owns W[:, s*BLOCK_K : (s+1)*BLOCK_K].
+    """n_run SGD steps from the device step counter; program s owns features [s*BLOCK_K, (s+1)*BLOCK_K)
+    of [W, b] (feature K is the constant 1 whose weights are b).
 
-    x_ptr: (N, K) fp32 (or uint8, scaled by x_scale) dataset, y_ptr: (N,) labels, perm_ptr: (N,) order,
-    w_ptr: (C, K) fp32, b_ptr: (C,) fp32 (both updated in place),
+    x_ptr: (N, K) fp32 (or uint8 pixel values, times x_scale) dataset, y_ptr: (N,) labels, perm_ptr: (N,)
+    order, w_ptr: (C, K) fp32, b_ptr: (C,) fp32 (both updated in place),
     state_ptr: (2,) int32 [step within the epoch, error flag],
-    zacc_ptr: (2, BLOCK_B, BLOCK_C) int64 packed logit accumulators (never cleared),
-    zsnap_ptr: (2, BLOCK_B, BLOCK_C) int64: what the accumulators held at the end of the last launch,
-    loss_sum_ptr: (1,) fp32, correct_sum_ptr: (1,) int32 running sums.
+    zacc_ptr: (2, BLOCK_C, BLOCK_B) int64 packed logit accumulators, class-major (never cleared),
+    zsnap_ptr: (2, BLOCK_C, BLOCK_B) int64: what the accumulators held at the end of the last launch,
+    loss_sum_ptr: (BLOCK_B,) fp32, correct_sum_ptr: (BLOCK_B,) int32 running sums per batch row.
     """
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -116,87 +166,106 @@ def _sr_train_kernel(
     offs_k = pid * BLOCK_K + tl.arange(0, BLOCK_K)
     c_ok = offs_c < C
     k_ok = offs_k < K
-    # this program's slice of W^T (BLOCK_K x BLOCK_C) and the bias: registers for the whole run
+    is_one = offs_k == K  # the constant feature (in the last program's slice)
+    # this program's slice of [W, b]^T (BLOCK_K x BLOCK_C): registers for the whole run
     wt_ptrs = w_ptr + offs_c[None, :] * stride_wc + offs_k[:, None] * stride_wk
     wt_mask = c_ok[None, :] & k_ok[:, None]
     wt = tl.load(wt_ptrs, mask=wt_mask, other=0.0)
     bias = tl.load(b_ptr + offs_c, mask=c_ok, other=0.0)
+    wt = tl.where(is_one[:, None], bias[None, :], wt)
+    SPLIT: tl.constexpr = (PRECISION == "tf32x3") and X_IS_U8  # tf32x3 with exact x: split only W / dz
+    x_scale = tl.cast(x_scale, tl.float32)  # (torch.compile passes Python floats as fp64)
+    lr_x = tl.cast(lr, tl.float32) * x_scale  # dW = x_scale * (X^T dz) for uint8 X (x_scale = 1 for fp32)
     # step i adds to buffer i % 2 and takes the difference from what that buffer held before. The
     # starting values come from the snapshot the last launch left (the buffers themselves may already
     # hold this launch's first contributions of programs that started earlier)
-    z_offs = offs_b[:, None] * BLOCK_C + offs_c[None, :]
-    base = tl.load(zsnap_ptr + z_offs)
-    base_next = tl.load(zsnap_ptr + BLOCK_B * BLOCK_C + z_offs)
+    z_offs = offs_c[None, :] * BLOCK_B + offs_b[:, None]
+    zmask = c_ok[None, :] & (offs_b >= 0)[:, None]  # real classes, every row (rows past the batch add 0)
+    base = tl.load(zsnap_ptr + z_offs, mask=zmask, other=0)
+    base_next = tl.load(zsnap_ptr + BLOCK_B * BLOCK_C + z_offs, mask=zmask, other=0)
     failed = step0 * 0  # 1 once a wait timed out: later steps then do not wait either
-    loss_run = tl.load(loss_sum_ptr)  # running sums continued step by step: the same rounding however
-    correct_run = tl.load(correct_sum_ptr)  # the steps are split into launches
+    loss_acc = tl.load(loss_sum_ptr + offs_b)  # per-row running sums continued step by step: the same
+    correct_acc = tl.load(correct_sum_ptr + offs_b)  # rounding however the steps are split into launches
 
     # software pipeline: the rows of step i+1 and the indices of step i+2 are in flight during step i
     idx, row_ok, n_rows = _batch_rows(perm_ptr, step0, n_run > 0, N, B, offs_b)
-    x, label = _batch_data(x_ptr, y_ptr, idx, row_ok, x_scale, stride_xn, stride_xk, offs_k, k_ok, X_IS_U8)
-    idx_n, row_ok_n, n_rows_n = _batch_rows(perm_ptr, (step0 + 1) % n_epoch_steps, n_run > 1, N, B, offs_b)
+    x, label = _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, offs_k, k_ok, is_one)
+    s_n = _next_step(step0, n_epoch_steps)
+    idx_n, row_ok_n, n_rows_n = _batch_rows(perm_ptr, s_n, n_run > 1, N, B, offs_b)
+    s_nn = _next_step(s_n, n_epoch_steps)
+    # the previous step's (m - z[label], sum, correct) per row: program 0 adds them up while it waits
+    mzy_p = tl.zeros([BLOCK_B], dtype=tl.float32)
+    ssum_p = tl.zeros([BLOCK_B], dtype=tl.float32) + 1.0
+    correct_p = tl.zeros([BLOCK_B], dtype=tl.int32)
     for i in range(0, n_run):
-        s = (step0 + i) % n_epoch_steps
         zbuf = zacc_ptr + (i % 2) * (BLOCK_B * BLOCK_C) + z_offs
-        zmask = row_ok[:, None] & c_ok[None, :]
-        # 1-2. partial logits of this K slice, packed with a count of 1, into the shared accumulator
-        zp = tl.dot(x, wt, input_precision=PRECISION)
-        tl.atomic_add(zbuf, (zp * FIX_SCALE).to(tl.int64) * 256 + 1, mask=zmask, sem="relaxed", scope="gpu")
+        # 1-2. partial logits of this slice, packed with a count of 1, into the shared accumulator
+        xf = x.to(tl.float32)
+        zp = _dot_scaled(xf, wt, x_scale, PRECISION, SPLIT)
+        tl.atomic_add(zbuf, ((zp * FIX_SCALE).to(tl.int64) & -256) | 1, mask=zmask, sem="relaxed", scope="gpu")
         # issue the next step's loads (they do not depend on W) before waiting for the other programs
-        x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, x_scale, stride_xn, stride_xk, offs_k, k_ok,
-                                   X_IS_U8)
-        idx_nn, row_ok_nn, n_rows_nn = _batch_rows(perm_ptr, (s + 2) % n_epoch_steps, i + 2 < n_run, N, B, offs_b)
+        x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, stride_xn, stride_xk, offs_k, k_ok, is_one)
+        idx_nn, row_ok_nn, n_rows_nn = _batch_rows(perm_ptr, s_nn, i + 2 < n_run, N, B, offs_b)
+        s_nn = _next_step(s_nn, n_epoch_steps)
+        if pid == 0:  # statistics of the previous step, in the wait
+            loss_acc += mzy_p + tl.log(ssum_p)
+            correct_acc += correct_p
         # 3. wait until every element of the batch holds all n_programs contributions (bounded)
-        tot = tl.load(zbuf, volatile=True)
-        missing = tl.sum(tl.where(zmask & (((tot - base) & 255) != n_programs), 1, 0))
+        tot = tl.load(zbuf, mask=zmask, other=0, volatile=True)
+        lacking = tl.min(tl.where(zmask, ((tot - base) & 255).to(tl.int32), n_programs)) < n_programs
         spins = 0
-        while (missing > 0) & (spins < max_spin) & (failed == 0):
-            tot = tl.load(zbuf, volatile=True)
-            missing = tl.sum(tl.where(zmask & (((tot - base) & 255) != n_programs), 1, 0))
+        while lacking & (spins < max_spin) & (failed == 0):
+            tot = tl.load(zbuf, mask=zmask, other=0, volatile=True)
+            lacking = tl.min(tl.where(zmask, ((tot - base) & 255).to(tl.int32), n_programs)) < n_programs
             spins += 1
-        if missing > 0:  # the programs were not all resident: flag it, and never wait again
+        if lacking:  # the programs were not all resident: flag it, and never wait again
             tl.store(state_ptr + 1, 1)
             failed = failed + 1
-        # 4. full logits -> softmax cross-entropy, correct count, dz (fp32, the whole batch)
-        z = ((tot - base) >> 8).to(tl.float32) * (1.0 / FIX_SCALE)
+        # 4. full logits (bias included) -> softmax cross-entropy gradient dz (fp32, the whole batch)
+        z = ((tot - base) & -256).to(tl.float32) * (1.0 / FIX_SCALE)
         base, base_next = base_next, tot
-        z = tl.where(c_ok[None, :], z + bias[None, :], float("-inf"))
+        z = tl.where(c_ok[None, :], z, float("-inf"))
         m = tl.max(z, axis=1)
         e = tl.exp(z - m[:, None])
         ssum = tl.sum(e, axis=1)
-        onehot = offs_c[None, :] == label[:, None]
-        z_y = tl.sum(tl.where(onehot, z, 0.0), axis=1)
-        loss_run += tl.sum(tl.where(row_ok, m + tl.log(ssum) - z_y, 0.0), axis=0)
-        correct_run += tl.sum(((tl.argmax(z, axis=1) == label) & row_ok).to(tl.int32), axis=0)
-        dz = (e / ssum[:, None] - onehot.to(tl.float32)) * (1.0 / tl.maximum(n_rows, 1).to(tl.float32))
-        dz = tl.where(zmask, dz, 0.0)
-        # SGD on this program's slice (and its copy of b)
-        wt -= (lr * tl.dot(tl.trans(x), dz, input_precision=PRECISION)).to(tl.float32)
-        bias -= (lr * tl.sum(dz, axis=0)).to(tl.float32)
+        if pid == 0:  # (in-thread: ~50 instructions, on program 0 only)
+            mzy_p, ssum_p, correct_p = _row_stats(z, m, ssum, label, row_ok, offs_c)
+        inv_row = tl.where(row_ok, 1.0 / tl.maximum(n_rows, 1).to(tl.float32), 0.0)  # 1/n, 0 past the batch
+        dz = e * (inv_row / ssum)[:, None] - tl.where(offs_c[None, :] == label[:, None], inv_row[:, None], 0.0)
+        # SGD on this program's slice of [W, b]
+        if SPLIT:  # two independent chains, two updates
+            dz_hi = _tf32_hi(dz)
+            wt -= lr_x * tl.dot(tl.trans(xf), dz_hi, input_precision="tf32")
+            wt -= lr_x * tl.dot(tl.trans(xf), dz - dz_hi, input_precision="tf32")
+        else:
+            wt -= lr_x * tl.dot(tl.trans(xf), dz, input_precision=PRECISION)
         x, label, row_ok, n_rows = x_n, label_n, row_ok_n, n_rows_n
         idx_n, row_ok_n, n_rows_n = idx_nn, row_ok_nn, n_rows_nn
 
     tl.store(wt_ptrs, wt, mask=wt_mask)
+    if (pid * BLOCK_K <= K) & (K < pid * BLOCK_K + BLOCK_K):  # the program holding the bias
+        tl.store(b_ptr + offs_c, tl.sum(tl.where(is_one[:, None], wt, 0.0), axis=0), mask=c_ok)
     if pid == 0:  # every program read step0 and the snapshot before its first contribution, which
         # program 0 has seen complete; the buffers' final values: base = buffer n_run % 2, base_next the other
-        tl.store(zsnap_ptr + (n_run % 2) * (BLOCK_B * BLOCK_C) + z_offs, base)
-        tl.store(zsnap_ptr + ((n_run + 1) % 2) * (BLOCK_B * BLOCK_C) + z_offs, base_next)
-        tl.store(b_ptr + offs_c, bias, mask=c_ok)
+        tl.store(loss_sum_ptr + offs_b, loss_acc + (mzy_p + tl.log(ssum_p)))  # + the last step's
+        tl.store(correct_sum_ptr + offs_b, correct_acc + correct_p)
+        tl.store(zsnap_ptr + (n_run % 2) * (BLOCK_B * BLOCK_C) + z_offs, base, mask=zmask)
+        tl.store(zsnap_ptr + ((n_run + 1) % 2) * (BLOCK_B * BLOCK_C) + z_offs, base_next, mask=zmask)
         tl.store(state_ptr, (step0 + n_run) % n_epoch_steps)
-        tl.store(loss_sum_ptr, loss_run)
-        tl.store(correct_sum_ptr, correct_run)
 
 
 # ----------------------------------------------------------------------------------------------------
-# Autotuning space: K slice per program (S = cdiv(K, BLOCK_K) programs) and warps.
-# At batch 128, K = 784 on an H100: BLOCK_K 16 -> 49 programs, each 128x16x16 FMAs twice per step and
-# 8 KB of X; 32 -> 25 programs; 64 -> 13. Fewer programs: fewer atomics, more arithmetic per program.
+# Autotuning space: feature slice per program (S = cdiv(K+1, BLOCK_K) programs) and warps.
+# At batch 128, K = 784 on an H100: BLOCK_K 16 -> 50 programs, 32 -> 25 (64 -> 13 spilled registers).
+# Every program does the whole batch's softmax; fewer programs: fewer atomics, larger products per
+# program. 4 warps hold one batch row per thread (BLOCK_B = 128); 8 warps split each row over two warps
+# (cross-warp row sums, but two warps per scheduler to hide latency).
 # ----------------------------------------------------------------------------------------------------
 def _cfg(bk, warps):
     return Config({"BLOCK_K": bk}, warps, 1)
 
 
-STEP_CONFIGS = [_cfg(16, 8), _cfg(16, 4), _cfg(16, 16), _cfg(32, 8), _cfg(32, 4), _cfg(64, 8), _cfg(64, 16)]
+STEP_CONFIGS = [_cfg(16, 4), _cfg(16, 8), _cfg(32, 4), _cfg(32, 8)]
 INTERPRET_CONFIG = _cfg(0, 4)  # BLOCK_K 0: one program over all of K (the interpreter runs programs in turn)
 _tuner = register_tuner(Autotuner("softmax_regression_train", _sr_train_kernel, STEP_CONFIGS,
                                   interpret_config=INTERPRET_CONFIG))
@@ -209,11 +278,15 @@ def _sm_count(device) -> int:
 
 
 def block_k_for(cfg: Config, K: int, device) -> int:
-    """The K slice of one program: the config's, widened so that the grid fits on the SMs at once
-    (one program in the interpreter, where programs run one after another)."""
+    """The feature slice of one program (K features + the constant one): the config's, widened so that
+    the grid fits on the SMs at once (one program in the interpreter, where programs run in turn)."""
     if INTERPRET or cfg.kwargs["BLOCK_K"] == 0:
-        return max(16, triton.next_power_of_2(K))
-    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(triton.cdiv(K, _sm_count(device))))
+        return max(16, triton.next_power_of_2(K + 1))
+    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(triton.cdiv(K + 1, _sm_count(device))))
+
+
+def n_programs_for(K: int, block_k: int) -> int:
+    return triton.cdiv(K + 1, block_k)
 
 
 def block_b_for(batch_size: int) -> int:
@@ -263,18 +336,18 @@ class StepBuffers:
     """Static device state of the fused training (allocated once, zeroed; nothing is allocated per step)."""
 
     state: torch.Tensor         # (2,) int32: [step within the epoch, error flag]
-    loss_sum: torch.Tensor      # (1,) fp32: running sum of per-example losses
-    correct_sum: torch.Tensor   # (1,) int32: running count of correct predictions
-    zacc: torch.Tensor          # (2, BLOCK_B, 16) int64: packed logit accumulators (value * 256 + count)
-    zsnap: torch.Tensor         # (2, BLOCK_B, 16) int64: their values at the end of the last launch
+    loss_sum: torch.Tensor      # (BLOCK_B,) fp32: running sums of per-example losses, per batch row
+    correct_sum: torch.Tensor   # (BLOCK_B,) int32: running counts of correct predictions, per batch row
+    zacc: torch.Tensor          # (2, 16, BLOCK_B) int64: packed logit accumulators (value * 256 + count)
+    zsnap: torch.Tensor         # (2, 16, BLOCK_B) int64: their values at the end of the last launch
 
     @classmethod
     def allocate(cls, batch_size: int, device) -> "StepBuffers":
         i32 = dict(device=device, dtype=torch.int32)
-        return cls(torch.zeros(2, **i32), torch.zeros(1, device=device, dtype=torch.float32),
-                   torch.zeros(1, **i32), torch.zeros(2, block_b_for(batch_size), BLOCK_C, device=device,
-                                                      dtype=torch.int64),
-                   torch.zeros(2, block_b_for(batch_size), BLOCK_C, device=device, dtype=torch.int64))
+        bb = block_b_for(batch_size)
+        return cls(torch.zeros(2, **i32), torch.zeros(bb, device=device, dtype=torch.float32),
+                   torch.zeros(bb, **i32), torch.zeros(2, BLOCK_C, bb, device=device, dtype=torch.int64),
+                   torch.zeros(2, BLOCK_C, bb, device=device, dtype=torch.int64))
 
     @property
     def step(self) -> torch.Tensor:
@@ -298,15 +371,17 @@ def launch(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: floa
            precision: str = "ieee", n_run: int = 1, *, block_k: Optional[int] = None,
            max_spin: int = MAX_SPIN) -> None:
     """Launch the kernel for ``n_run`` consecutive steps (no validation, no allocation, no host sync).
-    ``block_k`` overrides the K slice per program (S = cdiv(K, block_k) programs must be co-resident)."""
+    ``block_k`` overrides the feature slice per program (S = cdiv(K+1, block_k) programs must be
+    co-resident)."""
     N, K = x.shape
     C = weight.shape[0]
     bk = block_k or block_k_for(cfg, K, x.device)
-    _launch(_sr_train_kernel, (triton.cdiv(K, bk),),
+    u8 = x.dtype == torch.uint8
+    _launch(_sr_train_kernel, (n_programs_for(K, bk),),
             x, y, perm, weight, bias, buf.state, buf.zacc, buf.zsnap, buf.loss_sum, buf.correct_sum,
-            N, K, C, batch_size, triton.cdiv(N, batch_size), n_run, float(lr), 1.0 / 255.0, max_spin,
+            N, K, batch_size, triton.cdiv(N, batch_size), n_run, float(lr), U8_SCALE if u8 else 1.0, max_spin,
             x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-            X_IS_U8=x.dtype == torch.uint8, PRECISION=precision,
+            C=C, X_IS_U8=u8, PRECISION=precision,
             BLOCK_B=block_b_for(batch_size), BLOCK_K=bk, BLOCK_C=BLOCK_C,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -328,8 +403,8 @@ def pick_config(weight, bias, x, y, perm, batch_size: int, lr: float, precision:
         nonlocal scratch
         if scratch is None:
             scratch = (weight.detach().clone(), bias.detach().clone(), StepBuffers.allocate(batch_size, x.device))
-        w, b, buf = scratch  # timed on a run of steps: the steady state of both per-step and epoch launches
-        n_run = min(32, triton.cdiv(x.shape[0], batch_size))
+        w, b, buf = scratch  # timed on a whole epoch (up to 512 steps): the launch the epoch rungs make
+        n_run = min(512, triton.cdiv(x.shape[0], batch_size))
         launch(w, b, x, y, perm, buf, batch_size, 1e-6, cfg, precision, n_run=n_run)
 
     return _tuner.pick(key, run, STEP_CONFIGS, tracing=_is_fake(weight, x))
@@ -367,9 +442,9 @@ class FusedSGDStep:
 
     @property
     def programs(self) -> int:
-        """Programs per launch (= K slices)."""
+        """Programs per launch (= feature slices)."""
         K = self.x.shape[1]
-        return triton.cdiv(K, block_k_for(self.config, K, self.x.device))
+        return n_programs_for(K, block_k_for(self.config, K, self.x.device))
 
     def set_perm(self, perm: torch.Tensor) -> None:
         """Copy a new batch order into the static permutation buffer (e.g. once per epoch)."""
@@ -405,7 +480,7 @@ class FusedSGDStep:
     def read_stats(self, reset: bool = True) -> tuple[float, int]:
         """(sum of per-example losses, number correct) since the last reset; one host sync."""
         self.buf.check()
-        loss, correct = float(self.buf.loss_sum.item()), int(self.buf.correct_sum.item())
+        loss, correct = float(self.buf.loss_sum.double().sum().item()), int(self.buf.correct_sum.sum().item())
         if reset:
             self.reset_stats()
         return loss, correct
@@ -432,7 +507,7 @@ def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch
              buf: StepBuffers, batch_size: int, lr: float, precision: str = "ieee") -> None:
     """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place)."""
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
-    if tuple(buf.zacc.shape) != (2, block_b_for(batch_size), BLOCK_C):
+    if tuple(buf.zacc.shape) != (2, BLOCK_C, block_b_for(batch_size)):
         raise ValueError(f"buf was allocated for another batch size: zacc {tuple(buf.zacc.shape)}")
     torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *buf.tensors(), batch_size,
                                              float(lr), precision)
