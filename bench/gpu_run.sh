@@ -17,6 +17,8 @@
 # with `git rev-parse --short HEAD > .git_commit`) with the tree.
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
+# provenance: the commit stamped before shipping (a copied tree's own .git can be stale)
+if [ -f .git_commit ] && [ -z "${TRITON_PLAYGROUND_COMMIT:-}" ]; then export TRITON_PLAYGROUND_COMMIT="$(cat .git_commit)+copy"; fi
 OUT=${OUT:-}
 out() { if [ -n "$OUT" ]; then echo "--out $OUT${1:+/$1}"; fi; }
 for stage in "$@"; do

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Iterable
@@ -55,8 +56,11 @@ def _driver() -> str:
 
 
 def _git_commit() -> str:
-    """HEAD's short hash (+dirty); where the tree has no .git (a copy shipped to a GPU box), the hash
-    written to .git_commit beside the code before shipping, marked "+copy"."""
+    """HEAD's short hash (+dirty); $TRITON_PLAYGROUND_COMMIT when set (bench/gpu_run.sh sets it from the
+    .git_commit stamp shipped with a copy of the tree: a copy's own .git, if any, can be stale); where
+    the tree has no .git, the hash written to .git_commit beside the code, marked "+copy"."""
+    if os.environ.get("TRITON_PLAYGROUND_COMMIT"):
+        return os.environ["TRITON_PLAYGROUND_COMMIT"]
     stamp = REPO / ".git_commit"
     if not (REPO / ".git").exists() and stamp.exists():
         return stamp.read_text().strip() + "+copy"
