@@ -21,7 +21,8 @@ for the whole run, and every step it
      during the previous step's wait, since it does not depend on W) and forms the partial logits
      Z_s = X_slice W_slice^T (BLOCK_B x 16, tl.dot);
   2. adds Z_s to a shared accumulator with one int64 atomic per (row, real class), packed as
-     floor(Z_s * 2^32) * 256 + 1: the value in the high 56 bits, a count of contributions in the low 8.
+     (int64(Z_s * 2^40) with its low 8 bits cleared) + 1: the value in the high 56 bits (a multiple of
+     2^-32), a count of contributions in the low 8.
      Integer addition is associative, so the sum is exact and independent of the order in which programs
      arrive (bitwise reproducible, unlike fp32 atomics), with an absolute resolution of S * 2^-32 on the
      logits (|partial logits| must stay below 2^23). Rows past the batch add 0 (and their count);
@@ -32,7 +33,7 @@ for the whole run, and every step it
   4. computes softmax and dz for the whole batch from the full Z (redundantly in every program: cheaper
      than another exchange), and updates its slice in registers, W_s^T -= lr * X_slice^T dz (tl.dot).
 Layout. The accumulator is stored class-major (element (row, class) at class * BLOCK_B + row), so with
-BLOCK_B = 32 * num_warps each thread holds whole rows: the softmax's row max / sum, argmax and the
+BLOCK_B = 32 * num_warps (batch 128, 4 warps) each thread holds whole rows: the softmax's row max / sum, argmax and the
 label pick are in-thread (no shuffles), and the class count C is a compile-time constant, so padded
 classes cost nothing. Program 0 alone adds the loss / accuracy statistics of step i while it waits for
 step i+1's exchange (they are off every program's critical path).
@@ -112,30 +113,24 @@ def _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, offs_k, k_ok, i
 
 
 @triton.jit
-def _tf32_hi(b):
-    """b with its 13 low mantissa bits cleared: exact in tf32, and b - _tf32_hi(b) is exact in fp32."""
-    return (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _dot_scaled(a, b, scale, PRECISION: tl.constexpr, SPLIT_B: tl.constexpr):
-    """(a @ b) * scale with fp32 accumulation. SPLIT_B (tf32x3 with `a` exact in tf32, i.e. uint8 pixel
-    values): b = b_hi + b_lo, two tf32 products, kept apart (two independent tensor-core chains; a sum of
-    two dots would be fused into one chain through the accumulator)."""
-    if SPLIT_B:
-        b_hi = _tf32_hi(b)
-        return tl.dot(a, b_hi, input_precision="tf32") * scale + tl.dot(a, b - b_hi, input_precision="tf32") * scale
+def _dot(a, b, PRECISION: tl.constexpr, A_EXACT: tl.constexpr):
+    """a @ b with fp32 accumulation. tf32x3 with `a` exact in tf32 (A_EXACT: integers 0..255): b is split
+    into b_hi (b with the 13 low mantissa bits cleared, exact in tf32) + b_lo = b - b_hi (exact in fp32),
+    two tf32 products (Triton chains them through one accumulator)."""
+    if (PRECISION == "tf32x3") and A_EXACT:
+        b_hi = (b.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+        return tl.dot(a, b - b_hi, input_precision="tf32") + tl.dot(a, b_hi, input_precision="tf32")
     else:
-        return tl.dot(a, b, input_precision=PRECISION) * scale
+        return tl.dot(a, b, input_precision=PRECISION)
 
 
 @triton.jit
 def _row_stats(z, m, ssum, label, row_ok, offs_c):
-    """Per row, the parts of loss = (m - z[label]) + log(sum) and correct = [argmax z == label]: (m - z[label],
-    sum, correct), with 0, 1, 0 for rows past the batch (the log is taken later, off the critical path)."""
+    """Per row: loss = m + log(sum) - z[label] and correct = [argmax z == label] (0 for rows past the batch)."""
     z_y = tl.sum(tl.where(offs_c[None, :] == label[:, None], z, 0.0), axis=1)
+    loss = tl.where(row_ok, m + tl.log(ssum) - z_y, 0.0)
     correct = ((tl.argmax(z, axis=1) == label) & row_ok).to(tl.int32)
-    return tl.where(row_ok, m - z_y, 0.0), tl.where(row_ok, ssum, 1.0), correct
+    return loss, correct
 
 
 @triton.jit(do_not_specialize=["n_run"])  # one compiled kernel for steps and epochs (the same arithmetic)
@@ -173,7 +168,6 @@ def _sr_train_kernel(
     wt = tl.load(wt_ptrs, mask=wt_mask, other=0.0)
     bias = tl.load(b_ptr + offs_c, mask=c_ok, other=0.0)
     wt = tl.where(is_one[:, None], bias[None, :], wt)
-    SPLIT: tl.constexpr = (PRECISION == "tf32x3") and X_IS_U8  # tf32x3 with exact x: split only W / dz
     x_scale = tl.cast(x_scale, tl.float32)  # (torch.compile passes Python floats as fp64)
     lr_x = tl.cast(lr, tl.float32) * x_scale  # dW = x_scale * (X^T dz) for uint8 X (x_scale = 1 for fp32)
     # step i adds to buffer i % 2 and takes the difference from what that buffer held before. The
@@ -193,23 +187,28 @@ def _sr_train_kernel(
     s_n = _next_step(step0, n_epoch_steps)
     idx_n, row_ok_n, n_rows_n = _batch_rows(perm_ptr, s_n, n_run > 1, N, B, offs_b)
     s_nn = _next_step(s_n, n_epoch_steps)
-    # the previous step's (m - z[label], sum, correct) per row: program 0 adds them up while it waits
-    mzy_p = tl.zeros([BLOCK_B], dtype=tl.float32)
+    # the previous step's logits, row max / sum, labels: program 0 adds their statistics while it waits
+    z_p = tl.zeros([BLOCK_B, BLOCK_C], dtype=tl.float32)
+    m_p = tl.zeros([BLOCK_B], dtype=tl.float32)
     ssum_p = tl.zeros([BLOCK_B], dtype=tl.float32) + 1.0
-    correct_p = tl.zeros([BLOCK_B], dtype=tl.int32)
+    label_p = tl.zeros([BLOCK_B], dtype=tl.int32)  # (not `label`: a variable that starts as an alias of
+    row_ok_p = offs_b < 0                          # another loop-carried one is not carried by Triton 3.6)
     for i in range(0, n_run):
         zbuf = zacc_ptr + (i % 2) * (BLOCK_B * BLOCK_C) + z_offs
         # 1-2. partial logits of this slice, packed with a count of 1, into the shared accumulator
         xf = x.to(tl.float32)
-        zp = _dot_scaled(xf, wt, x_scale, PRECISION, SPLIT)
+        zp = _dot(xf, wt, PRECISION, X_IS_U8)
+        if X_IS_U8:
+            zp = zp * x_scale
         tl.atomic_add(zbuf, ((zp * FIX_SCALE).to(tl.int64) & -256) | 1, mask=zmask, sem="relaxed", scope="gpu")
         # issue the next step's loads (they do not depend on W) before waiting for the other programs
         x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, stride_xn, stride_xk, offs_k, k_ok, is_one)
         idx_nn, row_ok_nn, n_rows_nn = _batch_rows(perm_ptr, s_nn, i + 2 < n_run, N, B, offs_b)
         s_nn = _next_step(s_nn, n_epoch_steps)
         if pid == 0:  # statistics of the previous step, in the wait
-            loss_acc += mzy_p + tl.log(ssum_p)
-            correct_acc += correct_p
+            loss_i, correct_i = _row_stats(z_p, m_p, ssum_p, label_p, row_ok_p, offs_c)
+            loss_acc += loss_i
+            correct_acc += correct_i
         # 3. wait until every element of the batch holds all n_programs contributions (bounded)
         tot = tl.load(zbuf, mask=zmask, other=0, volatile=True)
         lacking = tl.min(tl.where(zmask, ((tot - base) & 255).to(tl.int32), n_programs)) < n_programs
@@ -228,17 +227,11 @@ def _sr_train_kernel(
         m = tl.max(z, axis=1)
         e = tl.exp(z - m[:, None])
         ssum = tl.sum(e, axis=1)
-        if pid == 0:  # (in-thread: ~50 instructions, on program 0 only)
-            mzy_p, ssum_p, correct_p = _row_stats(z, m, ssum, label, row_ok, offs_c)
         inv_row = tl.where(row_ok, 1.0 / tl.maximum(n_rows, 1).to(tl.float32), 0.0)  # 1/n, 0 past the batch
         dz = e * (inv_row / ssum)[:, None] - tl.where(offs_c[None, :] == label[:, None], inv_row[:, None], 0.0)
         # SGD on this program's slice of [W, b]
-        if SPLIT:  # two independent chains, two updates
-            dz_hi = _tf32_hi(dz)
-            wt -= lr_x * tl.dot(tl.trans(xf), dz_hi, input_precision="tf32")
-            wt -= lr_x * tl.dot(tl.trans(xf), dz - dz_hi, input_precision="tf32")
-        else:
-            wt -= lr_x * tl.dot(tl.trans(xf), dz, input_precision=PRECISION)
+        wt -= lr_x * _dot(tl.trans(xf), dz, PRECISION, X_IS_U8)
+        z_p, m_p, ssum_p, label_p, row_ok_p = z, m, ssum, label, row_ok
         x, label, row_ok, n_rows = x_n, label_n, row_ok_n, n_rows_n
         idx_n, row_ok_n, n_rows_n = idx_nn, row_ok_nn, n_rows_nn
 
@@ -247,8 +240,9 @@ def _sr_train_kernel(
         tl.store(b_ptr + offs_c, tl.sum(tl.where(is_one[:, None], wt, 0.0), axis=0), mask=c_ok)
     if pid == 0:  # every program read step0 and the snapshot before its first contribution, which
         # program 0 has seen complete; the buffers' final values: base = buffer n_run % 2, base_next the other
-        tl.store(loss_sum_ptr + offs_b, loss_acc + (mzy_p + tl.log(ssum_p)))  # + the last step's
-        tl.store(correct_sum_ptr + offs_b, correct_acc + correct_p)
+        loss_i, correct_i = _row_stats(z_p, m_p, ssum_p, label_p, row_ok_p, offs_c)  # the last step's
+        tl.store(loss_sum_ptr + offs_b, loss_acc + loss_i)
+        tl.store(correct_sum_ptr + offs_b, correct_acc + correct_i)
         tl.store(zsnap_ptr + (n_run % 2) * (BLOCK_B * BLOCK_C) + z_offs, base, mask=zmask)
         tl.store(zsnap_ptr + ((n_run + 1) % 2) * (BLOCK_B * BLOCK_C) + z_offs, base_next, mask=zmask)
         tl.store(state_ptr, (step0 + n_run) % n_epoch_steps)
