@@ -125,3 +125,22 @@ def test_tuning_off_uses_first_candidate(cache, monkeypatch):
     monkeypatch.setattr(R, "INTERPRET", False)
     monkeypatch.setenv(R.TUNE_ENV, "0")
     assert t.pick("k", run=lambda c: pytest.fail("must not time")) == t.configs[0]
+
+
+def test_candidates_built_only_when_needed(cache, monkeypatch):
+    """The launch hot path: a remembered key costs one dict lookup; a candidate list given as a callable
+    is built only on a miss."""
+    t = _fake_tuner()
+    monkeypatch.setattr(R, "INTERPRET", False)
+    monkeypatch.setenv(R.TUNE_ENV, "1")
+    monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[0])
+    built = []
+
+    def candidates():
+        built.append(1)
+        return t.configs[::-1]
+
+    assert t.pick(("m", 7), run=None, configs=candidates) == t.configs[-1]  # miss: built, "tuned"
+    assert t.pick(("m", 7), run=None, configs=candidates) == t.configs[-1]  # hit: not built again
+    assert len(built) == 1
+    assert hash(t.configs[0]) == hash(R.Config.from_json(t.configs[0].to_json()))

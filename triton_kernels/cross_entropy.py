@@ -439,8 +439,8 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
     if INTERPRET:
         configs = [Config({"BLOCK_V": min(INTERPRET_BLOCK_V, next_power_of_2(V)), "PER_SM": 2,
                            "REG_DB": int(INTERPRET_REG_DB)}, 4, 1)]
-    else:
-        configs = _configs(V, logits.element_size())
+    else:  # built only when the tuner needs them (the hot path is one dict lookup)
+        configs = lambda: _configs(V, logits.element_size())  # noqa: E731
     if config is not None:
         configs = [config]
     n_sms = _num_sms(dev)

@@ -591,7 +591,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
     if config is None:
         tuner = _rfwd_tuner if layout.kind == "resnet" else _fwd_tuner
         config = tuner.pick(_key(layout, B, precision, (bn_train, save)), lambda c: run(c, update=False),
-                            _configs(layout, B, bn_train), tracing=_is_fake(x, params))
+                            lambda: _configs(layout, B, bn_train), tracing=_is_fake(x, params))
     buf = run(config)
     buf = dict(buf)
     buf["config"] = config
@@ -664,7 +664,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
 
     if config is None:
         tuner = _rbwd_tuner if layout.kind == "resnet" else _bwd_tuner
-        config = tuner.pick(_key(layout, B, precision, (bn_train,)), run, _configs(layout, B, bn_train),
+        config = tuner.pick(_key(layout, B, precision, (bn_train,)), run, lambda: _configs(layout, B, bn_train),
                             tracing=_is_fake(x, params))
     part = run(config, partials)
     res = {"partials": part, "config": config}

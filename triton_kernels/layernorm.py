@@ -422,7 +422,7 @@ def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: O
             cfg = Config({"BLOCK_M": max(1, min(32, 2048 // bd))}, 4, 1)
         else:
             key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, bias is not None, save_stats)
-            cfg = _fwd_tuner.pick(key, run, _fwd_configs(M, D), tracing=_is_fake(x2))
+            cfg = _fwd_tuner.pick(key, run, lambda: _fwd_configs(M, D), tracing=_is_fake(x2))
         run(cfg)
         return y, mean, rstd
     pmean, pm2, seg, S = _row_stats_partials(x2, D)
@@ -463,7 +463,7 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
             cfg = Config({"PER_SM": 2}, 4, 1)
         else:
             key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, need_dx, need_parts)
-            cfg = _bwd_tuner.pick(key, run, _bwd_configs(D), tracing=_is_fake(x2, dy))
+            cfg = _bwd_tuner.pick(key, run, lambda: _bwd_configs(D), tracing=_is_fake(x2, dy))
         parts = run(cfg)
     else:
         bd = _long_block()

@@ -160,7 +160,7 @@ class Config:
         return f"{kw}, warps={self.num_warps}, stages={self.num_stages}"
 
     def __hash__(self) -> int:
-        return hash(json.dumps(self.to_json(), sort_keys=True))
+        return hash((tuple(sorted(self.kwargs.items())), self.num_warps, self.num_stages))
 
 
 CACHE_ENV = "TRITON_PLAYGROUND_CACHE"

@@ -232,7 +232,7 @@ def _dispatch(row_kernel, looped_kernel, row_tuner, loop_tuner, args, key, M, N,
             _launch(row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-        cfg = _pick(row_tuner, key, run, _row_configs(M, N), _interpret_row_config(N), fake)
+        cfg = _pick(row_tuner, key, run, lambda: _row_configs(M, N), _interpret_row_config(N), fake)
     else:
         def run(cfg):
             _launch(looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
