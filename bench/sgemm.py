@@ -301,6 +301,17 @@ def _blocks_for_fraction(xs, frac):
     return len(xs)
 
 
+def _knee(xs, frac):
+    """The last block whose value is at least ``frac`` of the largest: every later block stays below."""
+    top = max(xs, default=0.0)
+    return max((i + 1 for i, v in enumerate(xs) if v >= frac * top), default=0)
+
+
+def _mass_share(xs, k):
+    tot = sum(xs)
+    return sum(xs[:k]) / tot if tot > 0 else 0.0
+
+
 def _write_metrics(sdir: Path, history, summary):
     lines = ["epoch,train_loss,val_mse,epoch_s,train_time_s"]
     lines += [f"{h['epoch']},{h['train_loss']:.8g},{h['val_mse']:.8g},{h['epoch_s']:.6g},{h['train_time_s']:.6g}"
@@ -450,8 +461,13 @@ def depth_tables(summaries, args) -> str:
     out = table(f"## Test MSE (standardised ln run time; [{args.backend}], {args.epochs} epochs, batch {args.batch})",
                 lambda s: f"{s['test_mse']:.4f}", lambda f, d: SEED_MSE.get(f, {}).get(d, "-"))
     out += [""] + table("## Training time (s)", lambda s: f"{s['train_time_s']:.1f}", seed_time)
+    glo = [(d, by[("GloNet", d)]) for d in depths if ("GloNet", d) in by]
     out += ["", "Blocks holding 99% of GloNet's block-output L1 mass: " + ", ".join(
-        f"depth {d}: {by[('GloNet', d)]['blocks_used_99pct_output_l1']}" for d in depths if ("GloNet", d) in by)]
+        f"depth {d}: {s['blocks_used_99pct_output_l1']}" for d, s in glo)]
+    out += ["", "GloNet's block-output L1 falls below 20% of its largest block for good after block: " + ", ".join(
+        f"depth {d}: {_knee(s['block_output_l1'], 0.2)}" for d, s in glo)
+        + "; share of the L1 mass in the blocks up to there: " + ", ".join(
+        f"{100 * _mass_share(s['block_output_l1'], _knee(s['block_output_l1'], 0.2)):.0f}%" for d, s in glo)]
     devices = sorted({s.get("device") for s in summaries if s.get("device")}) or [device_name()]
     out += ["", f"Device: {', '.join(devices)}. MSE units: the target ln(mean run time) standardised with train "
             "statistics; test_mse_target_units in metrics.json is in (ln ms)^2."]
