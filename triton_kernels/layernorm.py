@@ -85,6 +85,16 @@ def _ln_fwd_row_kernel(
 
 
 @triton.jit
+def _load_dy_xhat(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_xm, stride_dym, cols, cmask):
+    """Row `row` on `cols`: dy, xhat = (x - mean) * rstd (0 outside the row), and the row's rstd (fp32)."""
+    x = tl.load(x_ptr + row * stride_xm + cols, mask=cmask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    xhat = tl.where(cmask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+    return dy, xhat, rstd
+
+
+@triton.jit
 def _ln_bwd_row_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, part_ptr,
     M, D, stride_xm, stride_dym, stride_dxm,
@@ -103,11 +113,7 @@ def _ln_bwd_row_kernel(
     row64 = pid.to(tl.int64) - nprog
     for _ in range(pid, M, nprog):
         row64 += nprog
-        x = tl.load(x_ptr + row64 * stride_xm + cols, mask=cmask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row64 * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + row64)
-        rstd = tl.load(rstd_ptr + row64)
-        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        dy, xhat, rstd = _load_dy_xhat(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row64, stride_xm, stride_dym, cols, cmask)
         if NEED_DX:
             g = dy * w
             c1 = tl.sum(g * xhat, axis=0) / D
@@ -279,11 +285,7 @@ def _ln_bwd_tile_kernel(
     row = r_start.to(tl.int64) - 1  # 64-bit row index (rows * stride can exceed 2**31)
     for _ in range(r_start, r_end):
         row += 1
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cmask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + row)
-        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        dy, xhat, rstd = _load_dy_xhat(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_xm, stride_dym, cols, cmask)
         if NEED_DX:
             c1 = tl.sum(tl.load(pc1_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D
             c2 = tl.sum(tl.load(pc2_ptr + row * S + offs, mask=offs < S, other=0.0), axis=0) / D

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 # --------------------------------------------------------------------------------------------------
 # Interpreter detection. Must run before the first `import triton` anywhere in the process.
@@ -291,8 +293,7 @@ class Autotuner:
         self.interpret_config = interpret_config
         self.verbose = verbose if verbose is not None else os.environ.get("TRITON_PLAYGROUND_VERBOSE") == "1"
         self.warmup, self.rep = warmup, rep
-        self._memory: dict[str, Config] = {}
-        self._fast: dict[Any, Config] = {}  # the same choices keyed by the raw (hashable) key
+        self._memory: dict[Any, Config] = {}  # in-process choices, by raw key (its string if unhashable)
         self.trials: dict[str, list[dict]] = {}  # key -> [{config, ms}] for every config tried
         self.events: list[tuple[str, str]] = []  # (key, "hit" | "tuned" | "memory") log for reports
         self._source_hash = self._hash_source(kernel, self.configs)
@@ -333,15 +334,11 @@ class Autotuner:
         """
         if INTERPRET:
             return self.interpret_config
-        try:  # the hot path: one dict lookup per launch on the raw key
-            return self._fast[key]
-        except (KeyError, TypeError):
-            pass
-        k = self.key_str(key)
-        cfg = self._memory.get(k)
+        mk = self._memory_key(key)
+        cfg = self._memory.get(mk)  # the hot path: one dict lookup per launch
         if cfg is not None:
-            self._remember_fast(key, cfg)
             return cfg
+        k = self.key_str(key)
         if callable(configs):  # a candidate list built only when it is needed
             configs = configs()
         configs = list(configs) if configs is not None else self.configs
@@ -349,8 +346,7 @@ class Autotuner:
         if entry is not None:
             try:
                 cfg = Config.from_json(entry["best"])
-                self._memory[k] = cfg
-                self._remember_fast(key, cfg)
+                self._memory[mk] = cfg
                 self.trials.setdefault(k, entry.get("trials", []))
                 self._log(k, "hit", f"cache hit -> {cfg}")
                 return cfg
@@ -358,15 +354,15 @@ class Autotuner:
                 warnings.warn(f"ignoring malformed cache entry {k} in {self.cache_path()}", RuntimeWarning)
         if tracing or not tuning_enabled():
             return configs[0]
-        best = self._tune(k, run, configs)
-        self._remember_fast(key, best)
+        best = self._memory[mk] = self._tune(k, run, configs)
         return best
 
-    def _remember_fast(self, key: Any, cfg: Config) -> None:
+    def _memory_key(self, key: Any) -> Any:
         try:
-            self._fast[key] = cfg
-        except TypeError:  # unhashable key: the string-keyed memory serves it
-            pass
+            hash(key)
+            return key
+        except TypeError:
+            return self.key_str(key)
 
     def _tune(self, k: str, run: Callable[[Config], Any], configs: list[Config]) -> Config:
         t0 = time.perf_counter()
@@ -384,7 +380,6 @@ class Autotuner:
         if best is None:
             raise RuntimeError(f"{self.name}: no config ran for key {k}; trials: {trials}")
         elapsed = time.perf_counter() - t0
-        self._memory[k] = best
         self.trials[k] = trials
         self._store(k, best, best_ms, trials, elapsed)
         self._log(k, "tuned", f"tuned {len(configs)} configs in {elapsed:.1f}s -> {best} ({best_ms:.4f} ms)")
@@ -413,7 +408,6 @@ class Autotuner:
     def clear_memory(self) -> None:
         """Forget in-process choices (the on-disk cache is kept)."""
         self._memory.clear()
-        self._fast.clear()
 
 
 ALL_TUNERS: dict[str, Autotuner] = {}
@@ -427,12 +421,12 @@ def register_tuner(t: Autotuner) -> Autotuner:
 # --------------------------------------------------------------------------------------------------
 # Launching
 # --------------------------------------------------------------------------------------------------
+_TRACING_TENSORS = (FakeTensor, FunctionalTensor)
+
+
 def is_fake(*ts: Any) -> bool:
     """True when any tensor is a FakeTensor / FunctionalTensor, i.e. torch.compile is tracing."""
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-
-    return any(isinstance(t, (FakeTensor, FunctionalTensor)) for t in ts)
+    return any(isinstance(t, _TRACING_TENSORS) for t in ts)
 
 
 def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
