@@ -219,8 +219,8 @@ class ResidualBlock(nn.Module):
 class ResNetMLP(_DeepMLPBase):
     """ResNet-MLP: a stem Linear(in_features, width), N/2 residual blocks of two dense layers with batch
     norm, h <- relu(h + BN(Linear(relu(BN(Linear(h)))))), and a head Linear(width, 1). N must be even.
-    Batch norm in training mode uses the batch statistics (the fused kernel then runs the whole batch in
-    one program; see triton_kernels/fused_mlp.py)."""
+    Batch norm in training mode uses the batch statistics (the fused kernels' row tiles exchange them
+    once per BN layer; see triton_kernels/fused_mlp.py)."""
 
     kind = "resnet"
 
@@ -372,7 +372,8 @@ class FusedTrainer:
         self._fwd[B] = fwd
         bb = self._bwd.get(B)
         bwd = F.backward(L, x, self.flat, fwd, target=t, training=True, precision=self.precision, reduce=False,
-                         partials=bb["partials"] if bb else None, config=bb["config"] if bb else None)
+                         partials=bb["partials"] if bb else None, sync=bb["sync"] if bb else None,
+                         config=bb["config"] if bb else None)
         self._bwd[B] = bwd
         self.opt.step(bwd["partials"])
         if L.kind == "resnet":
@@ -400,6 +401,10 @@ class FusedTrainer:
             loss = self._step(x, target)
         self.graph = g
         return g, loss
+
+    def check(self) -> None:
+        """Raise if a fused ResNet launch timed out waiting for its programs (reads two flags: one sync)."""
+        F.check_sync(*self._fwd.values(), *[b["sync"] for b in self._bwd.values() if b.get("sync")])
 
     def state_dict(self) -> dict:
         return {"adam": self.opt.state_dict()}

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from models.deep_mlp import build_model
+from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
 from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
 
@@ -139,6 +139,23 @@ def test_outputs_and_partials_fully_written():
     assert_close(res["grad"], p64.grad, torch.float32)
 
 
+def test_resnet_exchange_counts_barriers_and_flags():
+    # training-mode ResNet kernels count their grid-wide exchanges (one per BN layer) in device memory,
+    # so a reused buffer never sees a stale tag; a timed-out wait is reported on the host
+    model = build_model("ResNetMLP6", seed=1)
+    tr = FusedTrainer(model)
+    x, t = torch.randn(33, 14), torch.randn(33)
+    tr.step(x, t)
+    fwd, bwd = tr._fwd[33], tr._bwd[33]
+    assert fwd["state"].tolist() == [6, 0] and bwd["sync"]["state"].tolist() == [6, 0]
+    tr.step(x, t)
+    assert fwd["state"].tolist() == [12, 0] and bwd["sync"]["state"].tolist() == [12, 0]
+    tr.check()
+    bwd["sync"]["state"][1] = 1
+    with pytest.raises(RuntimeError, match="timed out"):
+        tr.check()
+
+
 def _reference_glonet(layout, x, p):
     v = layout.views(p)
     h = torch.relu(x @ v["w_in"].t() + v["b_in"])
@@ -204,9 +221,26 @@ def test_gpu_tf32(name):
 @pytest.mark.parametrize("width", [32, 64])
 @pytest.mark.parametrize("name", ["GloNet64", "ResNetMLP64"])
 def test_gpu_wide(name, width):
-    # training-mode BN: one program holds next_pow2(B) * width <= MAX_BN_TILE values
-    B = 1000 if name.startswith("GloNet") else F.MAX_BN_TILE // width - 3
-    _check_model(name, B, width=width, device="cuda")
+    _check_model(name, 1000, width=width, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", F.BN_CONFIGS, ids=str)
+def test_gpu_resnet_every_exchange_config(cfg):
+    # every training-mode tiling (8..63 programs exchanging batch statistics) against float64
+    B = 1000
+    model = build_model("ResNetMLP6", seed=3, device="cuda")
+    ref = copy.deepcopy(model).cpu().double()
+    flat, run = model.flatten_(), model.running_buffer()
+    x, t = torch.randn(B, 14, device="cuda"), torch.randn(B, device="cuda")
+    yr = ref(x.double().cpu())
+    ((yr - t.double().cpu()) ** 2).mean().backward()
+    gr = torch.cat([p.grad.reshape(-1) for _, _, p in ref.layout_parameters()])
+    out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=cfg)
+    res = F.backward(model.layout, x, flat, out, target=t, config=cfg)
+    assert out["state"][1].item() == 0 and res["sync"]["state"][1].item() == 0
+    assert_close(out["y"], yr, torch.float32, scale=10)
+    assert_close(res["grad"], gr, torch.float32, scale=30)
 
 
 @pytest.mark.gpu

@@ -50,6 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import num_sms
 from .runtime import is_fake as _is_fake
 from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op,
@@ -408,9 +409,7 @@ _tuner = register_tuner(Autotuner("cross_entropy", _ce_fwd_kernel, _configs(1 <<
 
 
 def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda" and not INTERPRET:
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 2
+    return num_sms(device, default=2)
 
 
 # ----------------------------------------------------------------------------------------------------

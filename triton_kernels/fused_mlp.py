@@ -57,13 +57,15 @@ import triton
 import triton.language as tl
 
 from .runtime import is_fake as _is_fake, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op
+from .runtime import register_tuner
 
 KINDS = ("glonet", "mlp", "resnet")
 WIDTHS = (16, 32, 64)
 PRECISIONS = ("ieee", "tf32")
-MAX_BN_TILE = 16384  # rows * width held by the single training-mode ResNet program (larger tiles need
-# more than the 227 KB of shared memory for tl.dot's layout conversions: 1024 x 32 asked for 392 KB on the H100)
+MAX_BN_TILE = 16384  # rows * width of the single training-mode ResNet program in the interpreter
+MAX_BN_ROWS = 128  # rows per program of the training-mode ResNet on the GPU (the grid must fit on the SMs)
+MAX_SPIN = 1 << 20  # polls of a grid-wide exchange before giving up (~1 s; only if programs are not resident)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -286,30 +288,102 @@ def _mlp_bwd_kernel(
 # Kernels: ResNet-MLP with batch norm
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
-def _bn_stats(z, rmask, inv_n, eps):
-    """Column mean and 1/sqrt(biased var + eps) of z over the valid rows (two-pass, in registers)."""
-    mean = tl.sum(tl.where(rmask[:, None], z, 0.0), axis=0) * inv_n
-    zc = tl.where(rmask[:, None], z - mean[None, :], 0.0)
-    var = tl.sum(zc * zc, axis=0) * inv_n
-    return mean, var
+def _bar_tag(base, k):
+    """Tag of barrier k of a launch whose first barrier follows ``base``: 1 .. 2**31 - 2, never 0 (the
+    value the exchange buffer starts with), and different from the last few barriers' tags."""
+    return (base + k) % 2147483646 + 1
+
+
+@triton.jit
+def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, max_spin, NP: tl.constexpr, W: tl.constexpr):
+    """Grid-wide exchange of two (W,) fp32 vectors per program: program ``pid`` publishes (va, vb) for
+    barrier ``k`` and waits until every program has published its own; returns the (NP, W) tiles of all
+    programs' va and vb (rows >= n_prog are 0) and the updated ``failed`` flag.
+
+    Each value travels as one 64-bit word (tag << 32) | bits(value): a reader that sees the barrier's tag
+    in a word also sees its value (64-bit stores are single-copy atomic), so the data is its own barrier:
+    one plain store, then volatile loads (L1 bypassed) until every word carries the tag, with no counter
+    or fence. Barrier k uses buffer k % 2: a program can write barrier k+2's words only after it has read
+    every program's words of barrier k+1, which each program wrote after it had read barrier k's.
+    The poll is bounded (``max_spin``): if the programs are not all resident it sets ``failed`` and
+    stops waiting (the results are then wrong, and the launcher reports it) instead of hanging.
+    """
+    cols = tl.arange(0, W)
+    q = tl.arange(0, NP)
+    slot = sync_ptr + (k % 2) * (NP * 2 * W)
+    hi = tag.to(tl.int64) << 32
+    tl.store(slot + pid * (2 * W) + cols, hi | (va.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+    tl.store(slot + pid * (2 * W) + W + cols, hi | (vb.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+    offs = q[:, None] * (2 * W) + cols[None, :]
+    qmask = (q < n_prog)[:, None]
+    wa = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
+    wb = tl.load(slot + W + offs, mask=qmask, other=0, volatile=True)
+    lacking = tl.sum(tl.where(qmask & (((wa >> 32) != tag) | ((wb >> 32) != tag)), 1, 0)) > 0
+    spins = 0
+    while lacking & (spins < max_spin) & (failed == 0):
+        wa = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
+        wb = tl.load(slot + W + offs, mask=qmask, other=0, volatile=True)
+        lacking = tl.sum(tl.where(qmask & (((wa >> 32) != tag) | ((wb >> 32) != tag)), 1, 0)) > 0
+        spins += 1
+    if lacking:
+        failed = failed + 1
+    a = tl.where(qmask, (wa & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    b = tl.where(qmask, (wb & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    return a, b, failed
+
+
+@triton.jit
+def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, max_spin,
+                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr):
+    """Batch mean and biased variance of the columns of z over ALL B rows, the rows spread over n_prog
+    programs of BLOCK_M: each program takes the mean and the sum of squared deviations M2 of its own
+    rows (two-pass, in registers), the programs exchange them, and every program combines all of them in
+    the same order (Chan et al.: M2 = sum_p M2_p + n_p (mean_p - mean)^2), so all hold identical values."""
+    n_loc = tl.minimum(B - pid * BLOCK_M, BLOCK_M).to(tl.float32)
+    mean_p = tl.div_rn(tl.sum(tl.where(rmask[:, None], z, 0.0), axis=0), n_loc + tl.zeros([W], tl.float32))
+    zc = tl.where(rmask[:, None], z - mean_p[None, :], 0.0)
+    m2_p = tl.sum(zc * zc, axis=0)
+    means, m2s, failed = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, max_spin, NP, W)
+    q = tl.arange(0, NP)
+    cnt = tl.minimum(tl.maximum(B - q * BLOCK_M, 0), BLOCK_M).to(tl.float32)
+    mean = tl.sum(cnt[:, None] * means, axis=0) * inv_n
+    d = means - mean[None, :]
+    var = tl.sum(m2s + cnt[:, None] * d * d, axis=0) * inv_n
+    return mean, var, failed
+
+
+@triton.jit
+def _layer_params(p_ptr, l, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W: tl.constexpr, TRANS: tl.constexpr):
+    """Layer l's weights ((W_in, W_out) = W_l^T when TRANS, else as stored), bias, BN gamma and beta."""
+    cols = tl.arange(0, W)
+    if TRANS:
+        w = tl.load(p_ptr + OFF_WHID + l * (W * W) + cols[None, :] * W + cols[:, None])
+    else:
+        w = tl.load(p_ptr + OFF_WHID + l * (W * W) + cols[:, None] * W + cols[None, :])
+    return (w, tl.load(p_ptr + OFF_BHID + l * W + cols), tl.load(p_ptr + OFF_GAMMA + l * W + cols),
+            tl.load(p_ptr + OFF_BETA + l * W + cols))
 
 
 @triton.jit
 def _resnet_fwd_kernel(
     x_ptr, t_ptr, p_ptr, run_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, loss_ptr, bstat_ptr,
-    B, IN, NBLK, stride_xm, stride_xk, inv_n, unbias, momentum, eps,
+    sync_ptr, state_ptr,
+    B, IN, NBLK, stride_xm, stride_xk, inv_n, unbias, momentum, eps, max_spin,
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
-    PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr,
+    PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
 ):
-    """ResNet-MLP forward. TRAIN: one program, BLOCK_M >= B rows (batch statistics); else row tiles.
+    """ResNet-MLP forward over row tiles of BLOCK_M. TRAIN: batch statistics through a grid-wide
+    exchange per BN layer (all programs resident; see _exchange); else the running statistics.
 
-    run: (2, L, W) running mean / var (read in eval; updated in place when UPDATE_RUNNING);
+    run: (2, L, W) running mean / var (read in eval; updated in place by program 0 when UPDATE_RUNNING);
     rstd: (L, W) saved 1/sqrt(var + eps); bstat: (2, L, W) batch mean / biased var (TRAIN);
     hs: (NBLK+1, B, W) block inputs and the final output; xh: (L, B, W) normalised pre-activations;
-    a: (NBLK, B, W) first-layer outputs of each block; y: (B,); loss: (num_programs,).
+    a: (NBLK, B, W) first-layer outputs of each block; y: (B,); loss: (num_programs,);
+    sync: (2, NP, 2W) int64 exchange words; state: (2,) int32 [barriers so far, error flag] (TRAIN).
     """
     pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
     # Python floats can arrive as fp64 under torch.compile: keep every scalar (and loop-carried value) fp32
     inv_n = tl.cast(inv_n, tl.float32)
     unbias = tl.cast(unbias, tl.float32)
@@ -322,20 +396,30 @@ def _resnet_fwd_kernel(
     BW = B * W
     L = 2 * NBLK
     act_offs = rows[:, None] * W + cols[None, :]
+    if TRAIN:
+        base = tl.load(state_ptr)
+    else:
+        base = 0
+    failed = base * 0
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
                 mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
-    for j in range(0, NBLK):
+    # layer l of block l // 2; the next layer's parameters are loaded while this one computes
+    wt_n, b_n, g_n, be_n = _layer_params(p_ptr, 0, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, True)
+    u = tl.zeros([BLOCK_M, W], dtype=tl.float32)  # (not `u = h`: a loop-carried alias is dropped by Triton 3.6)
+    for l in range(0, L):
+        wt, bl, gamma, beta = wt_n, b_n, g_n, be_n
+        wt_n, b_n, g_n, be_n = _layer_params(p_ptr, tl.minimum(l + 1, L - 1), OFF_WHID, OFF_BHID, OFF_GAMMA,
+                                             OFF_BETA, W, True)
+        first = (l % 2) == 0  # the block's first layer reads the block input h, the second its a = u
         if SAVE:
-            tl.store(hs_ptr + j * BW + act_offs, h, mask=rmask[:, None])
-        u = h
-        for s in tl.static_range(2):
-            l = 2 * j + s
-            wt = tl.load(p_ptr + OFF_WHID + l * (W * W) + cols[None, :] * W + cols[:, None])
-            z = tl.dot(u, wt, input_precision=PRECISION) + tl.load(p_ptr + OFF_BHID + l * W + cols)[None, :]
-            if TRAIN:
-                mean, var = _bn_stats(z, rmask, inv_n, eps)
+            tl.store(hs_ptr + (l // 2) * BW + act_offs, h, mask=rmask[:, None] & first)
+        z = tl.dot(tl.where(first, h, u), wt, input_precision=PRECISION) + bl[None, :]
+        if TRAIN:
+            mean, var, failed = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr,
+                                                _bar_tag(base, l), l, failed, max_spin, BLOCK_M, NP, W)
+            if pid == 0:
                 if UPDATE_RUNNING:
                     rm = tl.load(run_ptr + l * W + cols)
                     rv = tl.load(run_ptr + L * W + l * W + cols)
@@ -343,22 +427,20 @@ def _resnet_fwd_kernel(
                     tl.store(run_ptr + L * W + l * W + cols, rv + momentum * (var * unbias - rv))
                 tl.store(bstat_ptr + l * W + cols, mean)
                 tl.store(bstat_ptr + L * W + l * W + cols, var)
-            else:
-                mean = tl.load(run_ptr + l * W + cols)
-                var = tl.load(run_ptr + L * W + l * W + cols)
-            rstd = 1.0 / tl.sqrt(var + eps)
-            xh = (z - mean[None, :]) * rstd[None, :]
-            bn = xh * tl.load(p_ptr + OFF_GAMMA + l * W + cols)[None, :] + tl.load(p_ptr + OFF_BETA + l * W + cols)[None, :]
-            if SAVE:
-                tl.store(xh_ptr + l * BW + act_offs, xh, mask=rmask[:, None])
-                if pid == 0:
-                    tl.store(rstd_ptr + l * W + cols, rstd)
-            if s == 0:
-                u = tl.maximum(bn, 0.0)
-                if SAVE:
-                    tl.store(a_ptr + j * BW + act_offs, u, mask=rmask[:, None])
-            else:
-                h = tl.maximum(h + bn, 0.0)
+        else:
+            mean = tl.load(run_ptr + l * W + cols)
+            var = tl.load(run_ptr + L * W + l * W + cols)
+        rstd = tl.div_rn(1.0 + tl.zeros([W], tl.float32), tl.sqrt_rn(var + eps))
+        xh = (z - mean[None, :]) * rstd[None, :]
+        bn = xh * gamma[None, :] + beta[None, :]
+        if SAVE:
+            tl.store(xh_ptr + l * BW + act_offs, xh, mask=rmask[:, None])
+            if pid == 0:
+                tl.store(rstd_ptr + l * W + cols, rstd)
+        u = tl.where(first, tl.maximum(bn, 0.0), u)
+        h = tl.where(first, h, tl.maximum(h + bn, 0.0))
+        if SAVE:
+            tl.store(a_ptr + (l // 2) * BW + act_offs, u, mask=rmask[:, None] & first)
     if SAVE:
         tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
     y = tl.sum(h * tl.load(p_ptr + OFF_WHEAD + cols)[None, :], axis=1) + tl.load(p_ptr + OFF_BHEAD)
@@ -367,41 +449,74 @@ def _resnet_fwd_kernel(
         t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
         d = tl.where(rmask, y - t, 0.0)
         tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
+    if TRAIN:
+        _finish_barriers(state_ptr, base, L, failed, pid)
 
 
 @triton.jit
-def _bn_bwd(dbn, xh, gamma, rstd, rmask, inv_n, TRAIN: tl.constexpr):
-    """Given dL/d(BN output): returns (dz, dgamma, dbeta). Training mode includes the batch-stat terms."""
+def _finish_barriers(state_ptr, base, n_bar, failed, pid):
+    """After the last exchange: program 0 advances the barrier count (every program has read ``base`` by
+    then), and any program whose wait timed out raises the error flag."""
+    if pid == 0:
+        tl.store(state_ptr, (base + n_bar) % 2147483646)
+    if failed > 0:
+        tl.store(state_ptr + 1, 1)
+
+
+@triton.jit
+def _bn_bwd(dbn, xh, gamma, rstd, rmask, pid, n_prog, inv_n, sync_ptr, tag, k, failed, max_spin,
+            TRAIN: tl.constexpr, NP: tl.constexpr, W: tl.constexpr):
+    """Given dL/d(BN output) for this program's rows: returns (dz, dgamma_p, dbeta_p, failed), the last
+    two this program's partial sums. Training mode needs the batch sums of dxh and dxh * xh (i.e. of
+    dbeta and dgamma over all programs): one exchange."""
     dbn = tl.where(rmask[:, None], dbn, 0.0)
     xh = tl.where(rmask[:, None], xh, 0.0)
     dgamma = tl.sum(dbn * xh, axis=0)
     dbeta = tl.sum(dbn, axis=0)
     dxh = dbn * gamma[None, :]
     if TRAIN:
-        m1 = dbeta * gamma * inv_n          # mean(dxh)
-        m2 = dgamma * gamma * inv_n         # mean(dxh * xh)
+        dbs, dgs, failed = _exchange(sync_ptr, tag, k, dbeta, dgamma, pid, n_prog, failed, max_spin, NP, W)
+        m1 = tl.sum(dbs, axis=0) * gamma * inv_n          # mean(dxh) over the batch
+        m2 = tl.sum(dgs, axis=0) * gamma * inv_n          # mean(dxh * xh)
         dz = rstd[None, :] * (dxh - m1[None, :] - xh * m2[None, :])
         dz = tl.where(rmask[:, None], dz, 0.0)
     else:
         dz = dxh * rstd[None, :]
-    return dz, dgamma, dbeta
+    return dz, dgamma, dbeta, failed
+
+
+@triton.jit
+def _block_saved(hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, j, BW, act_offs, rmask,
+                 OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W: tl.constexpr):
+    """What block j's backward reads: its input h_j, first-layer output a, both normalised pre-activations,
+    both layers' weights (as stored), gammas and saved 1/std."""
+    cols = tl.arange(0, W)
+    m = rmask[:, None]
+    w1, _, g1, _ = _layer_params(p_ptr, 2 * j, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, False)
+    w2, _, g2, _ = _layer_params(p_ptr, 2 * j + 1, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, False)
+    return (tl.load(hs_ptr + j * BW + act_offs, mask=m, other=0.0),
+            tl.load(a_ptr + j * BW + act_offs, mask=m, other=0.0),
+            tl.load(xh_ptr + (2 * j) * BW + act_offs, mask=m, other=0.0),
+            tl.load(xh_ptr + (2 * j + 1) * BW + act_offs, mask=m, other=0.0),
+            w1, w2, g1, g2, tl.load(rstd_ptr + (2 * j) * W + cols), tl.load(rstd_ptr + (2 * j + 1) * W + cols))
 
 
 @triton.jit
 def _resnet_bwd_kernel(
-    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr,
-    B, IN, NBLK, P, stride_xm, stride_xk, dy_scale, inv_n,
+    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr, sync_ptr, state_ptr,
+    B, IN, NBLK, P, stride_xm, stride_xk, dy_scale, inv_n, max_spin,
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
-    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr,
+    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
     Per block, from dh = dL/dh_{j+1}:  dpre = dh [h_{j+1} > 0];  BN_{2j+1} backward -> dz2;
     dW_{2j+1} = dz2^T a;  da = dz2 W_{2j+1};  dr = da [a > 0];  BN_{2j} backward -> dz1;
-    dW_{2j} = dz1^T h_j;  dh_j = dpre + dz1 W_{2j}.
+    dW_{2j} = dz1^T h_j;  dh_j = dpre + dz1 W_{2j}.  In training mode each BN backward is one exchange.
     """
     pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
     # Python floats can arrive as fp64 under torch.compile: keep every scalar (and loop-carried value) fp32
     dy_scale = tl.cast(dy_scale, tl.float32)
     inv_n = tl.cast(inv_n, tl.float32)
@@ -412,32 +527,40 @@ def _resnet_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
+    if TRAIN:
+        base = tl.load(state_ptr)
+    else:
+        base = 0
+    failed = base * 0
     dy = _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
     tl.store(part + OFF_BHEAD, tl.sum(dy, axis=0))
     dh = dy[:, None] * tl.load(p_ptr + OFF_WHEAD + cols)[None, :]
+    # block j's saved tensors and parameters; block j - 1's are loaded while block j computes
+    # (individual names, not a tuple: every loop-carried value its own variable)
+    hin_n, a_n, xh1_n, xh2_n, w1_n, w2_n, g1_n, g2_n, r1_n, r2_n = _block_saved(
+        hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, NBLK - 1, BW, act_offs, rmask, OFF_WHID, OFF_BHID, OFF_GAMMA,
+        OFF_BETA, W)
     for i in range(0, NBLK):
         j = NBLK - 1 - i
         l1 = 2 * j
         l2 = 2 * j + 1
-        hin = tl.load(hs_ptr + j * BW + act_offs, mask=rmask[:, None], other=0.0)
-        a = tl.load(a_ptr + j * BW + act_offs, mask=rmask[:, None], other=0.0)
-        xh2 = tl.load(xh_ptr + l2 * BW + act_offs, mask=rmask[:, None], other=0.0)
-        xh1 = tl.load(xh_ptr + l1 * BW + act_offs, mask=rmask[:, None], other=0.0)
-        w2 = tl.load(p_ptr + OFF_WHID + l2 * (W * W) + cols[:, None] * W + cols[None, :])
-        w1 = tl.load(p_ptr + OFF_WHID + l1 * (W * W) + cols[:, None] * W + cols[None, :])
+        hin, a, xh1, xh2, w1, w2, g1, g2, r1, r2 = hin_n, a_n, xh1_n, xh2_n, w1_n, w2_n, g1_n, g2_n, r1_n, r2_n
+        hin_n, a_n, xh1_n, xh2_n, w1_n, w2_n, g1_n, g2_n, r1_n, r2_n = _block_saved(
+            hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, tl.maximum(j - 1, 0), BW, act_offs, rmask, OFF_WHID, OFF_BHID,
+            OFF_GAMMA, OFF_BETA, W)
         dpre = tl.where(h > 0.0, dh, 0.0)
-        dz2, dg2, db2 = _bn_bwd(dpre, xh2, tl.load(p_ptr + OFF_GAMMA + l2 * W + cols),
-                                tl.load(rstd_ptr + l2 * W + cols), rmask, inv_n, TRAIN)
+        dz2, dg2, db2, failed = _bn_bwd(dpre, xh2, g2, r2, rmask, pid, n_prog, inv_n, sync_ptr,
+                                        _bar_tag(base, 2 * i), 2 * i, failed, max_spin, TRAIN, NP, W)
         tl.store(part + OFF_GAMMA + l2 * W + cols, dg2)
         tl.store(part + OFF_BETA + l2 * W + cols, db2)
         tl.store(part + OFF_WHID + l2 * (W * W) + cols[:, None] * W + cols[None, :],
                  tl.dot(tl.trans(dz2), a, input_precision=PRECISION))
         tl.store(part + OFF_BHID + l2 * W + cols, tl.sum(dz2, axis=0))
         dr = tl.where(a > 0.0, tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
-        dz1, dg1, db1 = _bn_bwd(dr, xh1, tl.load(p_ptr + OFF_GAMMA + l1 * W + cols),
-                                tl.load(rstd_ptr + l1 * W + cols), rmask, inv_n, TRAIN)
+        dz1, dg1, db1, failed = _bn_bwd(dr, xh1, g1, r1, rmask, pid, n_prog, inv_n, sync_ptr,
+                                        _bar_tag(base, 2 * i + 1), 2 * i + 1, failed, max_spin, TRAIN, NP, W)
         tl.store(part + OFF_GAMMA + l1 * W + cols, dg1)
         tl.store(part + OFF_BETA + l1 * W + cols, db1)
         tl.store(part + OFF_WHID + l1 * (W * W) + cols[:, None] * W + cols[None, :],
@@ -451,6 +574,8 @@ def _resnet_bwd_kernel(
     tl.store(part + cols[:, None] * IN + kin[None, :], tl.dot(tl.trans(dh), x, input_precision=PRECISION),
              mask=kin[None, :] < IN)
     tl.store(part + W * IN + cols, tl.sum(dh, axis=0))
+    if TRAIN:
+        _finish_barriers(state_ptr, base, 2 * NBLK, failed, pid)
 
 
 @triton.jit
@@ -475,10 +600,11 @@ def _rcfg(bm, warps):
 # small warps counts keep the per-layer dot + layout shuffle short (latency, not throughput, matters)
 ROW_CONFIGS = [_rcfg(bm, w) for bm in (16, 32, 64) for w in (1, 2, 4)]
 ROW_INTERPRET = _rcfg(16, 4)
-# one program owns the batch: 4 warps first when tuning is off. A list that put 16 warps first (and allowed
-# 32) ran on the H100 with ResNet losses 1.5e-3 off eager after 100 steps, against 6.9e-5 with this one
-BN_CONFIGS = [Config({}, w, 1) for w in (4, 8, 16)]
-BN_INTERPRET = Config({}, 4, 1)
+# training-mode ResNet: row tiles that exchange batch statistics, so cdiv(B, BLOCK_M) programs must all be
+# resident (<= the SM count). Each BN layer costs one exchange (~an L2 round trip): fewer, fatter tiles
+# cost more per-layer math, more, thinner ones more polling traffic. 64 rows / 2 warps first.
+BN_CONFIGS = [_rcfg(bm, w) for bm in (64, 32, 128, 16) for w in (2, 4, 1)]
+BN_INTERPRET = Config({}, 4, 1)  # no BLOCK_M: the interpreter runs programs in turn, so ONE owns the batch
 
 _fwd_tuner = register_tuner(Autotuner("fused_mlp_fwd", _mlp_fwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
 _bwd_tuner = register_tuner(Autotuner("fused_mlp_bwd", _mlp_bwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
@@ -524,9 +650,35 @@ def validate(layout: Layout, x, params, target=None, running=None, precision="ie
         if training:
             if x.shape[0] < 2:
                 raise ValueError("x must have at least 2 rows for batch norm in training mode")
-            if next_power_of_2(x.shape[0]) * layout.width > MAX_BN_TILE:
-                raise ValueError(f"x has {x.shape[0]} rows: training-mode batch norm is fused for batches with "
-                                 f"next_pow2(B) * width <= {MAX_BN_TILE} (one program owns the whole batch)")
+            limit = max_bn_rows(layout, x.device)
+            if x.shape[0] > limit:
+                raise ValueError(f"x has {x.shape[0]} rows: training-mode batch norm is fused for batches of at "
+                                 f"most {limit} rows on this device (every row tile must be resident at once)")
+
+
+def max_bn_rows(layout: Layout, device) -> int:
+    """Largest training batch of the fused ResNet: MAX_BN_ROWS rows per SM on the GPU; one program of
+    at most MAX_BN_TILE values in the interpreter."""
+    if INTERPRET or torch.device(device).type != "cuda":
+        return MAX_BN_TILE // layout.width
+    return MAX_BN_ROWS * num_sms(device)
+
+
+def _sync_buffers(n_prog: int, width: int, device) -> dict:
+    """The exchange words (2 buffers x NP programs x 2W, int64, tag 0 = nothing) and [barrier count,
+    error flag] of a training-mode ResNet kernel; reused across launches (the count keeps tags fresh)."""
+    NP = next_power_of_2(n_prog)
+    return {"sync": torch.zeros(2 * NP * 2 * width, device=device, dtype=torch.int64),
+            "state": torch.zeros(2, device=device, dtype=torch.int32), "_np": NP}
+
+
+def check_sync(*bufs) -> None:
+    """Raise if a training-mode ResNet launch gave up waiting for its programs (one host sync)."""
+    for b in bufs:
+        st = b.get("state") if isinstance(b, dict) else None
+        if st is not None and int(st[1].item()):
+            raise RuntimeError("a fused ResNet launch timed out in a grid-wide exchange (its programs were not "
+                               "all resident at once, e.g. another kernel held the SMs); its results are invalid")
 
 
 class Saved:
@@ -565,6 +717,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
                        xh=torch.empty((L, B, W) if save else (1,), **f32),
                        a=torch.empty((nb, B, W) if save else (1,), **f32),
                        rstd=torch.empty((L, W), **f32), bstat=torch.empty((2, L, W), **f32))
+            buf.update(_sync_buffers(n_prog if bn_train else 1, W, dev))
         else:
             buf.update(acts=torch.empty((NH + 1, B, W) if save else (1,), **f32),
                        g=torch.empty((B, W) if (save and layout.kind == "glonet") else (1,), **f32))
@@ -578,11 +731,12 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
         common = dict(PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
         if layout.kind == "resnet":
             _launch(_resnet_fwd_kernel, grid, x, t, params, running, buf["rstd"], buf["hs"], buf["xh"], buf["a"],
-                    buf["y"], buf["loss_partials"], buf["bstat"], B, layout.in_features, layout.depth // 2,
-                    x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps,
+                    buf["y"], buf["loss_partials"], buf["bstat"], buf["sync"], buf["state"],
+                    B, layout.in_features, layout.depth // 2,
+                    x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
                     TRAIN=bn_train, UPDATE_RUNNING=bool(bn_train and update), WITH_LOSS=target is not None,
-                    SAVE=save, **common)
+                    SAVE=save, NP=buf["_np"], **common)
         else:
             _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
                     B, layout.in_features, NH, x.stride(0), x.stride(1),
@@ -593,7 +747,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
     if config is None:
         tuner = _rfwd_tuner if layout.kind == "resnet" else _fwd_tuner
         config = tuner.pick(_key(layout, B, precision, (bn_train, save)), lambda c: run(c, update=False),
-                            lambda: _configs(layout, B, bn_train), tracing=_is_fake(x, params))
+                            lambda: _configs(layout, B, bn_train, dev), tracing=_is_fake(x, params))
     buf = run(config)
     buf = dict(buf)
     buf["config"] = config
@@ -601,25 +755,30 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
 
 
 def _block_m(layout, B, cfg, bn_train):
-    if bn_train:
+    if bn_train and "BLOCK_M" not in cfg.kwargs:  # the interpreter's config: one program, the whole batch
         return max(16, next_power_of_2(B))
     return cfg.kwargs.get("BLOCK_M", 16 if INTERPRET else 64)
 
 
-def _configs(layout, B, bn_train):
+def _configs(layout, B, bn_train, device):
     if layout.kind == "resnet":
-        return BN_CONFIGS if bn_train else ROW_CONFIGS
+        if not bn_train:
+            return ROW_CONFIGS
+        fit = [c for c in BN_CONFIGS if triton.cdiv(B, c.kwargs["BLOCK_M"]) <= num_sms(device)]
+        return fit or [_rcfg(MAX_BN_ROWS, 4)]
     return [c for c in ROW_CONFIGS if c.kwargs["BLOCK_M"] <= max(16, next_power_of_2(B))]
 
 
 def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict, *,
              dy: Optional[torch.Tensor] = None, target: Optional[torch.Tensor] = None, training: bool = True,
              precision: str = "ieee", grad_out: Optional[torch.Tensor] = None, reduce: bool = True,
-             partials: Optional[torch.Tensor] = None, config: Optional[Config] = None) -> dict:
+             partials: Optional[torch.Tensor] = None, sync: Optional[dict] = None,
+             config: Optional[Config] = None) -> dict:
     """Run the fused backward from the forward's ``saved`` dict.
 
     The upstream gradient is ``dy`` (B,), or with ``target`` the MSE gradient 2 (y - t) / B computed in
-    the kernel. Returns {"partials": (num_programs, P), "grad": (P,) when ``reduce``, "config"}.
+    the kernel. Returns {"partials": (num_programs, P), "grad": (P,) when ``reduce``, "config", and for a
+    ResNet the exchange buffers "sync" (pass them back as ``sync`` to reuse them)}.
     """
     B = x.shape[0]
     W, KIN, NH, P = layout.width, layout.kin, layout.n_hidden, layout.numel
@@ -643,11 +802,15 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
         common = dict(LOSS_GRAD=dy is None, PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm,
                       num_warps=cfg.num_warps, num_stages=1)
         if layout.kind == "resnet":
+            nonlocal sync
+            if sync is None or sync["_np"] != next_power_of_2(n_prog if bn_train else 1):
+                sync = _sync_buffers(n_prog if bn_train else 1, W, x.device)
             _launch(_resnet_bwd_kernel, (n_prog,), x, t, d, params, saved["rstd"], saved["hs"], saved["xh"],
-                    saved["a"], saved["y"], part, B, layout.in_features, layout.depth // 2, P,
-                    x.stride(0), x.stride(1), 2.0 / B, 1.0 / B,
+                    saved["a"], saved["y"], part, sync["sync"], sync["state"],
+                    B, layout.in_features, layout.depth // 2, P,
+                    x.stride(0), x.stride(1), 2.0 / B, 1.0 / B, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-                    TRAIN=bn_train, **common)
+                    TRAIN=bn_train, NP=sync["_np"], **common)
         else:
             _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
                     B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
@@ -657,10 +820,10 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
 
     if config is None:
         tuner = _rbwd_tuner if layout.kind == "resnet" else _bwd_tuner
-        config = tuner.pick(_key(layout, B, precision, (bn_train,)), run, lambda: _configs(layout, B, bn_train),
-                            tracing=_is_fake(x, params))
+        config = tuner.pick(_key(layout, B, precision, (bn_train,)), run,
+                            lambda: _configs(layout, B, bn_train, x.device), tracing=_is_fake(x, params))
     part = run(config, partials)
-    res = {"partials": part, "config": config}
+    res = {"partials": part, "config": config, "sync": sync}
     if reduce:
         res["grad"] = reduce_partials(part, grad_out)
     return res

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import num_sms
 from .runtime import (
     INTERPRET,
     register_op,
@@ -346,7 +347,7 @@ def _needs_int64(*ts) -> bool:
 
 
 def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return num_sms(device, default=4)
 
 
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,

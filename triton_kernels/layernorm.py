@@ -35,6 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import num_sms
 from .runtime import is_fake as _is_fake
 from .runtime import launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
@@ -361,9 +362,7 @@ _bwd_tuner = register_tuner(Autotuner("layernorm_bwd_row", _ln_bwd_row_kernel, _
 
 
 def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda" and not INTERPRET:
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 2
+    return num_sms(device, default=2)
 
 
 def _segments(M: int, D: int, block: int, device: torch.device) -> tuple[int, int]:

@@ -79,6 +79,15 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.cuda.synchronize(device)
 
 
+def num_sms(device: torch.device | str | None = None, default: int = 1) -> int:
+    """Streaming multiprocessors of a CUDA device (cached by torch); ``default`` in the interpreter or
+    off the GPU, where launchers size grids for a stand-in machine."""
+    device = torch.device(device) if device is not None else default_device()
+    if INTERPRET or device.type != "cuda":
+        return default
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 

@@ -64,6 +64,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .runtime import num_sms
 from .runtime import is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, register_tuner
 
@@ -266,9 +267,7 @@ _tuner = register_tuner(Autotuner("softmax_regression_train", _sr_train_kernel, 
 
 
 def _sm_count(device) -> int:
-    if INTERPRET or torch.device(device).type != "cuda":
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return num_sms(device, default=1)
 
 
 def block_k_for(cfg: Config, K: int, device) -> int:
