@@ -1,0 +1,147 @@
+"""Why do the fused ResNet-MLP and eager fp32 disagree on the GPU? Separates rounding chaos from a bug.
+
+    python -m bench.resnet_numerics [--depths 10,100] [--steps 100]
+
+1. One step of ResNetMLP200 (B = 129 and 1024): relative error of every gradient against float64 for the
+   fused kernels and for eager fp32, and the number of ReLU units (rows x units x layers) whose on/off
+   state differs from float64's in each (a flipped unit changes a gradient discontinuously).
+2. 100 steps of Adam on real SGEMM batches, three ways: eager float64 (the truth), eager fp32, fused fp32:
+   the relative loss difference of each pair at steps 1, 10, 30, 100. If eager fp32 drifts from float64
+   as far as the fused kernels do, the drift is the network's sensitivity to rounding, not a kernel error.
+3. Fused step time from a CUDA graph (median of 50 replays) at each depth.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+
+import torch
+
+from bench.data import sgemm as sgemm_data
+from models.deep_mlp import FusedTrainer, build_model
+from triton_kernels import fused_mlp as F
+from triton_kernels.testing import rel_err
+
+
+def _relu_states_eager(model, x):
+    """On/off state of every ReLU of the ResNet's blocks (a: first layer, h: block output) for x."""
+    h = model.stem(x)
+    out = []
+    for blk in model.blocks:
+        a = torch.relu(blk.bn1(blk.lin1(h)))
+        h = torch.relu(h + blk.bn2(blk.lin2(a)))
+        out += [a > 0, h > 0]
+    return torch.stack(out).cpu()
+
+
+def one_step(name, B, dev):
+    model = build_model(name, seed=B, device=dev)
+    ref = copy.deepcopy(model).cpu().double()
+    e32 = copy.deepcopy(ref).float().to(dev)
+    x, t = torch.randn(B, 14, device=dev), torch.randn(B, device=dev)
+    flat, run = model.flatten_(), model.running_buffer()
+    out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False)
+    res = F.backward(model.layout, x, flat, out, target=t)
+    nb = model.depth // 2
+    ours = torch.stack([s for j in range(nb) for s in (out["a"][j] > 0, out["hs"][j + 1] > 0)]).cpu()
+    with torch.no_grad():
+        s64 = _relu_states_eager(ref, x.double().cpu())
+        s32 = _relu_states_eager(e32, x)
+    yr = ref(x.double().cpu())
+    ((yr - t.double().cpu()) ** 2).mean().backward()
+    ye = e32(x)
+    ((ye - t) ** 2).mean().backward()
+    g64 = torch.cat([p.grad.reshape(-1) for _, _, p in ref.layout_parameters()])
+    g32 = torch.cat([p.grad.reshape(-1) for _, _, p in e32.layout_parameters()])
+    views = lambda g: model.layout.views(g)  # noqa: E731
+    rows = {}
+    for k in ("w_in", "w_hid", "gamma", "beta", "w_head"):
+        rows[k] = (rel_err(views(res["grad"])[k], views(g64)[k]), rel_err(views(g32)[k], views(g64)[k]))
+    print(f"{name} B={B}: y ours {rel_err(out['y'], yr):.2e} eager {rel_err(ye, yr):.2e}; "
+          f"ReLU states differing from fp64: ours {(ours != s64).sum().item()}, eager fp32 {(s32 != s64).sum().item()}"
+          f" of {s64.numel()}")
+    for k, (o, e) in rows.items():
+        print(f"   grad {k:7s} ours {o:.2e}  eager fp32 {e:.2e}")
+    return {"model": name, "B": B, "flips_ours": int((ours != s64).sum()), "flips_eager32": int((s32 != s64).sum()),
+            "grad_rel_err": rows}
+
+
+def trajectories(name, data, steps, dev, B=1024):
+    def eager(dtype):
+        m = build_model(name, seed=0, device=dev).to(dtype)
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+
+        def step(x, t):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(m(x.to(dtype)), t.to(dtype))
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    tr = FusedTrainer(build_model(name, seed=0, device=dev))
+    fns = {"fp64": eager(torch.float64), "eager32": eager(torch.float32), "fused": tr._step}
+    marks, out = {1, 10, 30, 100, steps}, []
+    n = len(data.train)
+    for s in range(steps):
+        i = (s * B) % max(n - B + 1, 1)
+        x, t = data.train.x[i:i + B], data.train.y[i:i + B]
+        ls = {k: float(f(x, t)) for k, f in fns.items()}
+        if s + 1 in marks:
+            r = {"step": s + 1, "eager32_vs_fp64": abs(ls["eager32"] - ls["fp64"]) / ls["fp64"],
+                 "fused_vs_fp64": abs(ls["fused"] - ls["fp64"]) / ls["fp64"],
+                 "fused_vs_eager32": abs(ls["fused"] - ls["eager32"]) / ls["eager32"], "loss_fp64": ls["fp64"]}
+            out.append(r)
+            print(f"{name} step {s + 1:4d}: eager32-fp64 {r['eager32_vs_fp64']:.2e}  fused-fp64 "
+                  f"{r['fused_vs_fp64']:.2e}  fused-eager32 {r['fused_vs_eager32']:.2e}  (loss {ls['fp64']:.5f})",
+                  flush=True)
+    tr.check()
+    return out
+
+
+def graph_ms(name, data, dev, B=1024, reps=50):
+    tr = FusedTrainer(build_model(name, seed=0, device=dev))
+    x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
+    g, _ = tr.capture(x, t)
+    for _ in range(5):
+        g.replay()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    tr.check()
+    ts.sort()
+    cfg = (tr._fwd[B]["config"], tr._bwd[B]["config"])
+    print(f"{name}: fused step from a graph {ts[len(ts) // 2]:.3f} ms (p10 {ts[len(ts) // 10]:.3f}); "
+          f"configs fwd {cfg[0]} bwd {cfg[1]}", flush=True)
+    return ts[len(ts) // 2]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--depths", default="10,100")
+    p.add_argument("--time-depths", default="10,100,1000")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--families", default="ResNetMLP,GloNet")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    rep = {"one_step": [one_step("ResNetMLP200", B, dev) for B in (129, 1024)]}
+    data = sgemm_data.load(None, device=dev)
+    rep["trajectories"] = {f"{f}{d}": trajectories(f"{f}{d}", data, a.steps, dev)
+                           for f in a.families.split(",") for d in map(int, a.depths.split(","))}
+    rep["graph_ms"] = {f"ResNetMLP{d}": graph_ms(f"ResNetMLP{d}", data, dev) for d in map(int, a.time_depths.split(","))}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rep, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
