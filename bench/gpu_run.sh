@@ -9,7 +9,7 @@
 #   ops        bench.ops --quick for the memory-bound families              (~200 s)
 #   ops-full   bench.ops at every study shape                              (long: split with --op)
 #   sweep      autotune.sweep of the linear+bias+ReLU shape, both layouts    (~60 s)
-#   mnist      the MNIST ladder, 10 epochs (needs .data/mnist)               (~60 s)
+#   mnist      the MNIST ladder, 10 epochs, tf32x3 dots + uint8 X (needs .data/mnist)  (~60 s)
 #   sgemm      SGEMM step times, depths 10..1000 (needs .data/sgemm)         (~300 s)
 #   depth      the 200-epoch depth study, fused kernels (DEPTH_MODELS, DEPTH_DEPTHS)  (long: split)
 #   tests      every GPU test, one process per group, in parallel            (~300 s)
@@ -33,7 +33,7 @@ for stage in "$@"; do
     ops) timeout 300 python3 -m bench.ops --quick --op softmax,cross_entropy,layernorm,ln_relu $(out) 2>&1 | grep -v "^\[" ;;
     ops-full) timeout 590 python3 -m bench.ops $(out) 2>&1 | grep -v "^\[" ;;
     sweep) timeout 120 python3 -m autotune.sweep --shapes 4096x1024x8704 --layouts nn,nt --act relu --rep 10 $(out) 2>&1 | head -30 ;;
-    mnist) timeout 240 python3 -m bench.mnist --epochs 10 $(out) 2>&1 | tail -16 ;;
+    mnist) timeout 240 python3 -m bench.mnist --epochs 10 --precision tf32x3 --x-dtype uint8 $(out) 2>&1 | tail -16 ;;
     sgemm) timeout 400 python3 -m bench.sgemm --suite steptime --models GloNet,ResNetMLP \
              --depths 10,24,50,100,200,600,1000 --backends eager,triton,triton+graph --no-progress $(out) 2>&1 | grep -v -i warn | tail -40 ;;
     depth)

@@ -8,7 +8,9 @@
 2. 100 steps of Adam on real SGEMM batches, three ways: eager float64 (the truth), eager fp32, fused fp32:
    the relative loss difference of each pair at steps 1, 10, 30, 100. If eager fp32 drifts from float64
    as far as the fused kernels do, the drift is the network's sensitivity to rounding, not a kernel error.
-3. Fused step time from a CUDA graph (median of 50 replays) at each depth.
+3. Fused step time from a CUDA graph (median of 50 replays) at each depth, every tiling the tuner
+   tried, and the instrumented kernels' account of the time: how long a program waits in each exchange
+   and how many polls that takes.
 """
 from __future__ import annotations
 
@@ -122,22 +124,70 @@ def graph_ms(name, data, dev, B=1024, reps=50):
     return ts[len(ts) // 2]
 
 
+def profile(name, data, dev, B=1024):
+    """Per-exchange wait and polls of the tuned fused ResNet kernels (instrumented build, PROF=True)."""
+    tr = FusedTrainer(build_model(name, seed=0, device=dev))
+    x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
+    tr._step(x, t)
+    fcfg, bcfg = tr._fwd[B]["config"], tr._bwd[B]["config"]
+    lay, flat = tr.layout, tr.flat
+    res = {}
+    for kind, cfg in (("forward", fcfg), ("backward", bcfg)):
+        n_prog = -(-B // cfg.kwargs["BLOCK_M"])
+        prof = torch.zeros(n_prog, 2, device=dev, dtype=torch.int64)
+        for _ in range(3):  # the last launch's numbers are kept
+            out = F.forward(lay, x, flat, target=t, running=tr.running.clone(), update_running=False,
+                            config=fcfg, profile=prof if kind == "forward" else None)
+            if kind == "backward":
+                F.backward(lay, x, flat, out, target=t, config=bcfg, profile=prof)
+        torch.cuda.synchronize()
+        p = prof.cpu()
+        wait_ns, polls, kern_ns = (p[:, 0] >> 20).double(), (p[:, 0] & ((1 << 20) - 1)).double(), p[:, 1].double()
+        n_ex = lay.depth
+        r = {"config": str(cfg), "programs": n_prog, "kernel_us": kern_ns.mean().item() / 1e3,
+             "wait_us_per_exchange": wait_ns.mean().item() / n_ex / 1e3,
+             "other_us_per_layer": (kern_ns - wait_ns).mean().item() / n_ex / 1e3,
+             "polls_per_exchange": polls.mean().item() / n_ex}
+        res[kind] = r
+        print(f"{name} {kind:8s} [{r['config']}, {n_prog} programs]: kernel {r['kernel_us']:.1f} us; per layer: "
+              f"waiting {r['wait_us_per_exchange']:.3f} us ({r['polls_per_exchange']:.2f} polls), "
+              f"the rest {r['other_us_per_layer']:.3f} us", flush=True)
+    for tuner in (F._rfwd_tuner, F._rbwd_tuner):
+        for k, trials in tuner.trials.items():
+            if f"'{lay.kind}'" in k or lay.kind in k:
+                print(f"  {tuner.name} {k}: " + ", ".join(
+                    f"{t['config'].get('kwargs', {}).get('BLOCK_M')}/{t['config'].get('num_warps')}w "
+                    f"{t['ms']:.3f}" if t.get("ms") else "err" for t in trials), flush=True)
+    return res
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--depths", default="10,100")
     p.add_argument("--time-depths", default="10,100,1000")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--families", default="ResNetMLP,GloNet")
+    p.add_argument("--profile-depths", default="100,1000")
+    p.add_argument("--only", default="one_step,trajectories,graph,profile", help="parts to run")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    rep = {"one_step": [one_step("ResNetMLP200", B, dev) for B in (129, 1024)]}
+    parts = a.only.split(",")
+    rep = {}
+    if "one_step" in parts:
+        rep["one_step"] = [one_step("ResNetMLP200", B, dev) for B in (129, 1024)]
     data = sgemm_data.load(None, device=dev)
-    rep["trajectories"] = {f"{f}{d}": trajectories(f"{f}{d}", data, a.steps, dev)
-                           for f in a.families.split(",") for d in map(int, a.depths.split(","))}
-    rep["graph_ms"] = {f"ResNetMLP{d}": graph_ms(f"ResNetMLP{d}", data, dev) for d in map(int, a.time_depths.split(","))}
+    if "trajectories" in parts:
+        rep["trajectories"] = {f"{f}{d}": trajectories(f"{f}{d}", data, a.steps, dev)
+                               for f in a.families.split(",") for d in map(int, a.depths.split(","))}
+    if "graph" in parts:
+        rep["graph_ms"] = {f"ResNetMLP{d}": graph_ms(f"ResNetMLP{d}", data, dev)
+                           for d in map(int, a.time_depths.split(","))}
+    if "profile" in parts:
+        rep["profile"] = {f"ResNetMLP{d}": profile(f"ResNetMLP{d}", data, dev)
+                          for d in map(int, a.profile_depths.split(","))}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rep, f, indent=1)

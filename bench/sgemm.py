@@ -51,6 +51,7 @@ TRAINING_RESULTS = REPO / "training_results"
 DEPTHS = (10, 24, 50, 100, 200, 600, 1000)
 STUDY_MODELS = ("GloNet", "ResNetMLP", "MLP")
 LOSS_AGREEMENT = 1e-4
+CHAOS_FACTOR = 3.0  # see loss_agreement
 
 # The seed study's figures (200 epochs, width 16): test MSE per depth and training time (s).
 SEED_MSE = {"GloNet": {d: "0.021-0.022" for d in DEPTHS}, "ResNetMLP": {10: "0.018", 1000: "0.048"}}
@@ -502,21 +503,55 @@ def _step_fns(name, args, device):
     return {"eager": eager, "compile": lambda: eager(True), "triton": triton}
 
 
-def loss_agreement(name, args, device, data) -> tuple[float, float, float]:
-    """(relative loss difference triton vs eager after --steps steps, eager loss, triton loss)."""
+def loss_agreement(name, args, device, data) -> dict:
+    """Train the same model (seed, data, order) for --steps steps with eager fp32 and the fused kernels.
+
+    Passes when the losses after the last step agree within LOSS_AGREEMENT (1e-4) relative. Where they do
+    not, the same steps are run in float64 (the exact computation): a batch-norm ResNet amplifies fp32
+    rounding as it trains (ReLU units near 0 flip, and BN couples every row), so two correct fp32 runs
+    drift apart. The fused run then passes when its largest loss deviation from float64 over the run is
+    within CHAOS_FACTOR x eager fp32's own (bench.resnet_numerics shows the drift step by step).
+    Returns rel (fused vs eager fp32, last step), le, lt, status, note.
+    """
     fns = _step_fns(name, args, device)
     fe, ft = fns["eager"](), fns["triton"]()
+    f64 = None
     n = len(data.train)
     B = min(args.batch, n)
-    le = lt = None
-    for s in range(args.steps):
-        i = (s * B) % max(n - B + 1, 1)
+    batches = [((s * B) % max(n - B + 1, 1)) for s in range(args.steps)]
+    le_hist, lt_hist = [], []
+    for i in batches:
         x, t = data.train.x[i:i + B], data.train.y[i:i + B]
-        le, lt = fe(x, t), ft(x, t)
-    le, lt = float(le), float(lt)
+        le_hist.append(fe(x, t))
+        lt_hist.append(ft(x, t))
     if hasattr(ft, "__self__"):
         ft.__self__.check()
-    return abs(lt - le) / max(abs(le), 1e-30), le, lt
+    le_hist = [float(v) for v in le_hist]
+    lt_hist = [float(v) for v in lt_hist]
+    le, lt = le_hist[-1], lt_hist[-1]
+    rel = abs(lt - le) / max(abs(le), 1e-30)
+    out = {"rel": rel, "le": le, "lt": lt, "status": "ok" if rel <= LOSS_AGREEMENT else "wrong",
+           "note": f"eager {le:.7g} vs triton {lt:.7g}, tolerance {LOSS_AGREEMENT:g}"}
+    if rel > LOSS_AGREEMENT:
+        m64 = build_model(name, width=args.width, seed=args.seed, device=device).double()
+        opt = torch.optim.Adam(m64.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        l64 = []
+        for i in batches:
+            x, t = data.train.x[i:i + B].double(), data.train.y[i:i + B].double()
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(m64(x), t)
+            loss.backward()
+            opt.step()
+            l64.append(loss.detach())
+        l64 = [float(v) for v in l64]
+        dev_t = max(abs(a - b) / abs(b) for a, b in zip(lt_hist, l64))
+        dev_e = max(abs(a - b) / abs(b) for a, b in zip(le_hist, l64))
+        ok = dev_t <= max(LOSS_AGREEMENT, CHAOS_FACTOR * dev_e)
+        out["status"] = "ok" if ok else "wrong"
+        out["note"] += (f"; float64 run: largest deviation over {args.steps} steps triton {dev_t:.2e}, eager fp32 "
+                        f"{dev_e:.2e} (pass: triton <= {CHAOS_FACTOR:g}x eager's: rounding-limited, "
+                        f"{'holds' if ok else 'fails'})")
+    return out
 
 
 def suite_steptime(args) -> list[dict]:
@@ -535,12 +570,12 @@ def suite_steptime(args) -> list[dict]:
         B = min(args.batch, len(data.train))
         params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": B,
                   "precision": args.precision}
-        rel, le, lt = loss_agreement(name, args, device, data)
-        status = "ok" if rel <= LOSS_AGREEMENT else "wrong"
+        agree = loss_agreement(name, args, device, data)
+        rel, status = agree["rel"], agree["status"]
         rows.append(R.make_row(SUITE, "loss_agreement", params, "float32", "triton", f"loss_rel_diff_{args.steps}_steps",
-                               rel, "", error_vs_fp64=None, status=status,
-                               note=f"eager {le:.7g} vs triton {lt:.7g}, tolerance {LOSS_AGREEMENT:g}"))
-        print(f"{name}: loss agreement after {args.steps} steps: rel diff {rel:.3g} ({status})", flush=True)
+                               rel, "", error_vs_fp64=None, status=status, note=agree["note"]))
+        print(f"{name}: loss agreement after {args.steps} steps: rel diff {rel:.3g} ({status}) {agree['note']}",
+              flush=True)
         fns = _step_fns(name, args, device)
         built = {}
         for b in ("eager", "compile", "triton"):

@@ -36,13 +36,18 @@ Tiling
   h_l also feeds the sum). The partials are summed over programs by ``_colsum_kernel`` (or inside the
   fused Adam, adam.py), deterministically.
 * ResNet-MLP in training mode (``_resnet_fwd_kernel``, ``_resnet_bwd_kernel``): batch statistics need
-  every row of the batch at every layer. Instead of a grid-wide barrier (not expressible in Triton, and
-  a deadlock under the sequential interpreter), ONE program owns the whole batch (BLOCK_M =
-  next_pow2(B); 1024 x 16 fp32 = 64 KB of registers spread over 4-16 warps) and computes mean / variance
-  with in-register column reductions, so BN, ReLU, the residual add, the running-stat update and the
-  BN backward (dz = rstd (dxh - mean(dxh) - xh mean(dxh xh))) are all fused. What cannot be fused away:
-  the parallelism across row tiles (one SM does the whole step) and the size limit next_pow2(B) * W <= 16384 for
-  training mode. In evaluation mode BN is affine and the same kernels run with a grid over row tiles.
+  every row of the batch at every layer. The kernels keep the row tiles (cdiv(B, BLOCK_M) programs, all
+  resident at once: at most one per SM) and exchange, per BN layer, two (W,) vectors per program through
+  global memory (``_exchange``: 64-bit words tagged with the barrier number, so the data is its own
+  barrier; bounded polling with an error flag instead of a hang). Forward: each program publishes the
+  mean and sum of squared deviations of its rows; every program combines all of them in the same fixed
+  order (Chan's formula: deterministic, two-pass accurate) into the batch mean / variance. Backward: each
+  program publishes its partial sums of dbn and dbn * xh (its partial dbeta / dgamma), whose batch totals
+  the BN backward dz = rstd (dxh - mean(dxh) - xh mean(dxh xh)) needs. So BN, ReLU, the residual add, the
+  running-stat update (program 0) and the BN backward stay fused, at one exchange (~1-2 us: an L2 round
+  trip or two) per BN layer and direction: that latency, not arithmetic, sets the step time of a deep
+  ResNet. In the CPU interpreter programs run one after another, so there ONE program owns the batch.
+  In evaluation mode BN is affine and no exchange is needed.
 
 Launches per training step: forward, backward, (partials reduction fused into) Adam, plus the step
 counter: all capturable in one CUDA graph (no host syncs, static shapes).
@@ -295,46 +300,67 @@ def _bar_tag(base, k):
 
 
 @triton.jit
-def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, max_spin, NP: tl.constexpr, W: tl.constexpr):
+def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
+              NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
     """Grid-wide exchange of two (W,) fp32 vectors per program: program ``pid`` publishes (va, vb) for
     barrier ``k`` and waits until every program has published its own; returns the (NP, W) tiles of all
-    programs' va and vb (rows >= n_prog are 0) and the updated ``failed`` flag.
+    programs' va and vb (rows >= n_prog are 0) and the updated ``failed`` flag (and ``prof``).
 
     Each value travels as one 64-bit word (tag << 32) | bits(value): a reader that sees the barrier's tag
     in a word also sees its value (64-bit stores are single-copy atomic), so the data is its own barrier:
     one plain store, then volatile loads (L1 bypassed) until every word carries the tag, with no counter
-    or fence. Barrier k uses buffer k % 2: a program can write barrier k+2's words only after it has read
-    every program's words of barrier k+1, which each program wrote after it had read barrier k's.
+    or fence. A program's words are interleaved (va[c], vb[c]) so one (NP, W, 2) load polls everything.
+    Barrier k uses buffer k % 2: a program can write barrier k+2's words only after it has read every
+    program's words of barrier k+1, which each program wrote after it had read barrier k's.
     The poll is bounded (``max_spin``): if the programs are not all resident it sets ``failed`` and
     stops waiting (the results are then wrong, and the launcher reports it) instead of hanging.
+    PROF: ``prof`` accumulates (ns spent waiting) * 2**20 + (polls issued), read by bench.resnet_numerics.
     """
-    cols = tl.arange(0, W)
-    q = tl.arange(0, NP)
-    slot = sync_ptr + (k % 2) * (NP * 2 * W)
-    hi = tag.to(tl.int64) << 32
-    tl.store(slot + pid * (2 * W) + cols, hi | (va.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
-    tl.store(slot + pid * (2 * W) + W + cols, hi | (vb.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
-    offs = q[:, None] * (2 * W) + cols[None, :]
-    qmask = (q < n_prog)[:, None]
-    wa = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-    wb = tl.load(slot + W + offs, mask=qmask, other=0, volatile=True)
-    lacking = tl.sum(tl.where(qmask & (((wa >> 32) != tag) | ((wb >> 32) != tag)), 1, 0)) > 0
-    spins = 0
-    while lacking & (spins < max_spin) & (failed == 0):
-        wa = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-        wb = tl.load(slot + W + offs, mask=qmask, other=0, volatile=True)
-        lacking = tl.sum(tl.where(qmask & (((wa >> 32) != tag) | ((wb >> 32) != tag)), 1, 0)) > 0
-        spins += 1
-    if lacking:
-        failed = failed + 1
-    a = tl.where(qmask, (wa & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
-    b = tl.where(qmask, (wb & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
-    return a, b, failed
+    _publish(sync_ptr, tag, k, va, vb, pid, NP, W)
+    return _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP, W, PROF)
 
 
 @triton.jit
-def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, max_spin,
-                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr):
+def _publish(sync_ptr, tag, k, va, vb, pid, NP: tl.constexpr, W: tl.constexpr):
+    """First half of _exchange: store this program's tagged words for barrier k (returns at once)."""
+    cols = tl.arange(0, W)
+    e = tl.arange(0, 2)
+    slot = sync_ptr + (k % 2) * (NP * 2 * W)
+    words = (tag.to(tl.int64) << 32) | (tl.join(va, vb).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    tl.store(slot + pid * (2 * W) + 2 * cols[:, None] + e[None, :], words)  # (W, 2): va[c], vb[c] interleaved
+
+
+@triton.jit
+def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, W: tl.constexpr,
+            PROF: tl.constexpr):
+    """Second half of _exchange: poll until every program's words of barrier k carry ``tag``; unpack."""
+    cols = tl.arange(0, W)
+    e = tl.arange(0, 2)
+    q = tl.arange(0, NP)
+    slot = sync_ptr + (k % 2) * (NP * 2 * W)
+    if PROF:
+        t0 = tl.extra.cuda.globaltimer()
+    offs = q[:, None, None] * (2 * W) + 2 * cols[None, :, None] + e[None, None, :]
+    qmask = (q < n_prog)[:, None, None]
+    got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
+    lacking = tl.max(tl.max(tl.max(tl.where(qmask & ((got >> 32) != tag), 1, 0), axis=2), axis=1), axis=0) > 0
+    spins = 0
+    while lacking & (spins < max_spin) & (failed == 0):
+        got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
+        lacking = tl.max(tl.max(tl.max(tl.where(qmask & ((got >> 32) != tag), 1, 0), axis=2), axis=1), axis=0) > 0
+        spins += 1
+    if lacking:
+        failed = failed + 1
+    if PROF:
+        prof += ((tl.extra.cuda.globaltimer() - t0) << 20) + spins + 1
+    vals = tl.where(qmask, (got & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    a, b = tl.split(vals)
+    return a, b, failed, prof
+
+
+@triton.jit
+def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, prof, max_spin,
+                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
     """Batch mean and biased variance of the columns of z over ALL B rows, the rows spread over n_prog
     programs of BLOCK_M: each program takes the mean and the sum of squared deviations M2 of its own
     rows (two-pass, in registers), the programs exchange them, and every program combines all of them in
@@ -343,13 +369,14 @@ def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, m
     mean_p = tl.div_rn(tl.sum(tl.where(rmask[:, None], z, 0.0), axis=0), n_loc + tl.zeros([W], tl.float32))
     zc = tl.where(rmask[:, None], z - mean_p[None, :], 0.0)
     m2_p = tl.sum(zc * zc, axis=0)
-    means, m2s, failed = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, max_spin, NP, W)
+    means, m2s, failed, prof = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, prof, max_spin,
+                                         NP, W, PROF)
     q = tl.arange(0, NP)
     cnt = tl.minimum(tl.maximum(B - q * BLOCK_M, 0), BLOCK_M).to(tl.float32)
     mean = tl.sum(cnt[:, None] * means, axis=0) * inv_n
     d = means - mean[None, :]
     var = tl.sum(m2s + cnt[:, None] * d * d, axis=0) * inv_n
-    return mean, var, failed
+    return mean, var, failed, prof
 
 
 @triton.jit
@@ -367,11 +394,12 @@ def _layer_params(p_ptr, l, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W: tl.const
 @triton.jit
 def _resnet_fwd_kernel(
     x_ptr, t_ptr, p_ptr, run_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, loss_ptr, bstat_ptr,
-    sync_ptr, state_ptr,
+    sync_ptr, state_ptr, prof_ptr,
     B, IN, NBLK, stride_xm, stride_xk, inv_n, unbias, momentum, eps, max_spin,
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
     PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
+    PROF: tl.constexpr = False,
 ):
     """ResNet-MLP forward over row tiles of BLOCK_M. TRAIN: batch statistics through a grid-wide
     exchange per BN layer (all programs resident; see _exchange); else the running statistics.
@@ -380,7 +408,8 @@ def _resnet_fwd_kernel(
     rstd: (L, W) saved 1/sqrt(var + eps); bstat: (2, L, W) batch mean / biased var (TRAIN);
     hs: (NBLK+1, B, W) block inputs and the final output; xh: (L, B, W) normalised pre-activations;
     a: (NBLK, B, W) first-layer outputs of each block; y: (B,); loss: (num_programs,);
-    sync: (2, NP, 2W) int64 exchange words; state: (2,) int32 [barriers so far, error flag] (TRAIN).
+    sync: (2, NP, 2W) int64 exchange words; state: (2,) int32 [barriers so far, error flag] (TRAIN);
+    prof: (num_programs, 2) int64 [wait ns * 2**20 + polls, kernel ns] when PROF (instrumented build).
     """
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -401,6 +430,9 @@ def _resnet_fwd_kernel(
     else:
         base = 0
     failed = base * 0
+    prof = tl.zeros([], dtype=tl.int64)
+    if PROF:
+        t_start = tl.extra.cuda.globaltimer()
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
                 mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
@@ -417,8 +449,8 @@ def _resnet_fwd_kernel(
             tl.store(hs_ptr + (l // 2) * BW + act_offs, h, mask=rmask[:, None] & first)
         z = tl.dot(tl.where(first, h, u), wt, input_precision=PRECISION) + bl[None, :]
         if TRAIN:
-            mean, var, failed = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr,
-                                                _bar_tag(base, l), l, failed, max_spin, BLOCK_M, NP, W)
+            mean, var, failed, prof = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, _bar_tag(base, l),
+                                                      l, failed, prof, max_spin, BLOCK_M, NP, W, PROF)
             if pid == 0:
                 if UPDATE_RUNNING:
                     rm = tl.load(run_ptr + l * W + cols)
@@ -451,6 +483,9 @@ def _resnet_fwd_kernel(
         tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
     if TRAIN:
         _finish_barriers(state_ptr, base, L, failed, pid)
+    if PROF:
+        tl.store(prof_ptr + 2 * pid, prof)
+        tl.store(prof_ptr + 2 * pid + 1, tl.extra.cuda.globaltimer() - t_start)
 
 
 @triton.jit
@@ -464,25 +499,27 @@ def _finish_barriers(state_ptr, base, n_bar, failed, pid):
 
 
 @triton.jit
-def _bn_bwd(dbn, xh, gamma, rstd, rmask, pid, n_prog, inv_n, sync_ptr, tag, k, failed, max_spin,
-            TRAIN: tl.constexpr, NP: tl.constexpr, W: tl.constexpr):
-    """Given dL/d(BN output) for this program's rows: returns (dz, dgamma_p, dbeta_p, failed), the last
-    two this program's partial sums. Training mode needs the batch sums of dxh and dxh * xh (i.e. of
-    dbeta and dgamma over all programs): one exchange."""
-    dbn = tl.where(rmask[:, None], dbn, 0.0)
-    xh = tl.where(rmask[:, None], xh, 0.0)
-    dgamma = tl.sum(dbn * xh, axis=0)
-    dbeta = tl.sum(dbn, axis=0)
+def _bn_dz(dbn, xh, gamma, rstd, sum_dbn, sum_dbn_xh, inv_n, rmask, TRAIN: tl.constexpr):
+    """BN backward to the pre-activation z, given dL/d(BN output) (masked rows 0) and, in training mode,
+    the batch sums of dbn and dbn * xh (the batch's dbeta and dgamma):
+    dz = rstd (dxh - mean(dxh) - xh mean(dxh xh)) with dxh = gamma dbn; in evaluation dz = rstd dxh."""
     dxh = dbn * gamma[None, :]
     if TRAIN:
-        dbs, dgs, failed = _exchange(sync_ptr, tag, k, dbeta, dgamma, pid, n_prog, failed, max_spin, NP, W)
-        m1 = tl.sum(dbs, axis=0) * gamma * inv_n          # mean(dxh) over the batch
-        m2 = tl.sum(dgs, axis=0) * gamma * inv_n          # mean(dxh * xh)
+        m1 = sum_dbn * gamma * inv_n          # mean(dxh) over the batch
+        m2 = sum_dbn_xh * gamma * inv_n       # mean(dxh * xh)
         dz = rstd[None, :] * (dxh - m1[None, :] - xh * m2[None, :])
-        dz = tl.where(rmask[:, None], dz, 0.0)
-    else:
-        dz = dxh * rstd[None, :]
-    return dz, dgamma, dbeta, failed
+        return tl.where(rmask[:, None], dz, 0.0)
+    return dxh * rstd[None, :]
+
+
+@triton.jit
+def _store_dw(part, l, dz, hin, OFF_WHID, OFF_BHID, PRECISION: tl.constexpr, W: tl.constexpr):
+    """This program's partial gradients of hidden layer l: dW_l = dz^T hin (a (W, BLOCK_M) x (BLOCK_M, W)
+    dot) and db_l = colsum(dz)."""
+    cols = tl.arange(0, W)
+    tl.store(part + OFF_WHID + l * (W * W) + cols[:, None] * W + cols[None, :],
+             tl.dot(tl.trans(dz), hin, input_precision=PRECISION))
+    tl.store(part + OFF_BHID + l * W + cols, tl.sum(dz, axis=0))
 
 
 @triton.jit
@@ -503,11 +540,11 @@ def _block_saved(hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, j, BW, act_offs, rmask,
 
 @triton.jit
 def _resnet_bwd_kernel(
-    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr, sync_ptr, state_ptr,
+    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr, sync_ptr, state_ptr, prof_ptr,
     B, IN, NBLK, P, stride_xm, stride_xk, dy_scale, inv_n, max_spin,
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
-    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
+    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr, PROF: tl.constexpr = False,
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
@@ -532,6 +569,9 @@ def _resnet_bwd_kernel(
     else:
         base = 0
     failed = base * 0
+    prof = tl.zeros([], dtype=tl.int64)
+    if PROF:
+        t_start = tl.extra.cuda.globaltimer()
     dy = _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
@@ -542,6 +582,10 @@ def _resnet_bwd_kernel(
     hin_n, a_n, xh1_n, xh2_n, w1_n, w2_n, g1_n, g2_n, r1_n, r2_n = _block_saved(
         hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, NBLK - 1, BW, act_offs, rmask, OFF_WHID, OFF_BHID, OFF_GAMMA,
         OFF_BETA, W)
+    # Each BN layer's exchange is split into publish / gather, and work that does not need the batch
+    # sums runs in between, while the other programs catch up: the previous layer's weight gradient
+    # (a dot) and the partial-gradient stores. Only dz -> dz W -> mask -> local sums is serial.
+    dz1_p = tl.zeros([BLOCK_M, W], dtype=tl.float32)  # the previous block's first-layer dz (deferred dW)
     for i in range(0, NBLK):
         j = NBLK - 1 - i
         l1 = 2 * j
@@ -550,24 +594,43 @@ def _resnet_bwd_kernel(
         hin_n, a_n, xh1_n, xh2_n, w1_n, w2_n, g1_n, g2_n, r1_n, r2_n = _block_saved(
             hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, tl.maximum(j - 1, 0), BW, act_offs, rmask, OFF_WHID, OFF_BHID,
             OFF_GAMMA, OFF_BETA, W)
+        # second layer: dbn2 = dL/d(BN_{2j+1} output) = dh [h_{j+1} > 0] (the residual ReLU)
         dpre = tl.where(h > 0.0, dh, 0.0)
-        dz2, dg2, db2, failed = _bn_bwd(dpre, xh2, g2, r2, rmask, pid, n_prog, inv_n, sync_ptr,
-                                        _bar_tag(base, 2 * i), 2 * i, failed, max_spin, TRAIN, NP, W)
+        dbn2 = tl.where(rmask[:, None], dpre, 0.0)
+        dg2 = tl.sum(dbn2 * xh2, axis=0)  # this program's dgamma / dbeta (xh2 is 0 on masked rows)
+        db2 = tl.sum(dbn2, axis=0)
+        if TRAIN:
+            _publish(sync_ptr, _bar_tag(base, 2 * i), 2 * i, db2, dg2, pid, NP, W)
+        if i > 0:  # block j+1's first layer: its input is h (= h_{j+1})
+            _store_dw(part, l1 + 2, dz1_p, h, OFF_WHID, OFF_BHID, PRECISION, W)
+        sb2, sg2 = db2, dg2
+        if TRAIN:
+            dbs, dgs, failed, prof = _gather(sync_ptr, _bar_tag(base, 2 * i), 2 * i, n_prog, failed, prof, max_spin,
+                                             NP, W, PROF)
+            sb2, sg2 = tl.sum(dbs, axis=0), tl.sum(dgs, axis=0)
+        dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
+        # first layer: dbn1 = (dz2 W_{2j+1}) [a > 0]
+        dbn1 = tl.where(rmask[:, None] & (a > 0.0), tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
+        dg1 = tl.sum(dbn1 * xh1, axis=0)
+        db1 = tl.sum(dbn1, axis=0)
+        if TRAIN:
+            _publish(sync_ptr, _bar_tag(base, 2 * i + 1), 2 * i + 1, db1, dg1, pid, NP, W)
+        _store_dw(part, l2, dz2, a, OFF_WHID, OFF_BHID, PRECISION, W)
         tl.store(part + OFF_GAMMA + l2 * W + cols, dg2)
         tl.store(part + OFF_BETA + l2 * W + cols, db2)
-        tl.store(part + OFF_WHID + l2 * (W * W) + cols[:, None] * W + cols[None, :],
-                 tl.dot(tl.trans(dz2), a, input_precision=PRECISION))
-        tl.store(part + OFF_BHID + l2 * W + cols, tl.sum(dz2, axis=0))
-        dr = tl.where(a > 0.0, tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
-        dz1, dg1, db1, failed = _bn_bwd(dr, xh1, g1, r1, rmask, pid, n_prog, inv_n, sync_ptr,
-                                        _bar_tag(base, 2 * i + 1), 2 * i + 1, failed, max_spin, TRAIN, NP, W)
         tl.store(part + OFF_GAMMA + l1 * W + cols, dg1)
         tl.store(part + OFF_BETA + l1 * W + cols, db1)
-        tl.store(part + OFF_WHID + l1 * (W * W) + cols[:, None] * W + cols[None, :],
-                 tl.dot(tl.trans(dz1), hin, input_precision=PRECISION))
-        tl.store(part + OFF_BHID + l1 * W + cols, tl.sum(dz1, axis=0))
+        sb1, sg1 = db1, dg1
+        if TRAIN:
+            dbs, dgs, failed, prof = _gather(sync_ptr, _bar_tag(base, 2 * i + 1), 2 * i + 1, n_prog, failed, prof,
+                                             max_spin, NP, W, PROF)
+            sb1, sg1 = tl.sum(dbs, axis=0), tl.sum(dgs, axis=0)
+        dz1 = _bn_dz(dbn1, xh1, g1, r1, sb1, sg1, inv_n, rmask, TRAIN)
         dh = dpre + tl.dot(dz1, w1, input_precision=PRECISION)
+        dz1_p = dz1
         h = hin
+    if NBLK > 0:  # block 0's first layer (input h_0, the stem output)
+        _store_dw(part, 0, dz1_p, h, OFF_WHID, OFF_BHID, PRECISION, W)
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
                 mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
     dh = tl.where(rmask[:, None], dh, 0.0)
@@ -576,6 +639,9 @@ def _resnet_bwd_kernel(
     tl.store(part + W * IN + cols, tl.sum(dh, axis=0))
     if TRAIN:
         _finish_barriers(state_ptr, base, 2 * NBLK, failed, pid)
+    if PROF:
+        tl.store(prof_ptr + 2 * pid, prof)
+        tl.store(prof_ptr + 2 * pid + 1, tl.extra.cuda.globaltimer() - t_start)
 
 
 @triton.jit
@@ -695,9 +761,12 @@ def _key(layout: Layout, B: int, precision: str, extra=()):
 def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Optional[torch.Tensor] = None,
             running: Optional[torch.Tensor] = None, training: bool = True, update_running: bool = True,
             precision: str = "ieee", save: bool = True, momentum: float = 0.1, eps: float = 1e-5,
-            out: Optional[dict] = None, config: Optional[Config] = None) -> dict:
+            out: Optional[dict] = None, config: Optional[Config] = None,
+            profile: Optional[torch.Tensor] = None) -> dict:
     """Run the fused forward. Returns a dict with y (B,), loss_partials (num_programs,) when ``target`` is
-    given, the saved activations, and the config used. ``out``: preallocated buffers to reuse (CUDA graphs)."""
+    given, the saved activations, and the config used. ``out``: preallocated buffers to reuse (CUDA graphs).
+    ``profile``: an int64 (num_programs, 2) tensor; a training-mode ResNet then runs its instrumented build
+    and writes [wait ns * 2**20 + polls, kernel ns] per program (see _exchange)."""
     B = x.shape[0]
     W, KIN, NH = layout.width, layout.kin, layout.n_hidden
     o = layout.offsets
@@ -732,11 +801,12 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
         if layout.kind == "resnet":
             _launch(_resnet_fwd_kernel, grid, x, t, params, running, buf["rstd"], buf["hs"], buf["xh"], buf["a"],
                     buf["y"], buf["loss_partials"], buf["bstat"], buf["sync"], buf["state"],
+                    profile if profile is not None else buf["sync"],
                     B, layout.in_features, layout.depth // 2,
                     x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
                     TRAIN=bn_train, UPDATE_RUNNING=bool(bn_train and update), WITH_LOSS=target is not None,
-                    SAVE=save, NP=buf["_np"], **common)
+                    SAVE=save, NP=buf["_np"], PROF=profile is not None, **common)
         else:
             _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
                     B, layout.in_features, NH, x.stride(0), x.stride(1),
@@ -773,7 +843,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
              dy: Optional[torch.Tensor] = None, target: Optional[torch.Tensor] = None, training: bool = True,
              precision: str = "ieee", grad_out: Optional[torch.Tensor] = None, reduce: bool = True,
              partials: Optional[torch.Tensor] = None, sync: Optional[dict] = None,
-             config: Optional[Config] = None) -> dict:
+             config: Optional[Config] = None, profile: Optional[torch.Tensor] = None) -> dict:
     """Run the fused backward from the forward's ``saved`` dict.
 
     The upstream gradient is ``dy`` (B,), or with ``target`` the MSE gradient 2 (y - t) / B computed in
@@ -807,10 +877,11 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
                 sync = _sync_buffers(n_prog if bn_train else 1, W, x.device)
             _launch(_resnet_bwd_kernel, (n_prog,), x, t, d, params, saved["rstd"], saved["hs"], saved["xh"],
                     saved["a"], saved["y"], part, sync["sync"], sync["state"],
+                    profile if profile is not None else sync["sync"],
                     B, layout.in_features, layout.depth // 2, P,
                     x.stride(0), x.stride(1), 2.0 / B, 1.0 / B, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-                    TRAIN=bn_train, NP=sync["_np"], **common)
+                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None, **common)
         else:
             _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
                     B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
