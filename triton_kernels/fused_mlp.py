@@ -438,12 +438,18 @@ def _resnet_fwd_kernel(
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
     # layer l of block l // 2; the next layer's parameters are loaded while this one computes
+    # (with the running statistics: program 0's read-modify-write of them would otherwise put an L2 round
+    # trip on its path every layer, and every program waits for the slowest at the next exchange)
     wt_n, b_n, g_n, be_n = _layer_params(p_ptr, 0, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, True)
+    rm_n = tl.load(run_ptr + cols)
+    rv_n = tl.load(run_ptr + L * W + cols)
     u = tl.zeros([BLOCK_M, W], dtype=tl.float32)  # (not `u = h`: a loop-carried alias is dropped by Triton 3.6)
     for l in range(0, L):
-        wt, bl, gamma, beta = wt_n, b_n, g_n, be_n
-        wt_n, b_n, g_n, be_n = _layer_params(p_ptr, tl.minimum(l + 1, L - 1), OFF_WHID, OFF_BHID, OFF_GAMMA,
-                                             OFF_BETA, W, True)
+        wt, bl, gamma, beta, rm, rv = wt_n, b_n, g_n, be_n, rm_n, rv_n
+        nxt = tl.minimum(l + 1, L - 1)
+        wt_n, b_n, g_n, be_n = _layer_params(p_ptr, nxt, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, True)
+        rm_n = tl.load(run_ptr + nxt * W + cols)
+        rv_n = tl.load(run_ptr + L * W + nxt * W + cols)
         first = (l % 2) == 0  # the block's first layer reads the block input h, the second its a = u
         if SAVE:
             tl.store(hs_ptr + (l // 2) * BW + act_offs, h, mask=rmask[:, None] & first)
@@ -453,15 +459,13 @@ def _resnet_fwd_kernel(
                                                       l, failed, prof, max_spin, BLOCK_M, NP, W, PROF)
             if pid == 0:
                 if UPDATE_RUNNING:
-                    rm = tl.load(run_ptr + l * W + cols)
-                    rv = tl.load(run_ptr + L * W + l * W + cols)
                     tl.store(run_ptr + l * W + cols, rm + momentum * (mean - rm))
                     tl.store(run_ptr + L * W + l * W + cols, rv + momentum * (var * unbias - rv))
                 tl.store(bstat_ptr + l * W + cols, mean)
                 tl.store(bstat_ptr + L * W + l * W + cols, var)
         else:
-            mean = tl.load(run_ptr + l * W + cols)
-            var = tl.load(run_ptr + L * W + l * W + cols)
+            mean = rm
+            var = rv
         rstd = tl.div_rn(1.0 + tl.zeros([W], tl.float32), tl.sqrt_rn(var + eps))
         xh = (z - mean[None, :]) * rstd[None, :]
         bn = xh * gamma[None, :] + beta[None, :]
