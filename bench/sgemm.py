@@ -32,6 +32,7 @@ initial weights on the same batches (status "wrong" otherwise). Rows: results/<d
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -282,6 +283,7 @@ def train_session(args, name: str, backend: str | None = None, progress: bool = 
         "test_mse_target_units": test_mse_units, "target": config["target"],
         "best_val_mse": min((h["val_mse"] for h in history), default=float("nan")),
         "train_time_s": train_time, "mean_epoch_s": train_time / max(len(history), 1),
+        "median_epoch_s": _median_epoch(history),
         "steps_per_epoch": steps, "block_weight_l1": blocks_w, "block_output_l1": blocks_out,
         "blocks_used_99pct_output_l1": _blocks_for_fraction(blocks_out, 0.99),
         "session": str(sdir.relative_to(root.parent) if sdir.is_relative_to(root.parent) else sdir),
@@ -304,10 +306,22 @@ def _blocks_for_fraction(xs, frac):
     return len(xs)
 
 
+def _median_epoch(history) -> float:
+    """Median epoch time: the steady state (the first epoch also compiles and tunes the kernels)."""
+    ts = sorted(h["epoch_s"] for h in history)
+    return ts[len(ts) // 2] if ts else float("nan")
+
+
 def _knee(xs, frac):
     """The last block whose value is at least ``frac`` of the largest: every later block stays below."""
     top = max(xs, default=0.0)
     return max((i + 1 for i, v in enumerate(xs) if v >= frac * top), default=0)
+
+
+def _tail_level(xs, k):
+    """Mean of the values after the first k, relative to the largest value (nan if there are none)."""
+    tail, top = xs[k:], max(xs, default=0.0)
+    return sum(tail) / len(tail) / top if tail and top > 0 else float("nan")
 
 
 def _mass_share(xs, k):
@@ -391,6 +405,9 @@ def suite_report(args) -> list[dict]:
         s = json.loads(f.read_text())
         cfg = f.parent / "config.json"
         s["device"] = json.loads(cfg.read_text()).get("device", "") if cfg.exists() else ""
+        if "median_epoch_s" not in s and (f.parent / "metrics.csv").exists():  # sessions written before it existed
+            with open(f.parent / "metrics.csv") as fh:
+                s["median_epoch_s"] = _median_epoch([{"epoch_s": float(r["epoch_s"])} for r in csv.DictReader(fh)])
         latest[s["model"]] = s
     if not latest:
         raise SystemExit(f"no finished session under {args.results_dir}")
@@ -416,6 +433,7 @@ def _depth_rows(summaries, args) -> list[dict]:
 
     rows = []
     for s in summaries:
+        s["steady_train_time_s"] = s.get("median_epoch_s", float("nan")) * s.get("epochs", 0)
         cls, depth = parse_name(s["model"])
         params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": args.batch,
                   "epochs": s.get("epochs", args.epochs), "target": args.target, "precision": args.precision}
@@ -424,6 +442,7 @@ def _depth_rows(summaries, args) -> list[dict]:
         note = "cpu-interpreter smoke run, tiny subset" if (INTERPRET and backend == "triton") else f"trained on {where}"
         for metric, key, unit in (("test_mse", "test_mse", "mse"), ("test_mse_target_units", "test_mse_target_units", "mse"),
                                   ("train_time_s", "train_time_s", "s"),
+                                  ("steady_train_time_s", "steady_train_time_s", "s"),
                                   ("blocks_used_99pct", "blocks_used_99pct_output_l1", "blocks")):
             rows.append(R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit, note=note))
     md = depth_tables(summaries, args)
@@ -463,7 +482,9 @@ def depth_tables(summaries, args) -> str:
 
     out = table(f"## Test MSE (standardised ln run time; [{args.backend}], {args.epochs} epochs, batch {args.batch})",
                 lambda s: f"{s['test_mse']:.4f}", lambda f, d: SEED_MSE.get(f, {}).get(d, "-"))
-    out += [""] + table("## Training time (s)", lambda s: f"{s['train_time_s']:.1f}", seed_time)
+    out += [""] + table("## Training time (s): total, and (epochs x median epoch) without the first epoch's "
+                        "kernel compile and autotuning", lambda s: f"{s['train_time_s']:.1f} "
+                        f"({s.get('median_epoch_s', float('nan')) * s.get('epochs', 0):.1f})", seed_time)
     glo = [(d, by[("GloNet", d)]) for d in depths if ("GloNet", d) in by]
     out += ["", "Blocks holding 99% of GloNet's block-output L1 mass: " + ", ".join(
         f"depth {d}: {s['blocks_used_99pct_output_l1']}" for d, s in glo)]
@@ -471,6 +492,10 @@ def depth_tables(summaries, args) -> str:
         f"depth {d}: {_knee(s['block_output_l1'], 0.2)}" for d, s in glo)
         + "; share of the L1 mass in the blocks up to there: " + ", ".join(
         f"{100 * _mass_share(s['block_output_l1'], _knee(s['block_output_l1'], 0.2)):.0f}%" for d, s in glo)]
+    out += ["", "GloNet's first 15 blocks: their share of the block-output L1 mass, and the mean L1 of the blocks "
+            "after them relative to the largest block: " + ", ".join(
+                f"depth {d}: {100 * _mass_share(s['block_output_l1'], 15):.0f}% / "
+                f"{_tail_level(s['block_output_l1'], 15):.2f}" for d, s in glo)]
     devices = sorted({s.get("device") for s in summaries if s.get("device")}) or [device_name()]
     out += ["", f"Device: {', '.join(devices)}. MSE units: the target ln(mean run time) standardised with train "
             "statistics; test_mse_target_units in metrics.json is in (ln ms)^2."]
@@ -515,7 +540,6 @@ def loss_agreement(name, args, device, data) -> dict:
     """
     fns = _step_fns(name, args, device)
     fe, ft = fns["eager"](), fns["triton"]()
-    f64 = None
     n = len(data.train)
     B = min(args.batch, n)
     batches = [((s * B) % max(n - B + 1, 1)) for s in range(args.steps)]
