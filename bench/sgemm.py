@@ -211,6 +211,7 @@ def train_session(args, name: str, backend: str | None = None, progress: bool = 
         "optimizer": "adam (L2 weight decay added to the gradient)", "drop_last": True,
         "device": device_name() if (torch.cuda.is_available() or args.backend == "triton") else "cpu (eager)",
         "torch": torch.__version__, "triton": triton_kernels.runtime.triton.__version__,
+        "provenance": _provenance(),
     }
     resumed = None
     if ckpt_path.exists():
@@ -304,6 +305,12 @@ def _blocks_for_fraction(xs, frac):
         if acc >= frac * tot:
             return i + 1
     return len(xs)
+
+
+def _provenance() -> dict:
+    from . import results as R
+
+    return R.provenance()
 
 
 def _median_epoch(history) -> float:
@@ -404,7 +411,10 @@ def suite_report(args) -> list[dict]:
     for f in sorted(Path(args.results_dir).rglob("session_*/metrics.json")):
         s = json.loads(f.read_text())
         cfg = f.parent / "config.json"
-        s["device"] = json.loads(cfg.read_text()).get("device", "") if cfg.exists() else ""
+        c = json.loads(cfg.read_text()) if cfg.exists() else {}
+        s["device"] = c.get("device", "")
+        s["provenance"] = dict(c.get("provenance") or {}, device=c.get("device", ""), torch=c.get("torch", ""),
+                               triton=c.get("triton", ""))
         if "median_epoch_s" not in s and (f.parent / "metrics.csv").exists():  # sessions written before it existed
             with open(f.parent / "metrics.csv") as fh:
                 s["median_epoch_s"] = _median_epoch([{"epoch_s": float(r["epoch_s"])} for r in csv.DictReader(fh)])
@@ -444,7 +454,12 @@ def _depth_rows(summaries, args) -> list[dict]:
                                   ("train_time_s", "train_time_s", "s"),
                                   ("steady_train_time_s", "steady_train_time_s", "s"),
                                   ("blocks_used_99pct", "blocks_used_99pct_output_l1", "blocks")):
-            rows.append(R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit, note=note))
+            row = R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit, note=note)
+            if s.get("provenance"):  # rebuilt from a session: where it trained, not where the report ran
+                row.update({k: s["provenance"].get(k, "") for k in ("device", "sm_count", "torch", "triton", "cuda",
+                                                                   "driver", "git_commit")})
+                row["note"] += f"; session {s.get('session', '')}"
+            rows.append(row)
     md = depth_tables(summaries, args)
     print(md)
     root = Path(args.results_dir)
