@@ -11,7 +11,8 @@
 #   sweep      autotune.sweep of the linear+bias+ReLU shape, both layouts    (~60 s)
 #   mnist      the MNIST ladder, 10 epochs, tf32x3 dots + uint8 X (needs .data/mnist)  (~60 s)
 #   sgemm      SGEMM step times, depths 10..1000 (needs .data/sgemm)         (~300 s)
-#   depth      the 200-epoch depth study, fused kernels (DEPTH_MODELS, DEPTH_DEPTHS)  (long: split)
+#   depth      the 200-epoch depth study, fused kernels, one process per model (DEPTH_MODELS="GloNet MLP",
+#              DEPTH_DEPTHS="10 1000", DEPTH_TIMEOUT per model; H100: ~5 min per family, ResNet ~10)
 #   tests      every GPU test, one process per group, in parallel            (~300 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
@@ -37,11 +38,18 @@ for stage in "$@"; do
     sgemm) timeout 400 python3 -m bench.sgemm --suite steptime --models GloNet,ResNetMLP \
              --depths 10,24,50,100,200,600,1000 --backends eager,triton,triton+graph --no-progress $(out) 2>&1 | grep -v -i warn | tail -40 ;;
     depth)
-      # the 200-epoch depth study with the fused kernels, one model family per call if time is short
-      # (DEPTH_MODELS=GloNet ...); the sessions come back as one archive (few files return from the box)
-      timeout ${DEPTH_TIMEOUT:-580} python3 -m bench.sgemm --suite depth --backend triton --graph --epochs 200 \
-        --models ${DEPTH_MODELS:-GloNet,MLP,ResNetMLP} --depths ${DEPTH_DEPTHS:-10,24,50,100,200,600,1000} \
-        --results-dir /tmp/training_results --no-progress $(out) 2>&1 | grep -v -i warn | tail -30
+      # the 200-epoch depth study with the fused kernels: one process per model, each with its own limit
+      # (DEPTH_TIMEOUT s), so a model cut short costs only itself; then the tables from every finished
+      # session (--suite report). Budget ~80 s for the first epoch of each new depth bucket (compile +
+      # autotune). The sessions come back as one archive (few files return from the box).
+      for fam in ${DEPTH_MODELS:-GloNet MLP ResNetMLP}; do
+        for d in ${DEPTH_DEPTHS:-10 24 50 100 200 600 1000}; do
+          echo "--- $fam$d ($(date +%T))"
+          timeout ${DEPTH_TIMEOUT:-580} python3 -m bench.sgemm --model "$fam$d" --backend triton --graph --epochs 200 \
+            --results-dir /tmp/training_results --no-progress --no-write 2>&1 | grep -E "\"(test_mse|train_time_s)\"|Error"
+        done
+      done
+      python3 -m bench.sgemm --suite report --results-dir /tmp/training_results $(out) 2>&1 | tail -30
       tar czf "${OUT:-/tmp}/training_results.tgz" --exclude checkpoint.pt -C /tmp training_results ;;
     tests)
       # one process per group, in parallel; TEST_GROUPS="1 3" runs a subset; every group's log goes to
