@@ -20,6 +20,7 @@ import json
 
 import torch
 
+from bench import sgemm as sgemm_bench
 from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
@@ -70,20 +71,11 @@ def one_step(name, B, dev):
 
 
 def trajectories(name, data, steps, dev, B=1024):
-    def eager(dtype):
-        m = build_model(name, seed=0, device=dev).to(dtype)
-        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-
-        def step(x, t):
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.mse_loss(m(x.to(dtype)), t.to(dtype))
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
-
-    tr = FusedTrainer(build_model(name, seed=0, device=dev))
-    fns = {"fp64": eager(torch.float64), "eager32": eager(torch.float32), "fused": tr._step}
+    # the same three step functions as bench.sgemm's loss check (seed 0, Adam lr 1e-3, fp32 ieee)
+    make = sgemm_bench._step_fns(name, argparse.Namespace(width=16, seed=0, lr=1e-3, weight_decay=0.0,
+                                                          precision="ieee"), dev)
+    fused = make["triton"]()
+    fns = {"fp64": make["eager64"](), "eager32": make["eager"](), "fused": fused}
     marks, out = {1, 10, 30, 100, steps}, []
     n = len(data.train)
     for s in range(steps):
@@ -98,7 +90,7 @@ def trajectories(name, data, steps, dev, B=1024):
             print(f"{name} step {s + 1:4d}: eager32-fp64 {r['eager32_vs_fp64']:.2e}  fused-fp64 "
                   f"{r['fused_vs_fp64']:.2e}  fused-eager32 {r['fused_vs_eager32']:.2e}  (loss {ls['fp64']:.5f})",
                   flush=True)
-    tr.check()
+    fused.__self__.check()
     return out
 
 

@@ -198,6 +198,8 @@ class _Runner:
 
 def train_session(args, name: str, backend: str | None = None, progress: bool = True) -> dict:
     """Train one model; writes the session folder; returns the summary (metrics.json)."""
+    from . import results as R
+
     backend = backend or args.backend
     name = canonical_name(name)
     device = default_device()
@@ -211,7 +213,7 @@ def train_session(args, name: str, backend: str | None = None, progress: bool = 
         "optimizer": "adam (L2 weight decay added to the gradient)", "drop_last": True,
         "device": device_name() if (torch.cuda.is_available() or args.backend == "triton") else "cpu (eager)",
         "torch": torch.__version__, "triton": triton_kernels.runtime.triton.__version__,
-        "provenance": _provenance(),
+        "provenance": R.provenance(),
     }
     resumed = None
     if ckpt_path.exists():
@@ -305,12 +307,6 @@ def _blocks_for_fraction(xs, frac):
         if acc >= frac * tot:
             return i + 1
     return len(xs)
-
-
-def _provenance() -> dict:
-    from . import results as R
-
-    return R.provenance()
 
 
 def _median_epoch(history) -> float:
@@ -520,15 +516,15 @@ def depth_tables(summaries, args) -> str:
 def _step_fns(name, args, device):
     """Backend -> step(x, t) -> loss, each with its own copy of the same initial model."""
 
-    def eager(compile_forward=False):
-        m = build_model(name, width=args.width, seed=args.seed, device=device)
+    def eager(compile_forward=False, dtype=torch.float32):
+        m = build_model(name, width=args.width, seed=args.seed, device=device).to(dtype)
         if compile_forward:
             m.backend = "compile"
         opt = torch.optim.Adam(m.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 
         def step(x, t):
             opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.mse_loss(m(x), t)
+            loss = torch.nn.functional.mse_loss(m(x.to(dtype)), t.to(dtype))
             loss.backward()
             opt.step()
             return loss.detach()
@@ -540,7 +536,8 @@ def _step_fns(name, args, device):
         tr = FusedTrainer(m, lr=args.lr, weight_decay=args.weight_decay, precision=args.precision)
         return tr._step if not INTERPRET else tr.step
 
-    return {"eager": eager, "compile": lambda: eager(True), "triton": triton}
+    return {"eager": eager, "compile": lambda: eager(True), "triton": triton,
+            "eager64": lambda: eager(dtype=torch.float64)}
 
 
 def loss_agreement(name, args, device, data) -> dict:
@@ -572,17 +569,8 @@ def loss_agreement(name, args, device, data) -> dict:
     out = {"rel": rel, "le": le, "lt": lt, "status": "ok" if rel <= LOSS_AGREEMENT else "wrong",
            "note": f"eager {le:.7g} vs triton {lt:.7g}, tolerance {LOSS_AGREEMENT:g}"}
     if rel > LOSS_AGREEMENT:
-        m64 = build_model(name, width=args.width, seed=args.seed, device=device).double()
-        opt = torch.optim.Adam(m64.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-        l64 = []
-        for i in batches:
-            x, t = data.train.x[i:i + B].double(), data.train.y[i:i + B].double()
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.mse_loss(m64(x), t)
-            loss.backward()
-            opt.step()
-            l64.append(loss.detach())
-        l64 = [float(v) for v in l64]
+        f64 = fns["eager64"]()
+        l64 = [float(v) for v in [f64(data.train.x[i:i + B], data.train.y[i:i + B]) for i in batches]]
         dev_t = max(abs(a - b) / abs(b) for a, b in zip(lt_hist, l64))
         dev_e = max(abs(a - b) / abs(b) for a, b in zip(le_hist, l64))
         ok = dev_t <= max(LOSS_AGREEMENT, CHAOS_FACTOR * dev_e)

@@ -408,10 +408,6 @@ _tuner = register_tuner(Autotuner("cross_entropy", _ce_fwd_kernel, _configs(1 <<
                                   interpret_config=_INTERPRET_CONFIG))
 
 
-def _num_sms(device: torch.device) -> int:
-    return num_sms(device, default=2)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
@@ -442,7 +438,7 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
         configs = lambda: _configs(V, logits.element_size())  # noqa: E731
     if config is not None:
         configs = [config]
-    n_sms = _num_sms(dev)
+    n_sms = num_sms(dev, default=2)
     need_denom = compute_grad and red == 2
     if M == 0:
         if red == 0:
@@ -488,7 +484,7 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
     go = grad_output.reshape(1) if grad_output.ndim == 0 else grad_output
     stride_go = 0 if grad_output.ndim == 0 else grad_output.stride(0)
     bv = min(4096, next_power_of_2(V)) if not INTERPRET else min(256, next_power_of_2(V))
-    P = max(1, min(M, _num_sms(grad.device) * 8))
+    P = max(1, min(M, num_sms(grad.device, default=2) * 8))
     _launch(_ce_scale_grad_kernel, (P,), grad, go, M, V, grad.stride(0), stride_go, BLOCK_V=bv, num_warps=8)
     return grad
 

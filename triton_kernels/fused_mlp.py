@@ -154,6 +154,14 @@ class Layout:
 # Kernels: GloNet / MLP (row tiles)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
+def _load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN: tl.constexpr):
+    """The program's rows of x (any strides) as fp32, the IN features zero-padded to KIN columns."""
+    kin = tl.arange(0, KIN)
+    return tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
+                   mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _mlp_fwd_kernel(
     x_ptr, t_ptr, p_ptr, acts_ptr, g_ptr, y_ptr, loss_ptr,
     B, IN, NH, stride_xm, stride_xk,
@@ -173,8 +181,7 @@ def _mlp_fwd_kernel(
     kin = tl.arange(0, KIN)
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
-                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    x = _load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     # layer 0: W_0 is (W, IN) row-major; read W_0^T as a (KIN, W) tile, zero-padded rows k >= IN
     w0t = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     b0 = tl.load(p_ptr + W * IN + cols)
@@ -282,8 +289,7 @@ def _mlp_bwd_kernel(
         h = hp
     # layer 0: input x (zero-padded to KIN columns)
     dz = tl.where(h > 0.0, dh, 0.0)
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
-                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    x = _load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     dw0 = tl.dot(tl.trans(dz), x, input_precision=PRECISION)  # (W, KIN)
     tl.store(part + cols[:, None] * IN + kin[None, :], dw0, mask=kin[None, :] < IN)
     tl.store(part + W * IN + cols, tl.sum(dz, axis=0))
@@ -331,6 +337,12 @@ def _publish(sync_ptr, tag, k, va, vb, pid, NP: tl.constexpr, W: tl.constexpr):
 
 
 @triton.jit
+def _lacking(got, qmask, tag):
+    """Whether any (unmasked) exchange word does not carry ``tag`` yet."""
+    return tl.max(tl.max(tl.max(tl.where(qmask & ((got >> 32) != tag), 1, 0), axis=2), axis=1), axis=0) > 0
+
+
+@triton.jit
 def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, W: tl.constexpr,
             PROF: tl.constexpr):
     """Second half of _exchange: poll until every program's words of barrier k carry ``tag``; unpack."""
@@ -343,11 +355,11 @@ def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, 
     offs = q[:, None, None] * (2 * W) + 2 * cols[None, :, None] + e[None, None, :]
     qmask = (q < n_prog)[:, None, None]
     got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-    lacking = tl.max(tl.max(tl.max(tl.where(qmask & ((got >> 32) != tag), 1, 0), axis=2), axis=1), axis=0) > 0
+    lacking = _lacking(got, qmask, tag)
     spins = 0
     while lacking & (spins < max_spin) & (failed == 0):
         got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-        lacking = tl.max(tl.max(tl.max(tl.where(qmask & ((got >> 32) != tag), 1, 0), axis=2), axis=1), axis=0) > 0
+        lacking = _lacking(got, qmask, tag)
         spins += 1
     if lacking:
         failed = failed + 1
@@ -425,16 +437,8 @@ def _resnet_fwd_kernel(
     BW = B * W
     L = 2 * NBLK
     act_offs = rows[:, None] * W + cols[None, :]
-    if TRAIN:
-        base = tl.load(state_ptr)
-    else:
-        base = 0
-    failed = base * 0
-    prof = tl.zeros([], dtype=tl.int64)
-    if PROF:
-        t_start = tl.extra.cuda.globaltimer()
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
-                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    base, failed, prof, t_start = _barriers_begin(state_ptr, TRAIN, PROF)
+    x = _load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
     # layer l of block l // 2; the next layer's parameters are loaded while this one computes
@@ -485,21 +489,35 @@ def _resnet_fwd_kernel(
         t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
         d = tl.where(rmask, y - t, 0.0)
         tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
-    if TRAIN:
-        _finish_barriers(state_ptr, base, L, failed, pid)
-    if PROF:
-        tl.store(prof_ptr + 2 * pid, prof)
-        tl.store(prof_ptr + 2 * pid + 1, tl.extra.cuda.globaltimer() - t_start)
+    _barriers_end(state_ptr, prof_ptr, base, L, failed, prof, t_start, pid, TRAIN, PROF)
 
 
 @triton.jit
-def _finish_barriers(state_ptr, base, n_bar, failed, pid):
+def _barriers_begin(state_ptr, TRAIN: tl.constexpr, PROF: tl.constexpr):
+    """Before the first exchange: (barrier count so far, failed flag, profile accumulator, start time)."""
+    if TRAIN:
+        base = tl.load(state_ptr)
+    else:
+        base = tl.zeros([], dtype=tl.int32)
+    t_start = tl.zeros([], dtype=tl.int64)
+    if PROF:
+        t_start = tl.extra.cuda.globaltimer()
+    return base, base * 0, tl.zeros([], dtype=tl.int64), t_start
+
+
+@triton.jit
+def _barriers_end(state_ptr, prof_ptr, base, n_bar, failed, prof, t_start, pid, TRAIN: tl.constexpr,
+                  PROF: tl.constexpr):
     """After the last exchange: program 0 advances the barrier count (every program has read ``base`` by
-    then), and any program whose wait timed out raises the error flag."""
-    if pid == 0:
-        tl.store(state_ptr, (base + n_bar) % 2147483646)
-    if failed > 0:
-        tl.store(state_ptr + 1, 1)
+    then), any program whose wait timed out raises the error flag; PROF: each program's counters."""
+    if TRAIN:
+        if pid == 0:
+            tl.store(state_ptr, (base + n_bar) % 2147483646)
+        if failed > 0:
+            tl.store(state_ptr + 1, 1)
+    if PROF:
+        tl.store(prof_ptr + 2 * pid, prof)
+        tl.store(prof_ptr + 2 * pid + 1, tl.extra.cuda.globaltimer() - t_start)
 
 
 @triton.jit
@@ -568,14 +586,7 @@ def _resnet_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
-    if TRAIN:
-        base = tl.load(state_ptr)
-    else:
-        base = 0
-    failed = base * 0
-    prof = tl.zeros([], dtype=tl.int64)
-    if PROF:
-        t_start = tl.extra.cuda.globaltimer()
+    base, failed, prof, t_start = _barriers_begin(state_ptr, TRAIN, PROF)
     dy = _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
@@ -635,17 +646,12 @@ def _resnet_bwd_kernel(
         h = hin
     if NBLK > 0:  # block 0's first layer (input h_0, the stem output)
         _store_dw(part, 0, dz1_p, h, OFF_WHID, OFF_BHID, PRECISION, W)
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + kin[None, :] * stride_xk,
-                mask=rmask[:, None] & (kin[None, :] < IN), other=0.0).to(tl.float32)
+    x = _load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     dh = tl.where(rmask[:, None], dh, 0.0)
     tl.store(part + cols[:, None] * IN + kin[None, :], tl.dot(tl.trans(dh), x, input_precision=PRECISION),
              mask=kin[None, :] < IN)
     tl.store(part + W * IN + cols, tl.sum(dh, axis=0))
-    if TRAIN:
-        _finish_barriers(state_ptr, base, 2 * NBLK, failed, pid)
-    if PROF:
-        tl.store(prof_ptr + 2 * pid, prof)
-        tl.store(prof_ptr + 2 * pid + 1, tl.extra.cuda.globaltimer() - t_start)
+    _barriers_end(state_ptr, prof_ptr, base, 2 * NBLK, failed, prof, t_start, pid, TRAIN, PROF)
 
 
 @triton.jit

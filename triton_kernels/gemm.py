@@ -346,10 +346,6 @@ def _needs_int64(*ts) -> bool:
     return False
 
 
-def _sm_count(device) -> int:
-    return num_sms(device, default=4)
-
-
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,
                  out=None, config: Config | None = None):
     """Launch the fused GEMM; returns (C, Z) where Z is the pre-activation (or None).
@@ -385,7 +381,7 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
                 bb = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
             (a_t, sa), (b_t, sb) = _tma_layout(a), _tma_layout(bb)
             _ensure_allocator(a.device)
-            progs = min(tiles, _sm_count(a.device))
+            progs = min(tiles, num_sms(a.device, default=4))
             _launch(_gemm_tma_kernel, (progs,), a, bb, *args[2:6], M, N, K, progs, sa, sb, *args[13:],
                     A_T=a_t, B_T=b_t, **flags, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         else:

@@ -361,13 +361,9 @@ _bwd_tuner = register_tuner(Autotuner("layernorm_bwd_row", _ln_bwd_row_kernel, _
                                       interpret_config=Config({"PER_SM": 2}, 4, 1)))
 
 
-def _num_sms(device: torch.device) -> int:
-    return num_sms(device, default=2)
-
-
 def _segments(M: int, D: int, block: int, device: torch.device) -> tuple[int, int]:
     """(SEG, S): cut each row into S segments of SEG values (a multiple of block) so M * S fills the GPU."""
-    want = max(1, min(triton.cdiv(4 * _num_sms(device), max(M, 1)), triton.cdiv(D, block), 64))
+    want = max(1, min(triton.cdiv(4 * num_sms(device, default=2), max(M, 1)), triton.cdiv(D, block), 64))
     seg = triton.cdiv(triton.cdiv(D, want), block) * block
     return seg, triton.cdiv(D, seg)
 
@@ -449,7 +445,7 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
     parts = None
     if next_power_of_2(D) <= MAX_ROW_D:
         bd = next_power_of_2(D)
-        n_sms = _num_sms(dev)
+        n_sms = num_sms(dev, default=2)
 
         def run(cfg):
             P = max(1, min(M, n_sms * cfg.kwargs["PER_SM"]))
@@ -479,7 +475,7 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
         # dx, dw and db in one sweep over (column tile, row group) programs: enough groups to give
         # ~4 programs per SM; the (G, 2, D) partials are few (G <= M) and summed below
         n_tiles = triton.cdiv(D, bd)
-        groups = max(1, min(M, triton.cdiv(4 * _num_sms(dev), n_tiles)))
+        groups = max(1, min(M, triton.cdiv(4 * num_sms(dev, default=2), n_tiles)))
         rpg = triton.cdiv(M, groups)
         groups = triton.cdiv(M, rpg)
         parts = torch.empty((groups, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
@@ -492,7 +488,7 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
         P = parts.shape[0]
         out = torch.empty((2 * D,), device=dev, dtype=torch.float32)
         # >= 2 programs per SM for the big (P, 2D) buffers of the row path
-        bp, bn = (8, 128) if INTERPRET else (32, 256 if 2 * D >= 256 * 2 * _num_sms(dev) else 128)
+        bp, bn = (8, 128) if INTERPRET else (32, 256 if 2 * D >= 256 * 2 * num_sms(dev, default=2) else 128)
         _launch(_sum_rows_kernel, (triton.cdiv(2 * D, bn),), parts, out, P, 2 * D, BLOCK_P=bp, BLOCK_N=bn,
                 num_warps=4)
         dw = out[:D] if need_dw else None

@@ -266,16 +266,12 @@ _tuner = register_tuner(Autotuner("softmax_regression_train", _sr_train_kernel, 
                                   interpret_config=INTERPRET_CONFIG))
 
 
-def _sm_count(device) -> int:
-    return num_sms(device, default=1)
-
-
 def block_k_for(cfg: Config, K: int, device) -> int:
     """The feature slice of one program (K features + the constant one): the config's, widened so that
     the grid fits on the SMs at once (one program in the interpreter, where programs run in turn)."""
     if INTERPRET or cfg.kwargs["BLOCK_K"] == 0:
         return max(16, triton.next_power_of_2(K + 1))
-    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(triton.cdiv(K + 1, _sm_count(device))))
+    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(triton.cdiv(K + 1, num_sms(device, default=1))))
 
 
 def n_programs_for(K: int, block_k: int) -> int:
