@@ -70,6 +70,7 @@ WIDTHS = (16, 32, 64)
 PRECISIONS = ("ieee", "tf32")
 MAX_BN_TILE = 16384  # rows * width of the single training-mode ResNet program in the interpreter
 MAX_BN_ROWS = 128  # rows per program of the training-mode ResNet on the GPU (the grid must fit on the SMs)
+MAX_BN_VALUES = 4096  # rows * width of one such program
 MAX_SPIN = 1 << 20  # polls of a grid-wide exchange before giving up (~1 s; only if programs are not resident)
 
 
@@ -307,7 +308,7 @@ def _bar_tag(base, k):
 
 @triton.jit
 def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
-              NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
+              NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr, SPIN: tl.constexpr):
     """Grid-wide exchange of two (W,) fp32 vectors per program: program ``pid`` publishes (va, vb) for
     barrier ``k`` and waits until every program has published its own; returns the (NP, W) tiles of all
     programs' va and vb (rows >= n_prog are 0) and the updated ``failed`` flag (and ``prof``).
@@ -323,7 +324,7 @@ def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
     PROF: ``prof`` accumulates (ns spent waiting) * 2**20 + (polls issued), read by bench.resnet_numerics.
     """
     _publish(sync_ptr, tag, k, va, vb, pid, NP, W)
-    return _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP, W, PROF)
+    return _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP, W, PROF, SPIN)
 
 
 @triton.jit
@@ -336,16 +337,76 @@ def _publish(sync_ptr, tag, k, va, vb, pid, NP: tl.constexpr, W: tl.constexpr):
     tl.store(slot + pid * (2 * W) + 2 * cols[:, None] + e[None, :], words)  # (W, 2): va[c], vb[c] interleaved
 
 
+def _spin_asm(pack: int) -> str:
+    """PTX of _spin_load for ``pack`` words per thread: load them all, and while any word lacks its tag
+    (with retries left: n < its limit), load them all again. Operands: words $0.., retries, addresses,
+    tags, limits (``pack`` of each)."""
+    words, spins, addr, tag, lim = (range(i * pack, (i + 1) * pack) for i in range(5))
+    lines = ["{", ".reg .pred sp_any, sp_one;", ".reg .b32 sp_lo, sp_hi, sp_n;", "mov.u32 sp_n, 0;",
+             "SPIN${:uid}:"]
+    lines += [f"ld.volatile.global.b64 ${w}, [${a}];" for w, a in zip(words, addr)]
+    for i, (w, t, m) in enumerate(zip(words, tag, lim)):
+        acc = "sp_any" if i == 0 else "sp_one"
+        lines += [f"mov.b64 {{sp_lo, sp_hi}}, ${w};", f"setp.ne.u32 {acc}, sp_hi, ${t};",
+                  f"setp.lt.and.u32 {acc}, sp_n, ${m}, {acc};"]
+        if i:
+            lines.append("or.pred sp_any, sp_any, sp_one;")
+    lines += ["@sp_any add.u32 sp_n, sp_n, 1;", "@sp_any bra SPIN${:uid};"]
+    lines += [f"mov.u32 ${n}, sp_n;" for n in spins] + ["}"]
+    return "\n".join(lines)
+
+
+def _spin_constraints(pack: int) -> str:
+    return ",".join(["=l"] * pack + ["=r"] * pack + ["l"] * pack + ["r"] * (2 * pack))
+
+
+SPIN_PACKS = (1, 2, 4, 8)
+_SPIN1, _SPIN2, _SPIN4, _SPIN8 = (tl.constexpr(_spin_asm(p)) for p in SPIN_PACKS)
+_SPINC1, _SPINC2, _SPINC4, _SPINC8 = (tl.constexpr(_spin_constraints(p)) for p in SPIN_PACKS)
+
+
+def spin_pack(n_prog_pow2: int, width: int, num_warps: int) -> int:
+    """Words each thread polls in one _spin_load asm block: all of its (NP, W, 2) exchange words when the
+    tile covers the block's threads (at most 8), else 1."""
+    per_thread = (n_prog_pow2 * 2 * width) // (32 * num_warps)
+    return max(p for p in SPIN_PACKS if p <= max(per_thread, 1))
+
+
+@triton.jit
+def _spin_load(addr, tag, limit, PACK: tl.constexpr):
+    """Per thread, no cross-thread step: volatile 64-bit loads of its words (``addr``) until every word's
+    upper half is ``tag`` or has spent its ``limit`` retries; returns (the words, retries). PACK of a
+    thread's words are polled together (one L2 round trip per poll, not one per word); the program moves
+    on when its slowest thread does (the reductions that read the words synchronise the warps), so a poll
+    costs one L2 round trip and no block-wide reduction."""
+    if PACK == 8:
+        r = tl.inline_asm_elementwise(_SPIN8, _SPINC8, [addr, tag, limit], dtype=(tl.int64, tl.int32),
+                                      is_pure=False, pack=8)
+    elif PACK == 4:
+        r = tl.inline_asm_elementwise(_SPIN4, _SPINC4, [addr, tag, limit], dtype=(tl.int64, tl.int32),
+                                      is_pure=False, pack=4)
+    elif PACK == 2:
+        r = tl.inline_asm_elementwise(_SPIN2, _SPINC2, [addr, tag, limit], dtype=(tl.int64, tl.int32),
+                                      is_pure=False, pack=2)
+    else:
+        r = tl.inline_asm_elementwise(_SPIN1, _SPINC1, [addr, tag, limit], dtype=(tl.int64, tl.int32),
+                                      is_pure=False, pack=1)
+    return r
+
+
 @triton.jit
 def _lacking(got, qmask, tag):
-    """Whether any (unmasked) exchange word does not carry ``tag`` yet."""
-    return tl.max(tl.max(tl.max(tl.where(qmask & ((got >> 32) != tag), 1, 0), axis=2), axis=1), axis=0) > 0
+    """Per word: 1 where an (unmasked) exchange word does not carry ``tag`` yet."""
+    return tl.where(qmask & ((got >> 32) != tag), 1, 0)
 
 
 @triton.jit
 def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, W: tl.constexpr,
-            PROF: tl.constexpr):
-    """Second half of _exchange: poll until every program's words of barrier k carry ``tag``; unpack."""
+            PROF: tl.constexpr, SPIN: tl.constexpr):
+    """Second half of _exchange: poll until every program's words of barrier k carry ``tag``; unpack.
+    ``failed`` is per word (NP, W, 2): a word that timed out once is not waited for again.
+    SPIN > 0 (GPU): each thread polls its own words in PTX, SPIN of them per asm block (_spin_load,
+    spin_pack); 0 (interpreter): the program polls the whole tile until no word lacks the tag."""
     cols = tl.arange(0, W)
     e = tl.arange(0, 2)
     q = tl.arange(0, NP)
@@ -354,15 +415,20 @@ def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, 
         t0 = tl.extra.cuda.globaltimer()
     offs = q[:, None, None] * (2 * W) + 2 * cols[None, :, None] + e[None, None, :]
     qmask = (q < n_prog)[:, None, None]
-    got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-    lacking = _lacking(got, qmask, tag)
-    spins = 0
-    while lacking & (spins < max_spin) & (failed == 0):
+    if SPIN:
+        limit = tl.where(qmask & (failed == 0), max_spin, 0)
+        got, spins = _spin_load((slot + offs).to(tl.int64, bitcast=True), tag + tl.zeros_like(limit), limit,
+                                SPIN)
+        if PROF:
+            spins = tl.max(tl.max(tl.max(spins, axis=2), axis=1), axis=0)
+    else:
         got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-        lacking = _lacking(got, qmask, tag)
-        spins += 1
-    if lacking:
-        failed = failed + 1
+        spins = 0
+        while (tl.max(tl.max(tl.max(_lacking(got, qmask, tag) * (1 - failed), axis=2), axis=1), axis=0) == 1) & \
+                (spins < max_spin):
+            got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
+            spins += 1
+    failed = failed | _lacking(got, qmask, tag)
     if PROF:
         prof += ((tl.extra.cuda.globaltimer() - t0) << 20) + spins + 1
     vals = tl.where(qmask, (got & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
@@ -371,24 +437,43 @@ def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, 
 
 
 @triton.jit
+def _chan(na, ma, qa, nb, mb, qb):
+    """Merge two (count, mean, M2) summaries (Chan et al.): the combine of the one-reduction batch stats."""
+    n = na + nb
+    d = mb - ma
+    r = tl.where(n > 0.0, nb / tl.maximum(n, 1.0), 0.0)
+    return n, ma + d * r, qa + qb + d * d * (na * r)
+
+
+@triton.jit
+def _add2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def _sum2(a, b, axis: tl.constexpr):
+    """Column sums of two tiles in ONE reduction (one cross-warp round trip instead of two)."""
+    return tl.reduce((a, b), axis, _add2)
+
+
+@triton.jit
 def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, prof, max_spin,
-                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
+                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr,
+                    SPIN: tl.constexpr):
     """Batch mean and biased variance of the columns of z over ALL B rows, the rows spread over n_prog
-    programs of BLOCK_M: each program takes the mean and the sum of squared deviations M2 of its own
-    rows (two-pass, in registers), the programs exchange them, and every program combines all of them in
-    the same order (Chan et al.: M2 = sum_p M2_p + n_p (mean_p - mean)^2), so all hold identical values."""
-    n_loc = tl.minimum(B - pid * BLOCK_M, BLOCK_M).to(tl.float32)
-    mean_p = tl.div_rn(tl.sum(tl.where(rmask[:, None], z, 0.0), axis=0), n_loc + tl.zeros([W], tl.float32))
-    zc = tl.where(rmask[:, None], z - mean_p[None, :], 0.0)
-    m2_p = tl.sum(zc * zc, axis=0)
+    programs of BLOCK_M: each program summarises its own rows as (mean, M2 = sum of squared deviations),
+    the programs exchange the summaries, and every program merges all of them in the same order, so all
+    hold identical values. Both the local summary and the merge are ONE reduction each whose combine is
+    Chan et al.'s pairwise update (n = na + nb, mean = ma + d nb / n, M2 = M2a + M2b + d^2 na nb / n with
+    d = mb - ma): as stable as two passes, without the second pass's dependent reduction."""
+    ones = tl.where(rmask[:, None], 1.0, 0.0) + tl.zeros_like(z)
+    _, mean_p, m2_p = tl.reduce((ones, tl.where(rmask[:, None], z, 0.0), tl.zeros_like(z)), 0, _chan)
     means, m2s, failed, prof = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, prof, max_spin,
-                                         NP, W, PROF)
+                                         NP, W, PROF, SPIN)
     q = tl.arange(0, NP)
     cnt = tl.minimum(tl.maximum(B - q * BLOCK_M, 0), BLOCK_M).to(tl.float32)
-    mean = tl.sum(cnt[:, None] * means, axis=0) * inv_n
-    d = means - mean[None, :]
-    var = tl.sum(m2s + cnt[:, None] * d * d, axis=0) * inv_n
-    return mean, var, failed, prof
+    _, mean, m2 = tl.reduce((cnt[:, None] + tl.zeros_like(means), means, m2s), 0, _chan)
+    return mean, m2 * inv_n, failed, prof
 
 
 @triton.jit
@@ -404,6 +489,45 @@ def _layer_params(p_ptr, l, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W: tl.const
 
 
 @triton.jit
+def _fwd_params(p_ptr, run_ptr, l, L, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W: tl.constexpr):
+    """What forward layer l reads: W_l^T, bias, gamma, beta and its running mean / variance."""
+    cols = tl.arange(0, W)
+    wt, b, g, be = _layer_params(p_ptr, l, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, True)
+    return wt, b, g, be, tl.load(run_ptr + l * W + cols), tl.load(run_ptr + L * W + l * W + cols)
+
+
+@triton.jit
+def _bn_fwd_layer(hin, wt, bl, gamma, beta, rm, rv, l, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
+                  run_ptr, rstd_ptr, xh_ptr, bstat_ptr, xh_offs, sync_ptr, tag, failed, prof, max_spin,
+                  TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, SAVE: tl.constexpr,
+                  PRECISION: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
+                  PROF: tl.constexpr, SPIN: tl.constexpr):
+    """One dense layer + batch norm: returns BN(hin W_l^T + b_l) (before the ReLU), saving xh and rstd;
+    TRAIN: batch statistics through one exchange (program 0 records them and moves the running ones)."""
+    cols = tl.arange(0, W)
+    z = tl.dot(hin, wt, input_precision=PRECISION) + bl[None, :]
+    if TRAIN:
+        mean, var, failed, prof = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, l, failed,
+                                                  prof, max_spin, BLOCK_M, NP, W, PROF, SPIN)
+        if pid == 0:
+            if UPDATE_RUNNING:
+                tl.store(run_ptr + l * W + cols, rm + momentum * (mean - rm))
+                tl.store(run_ptr + L * W + l * W + cols, rv + momentum * (var * unbias - rv))
+            tl.store(bstat_ptr + l * W + cols, mean)
+            tl.store(bstat_ptr + L * W + l * W + cols, var)
+    else:
+        mean = rm
+        var = rv
+    rstd = tl.div_rn(1.0 + tl.zeros([W], tl.float32), tl.sqrt_rn(var + eps))
+    xh = (z - mean[None, :]) * rstd[None, :]
+    if SAVE:
+        tl.store(xh_ptr + xh_offs, xh, mask=rmask[:, None])
+        if pid == 0:
+            tl.store(rstd_ptr + l * W + cols, rstd)
+    return xh * gamma[None, :] + beta[None, :], failed, prof
+
+
+@triton.jit
 def _resnet_fwd_kernel(
     x_ptr, t_ptr, p_ptr, run_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, loss_ptr, bstat_ptr,
     sync_ptr, state_ptr, prof_ptr,
@@ -411,10 +535,13 @@ def _resnet_fwd_kernel(
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
     PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-    PROF: tl.constexpr = False,
+    PROF: tl.constexpr = False, SPIN: tl.constexpr = False,
 ):
     """ResNet-MLP forward over row tiles of BLOCK_M. TRAIN: batch statistics through a grid-wide
     exchange per BN layer (all programs resident; see _exchange); else the running statistics.
+
+    Block j: a = relu(BN_{2j}(h_j W_{2j}^T + b)), h_{j+1} = relu(h_j + BN_{2j+1}(a W_{2j+1}^T + b)); the loop
+    runs a block per iteration (two layers written out, no per-layer selects or masked stores).
 
     run: (2, L, W) running mean / var (read in eval; updated in place by program 0 when UPDATE_RUNNING);
     rstd: (L, W) saved 1/sqrt(var + eps); bstat: (2, L, W) batch mean / biased var (TRAIN);
@@ -437,50 +564,37 @@ def _resnet_fwd_kernel(
     BW = B * W
     L = 2 * NBLK
     act_offs = rows[:, None] * W + cols[None, :]
-    base, failed, prof, t_start = _barriers_begin(state_ptr, TRAIN, PROF)
+    base, failed, prof, t_start = _barriers_begin(state_ptr, TRAIN, PROF, NP, W)
     x = _load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
-    # layer l of block l // 2; the next layer's parameters are loaded while this one computes
-    # (with the running statistics: program 0's read-modify-write of them would otherwise put an L2 round
-    # trip on its path every layer, and every program waits for the slowest at the next exchange)
-    wt_n, b_n, g_n, be_n = _layer_params(p_ptr, 0, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, True)
-    rm_n = tl.load(run_ptr + cols)
-    rv_n = tl.load(run_ptr + L * W + cols)
-    u = tl.zeros([BLOCK_M, W], dtype=tl.float32)  # (not `u = h`: a loop-carried alias is dropped by Triton 3.6)
-    for l in range(0, L):
-        wt, bl, gamma, beta, rm, rv = wt_n, b_n, g_n, be_n, rm_n, rv_n
-        nxt = tl.minimum(l + 1, L - 1)
-        wt_n, b_n, g_n, be_n = _layer_params(p_ptr, nxt, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W, True)
-        rm_n = tl.load(run_ptr + nxt * W + cols)
-        rv_n = tl.load(run_ptr + L * W + nxt * W + cols)
-        first = (l % 2) == 0  # the block's first layer reads the block input h, the second its a = u
+    # the next block's parameters (and running statistics: program 0's read-modify-write of them would
+    # otherwise put an L2 round trip on its path every layer) are loaded while this block computes
+    w1n, b1n, g1n, e1n, m1n, v1n = _fwd_params(p_ptr, run_ptr, 0, L, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W)
+    w2n, b2n, g2n, e2n, m2n, v2n = _fwd_params(p_ptr, run_ptr, 1, L, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W)
+    for j in range(0, NBLK):
+        w1, b1, g1, e1, m1, v1 = w1n, b1n, g1n, e1n, m1n, v1n
+        w2, b2, g2, e2, m2, v2 = w2n, b2n, g2n, e2n, m2n, v2n
+        nxt = 2 * tl.minimum(j + 1, NBLK - 1)
+        w1n, b1n, g1n, e1n, m1n, v1n = _fwd_params(p_ptr, run_ptr, nxt, L, OFF_WHID, OFF_BHID, OFF_GAMMA,
+                                                   OFF_BETA, W)
+        w2n, b2n, g2n, e2n, m2n, v2n = _fwd_params(p_ptr, run_ptr, nxt + 1, L, OFF_WHID, OFF_BHID, OFF_GAMMA,
+                                                   OFF_BETA, W)
         if SAVE:
-            tl.store(hs_ptr + (l // 2) * BW + act_offs, h, mask=rmask[:, None] & first)
-        z = tl.dot(tl.where(first, h, u), wt, input_precision=PRECISION) + bl[None, :]
-        if TRAIN:
-            mean, var, failed, prof = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, _bar_tag(base, l),
-                                                      l, failed, prof, max_spin, BLOCK_M, NP, W, PROF)
-            if pid == 0:
-                if UPDATE_RUNNING:
-                    tl.store(run_ptr + l * W + cols, rm + momentum * (mean - rm))
-                    tl.store(run_ptr + L * W + l * W + cols, rv + momentum * (var * unbias - rv))
-                tl.store(bstat_ptr + l * W + cols, mean)
-                tl.store(bstat_ptr + L * W + l * W + cols, var)
-        else:
-            mean = rm
-            var = rv
-        rstd = tl.div_rn(1.0 + tl.zeros([W], tl.float32), tl.sqrt_rn(var + eps))
-        xh = (z - mean[None, :]) * rstd[None, :]
-        bn = xh * gamma[None, :] + beta[None, :]
+            tl.store(hs_ptr + j * BW + act_offs, h, mask=rmask[:, None])
+        bn1, failed, prof = _bn_fwd_layer(
+            h, w1, b1, g1, e1, m1, v1, 2 * j, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
+            run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j) * BW + act_offs, sync_ptr, _bar_tag(base, 2 * j),
+            failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W, BLOCK_M, NP, PROF, SPIN)
+        a = tl.maximum(bn1, 0.0)
         if SAVE:
-            tl.store(xh_ptr + l * BW + act_offs, xh, mask=rmask[:, None])
-            if pid == 0:
-                tl.store(rstd_ptr + l * W + cols, rstd)
-        u = tl.where(first, tl.maximum(bn, 0.0), u)
-        h = tl.where(first, h, tl.maximum(h + bn, 0.0))
-        if SAVE:
-            tl.store(a_ptr + (l // 2) * BW + act_offs, u, mask=rmask[:, None] & first)
+            tl.store(a_ptr + j * BW + act_offs, a, mask=rmask[:, None])
+        bn2, failed, prof = _bn_fwd_layer(
+            a, w2, b2, g2, e2, m2, v2, 2 * j + 1, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
+            run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j + 1) * BW + act_offs, sync_ptr,
+            _bar_tag(base, 2 * j + 1), failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
+            BLOCK_M, NP, PROF, SPIN)
+        h = tl.maximum(h + bn2, 0.0)
     if SAVE:
         tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
     y = tl.sum(h * tl.load(p_ptr + OFF_WHEAD + cols)[None, :], axis=1) + tl.load(p_ptr + OFF_BHEAD)
@@ -493,8 +607,9 @@ def _resnet_fwd_kernel(
 
 
 @triton.jit
-def _barriers_begin(state_ptr, TRAIN: tl.constexpr, PROF: tl.constexpr):
-    """Before the first exchange: (barrier count so far, failed flag, profile accumulator, start time)."""
+def _barriers_begin(state_ptr, TRAIN: tl.constexpr, PROF: tl.constexpr, NP: tl.constexpr, W: tl.constexpr):
+    """Before the first exchange: (barrier count so far, per-word timeout flags, profile accumulator, start
+    time)."""
     if TRAIN:
         base = tl.load(state_ptr)
     else:
@@ -502,7 +617,7 @@ def _barriers_begin(state_ptr, TRAIN: tl.constexpr, PROF: tl.constexpr):
     t_start = tl.zeros([], dtype=tl.int64)
     if PROF:
         t_start = tl.extra.cuda.globaltimer()
-    return base, base * 0, tl.zeros([], dtype=tl.int64), t_start
+    return base, tl.zeros([NP, W, 2], dtype=tl.int32), tl.zeros([], dtype=tl.int64), t_start
 
 
 @triton.jit
@@ -513,7 +628,7 @@ def _barriers_end(state_ptr, prof_ptr, base, n_bar, failed, prof, t_start, pid, 
     if TRAIN:
         if pid == 0:
             tl.store(state_ptr, (base + n_bar) % 2147483646)
-        if failed > 0:
+        if tl.max(tl.max(tl.max(failed, axis=2), axis=1), axis=0) > 0:
             tl.store(state_ptr + 1, 1)
     if PROF:
         tl.store(prof_ptr + 2 * pid, prof)
@@ -567,6 +682,7 @@ def _resnet_bwd_kernel(
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
     W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr, PROF: tl.constexpr = False,
+    SPIN: tl.constexpr = False,
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
@@ -586,7 +702,7 @@ def _resnet_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
-    base, failed, prof, t_start = _barriers_begin(state_ptr, TRAIN, PROF)
+    base, failed, prof, t_start = _barriers_begin(state_ptr, TRAIN, PROF, NP, W)
     dy = _upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
@@ -612,8 +728,7 @@ def _resnet_bwd_kernel(
         # second layer: dbn2 = dL/d(BN_{2j+1} output) = dh [h_{j+1} > 0] (the residual ReLU)
         dpre = tl.where(h > 0.0, dh, 0.0)
         dbn2 = tl.where(rmask[:, None], dpre, 0.0)
-        dg2 = tl.sum(dbn2 * xh2, axis=0)  # this program's dgamma / dbeta (xh2 is 0 on masked rows)
-        db2 = tl.sum(dbn2, axis=0)
+        db2, dg2 = _sum2(dbn2, dbn2 * xh2, 0)  # this program's dbeta / dgamma (xh2 is 0 on masked rows)
         if TRAIN:
             _publish(sync_ptr, _bar_tag(base, 2 * i), 2 * i, db2, dg2, pid, NP, W)
         if i > 0:  # block j+1's first layer: its input is h (= h_{j+1})
@@ -621,13 +736,12 @@ def _resnet_bwd_kernel(
         sb2, sg2 = db2, dg2
         if TRAIN:
             dbs, dgs, failed, prof = _gather(sync_ptr, _bar_tag(base, 2 * i), 2 * i, n_prog, failed, prof, max_spin,
-                                             NP, W, PROF)
-            sb2, sg2 = tl.sum(dbs, axis=0), tl.sum(dgs, axis=0)
+                                             NP, W, PROF, SPIN)
+            sb2, sg2 = _sum2(dbs, dgs, 0)
         dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
         # first layer: dbn1 = (dz2 W_{2j+1}) [a > 0]
         dbn1 = tl.where(rmask[:, None] & (a > 0.0), tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
-        dg1 = tl.sum(dbn1 * xh1, axis=0)
-        db1 = tl.sum(dbn1, axis=0)
+        db1, dg1 = _sum2(dbn1, dbn1 * xh1, 0)
         if TRAIN:
             _publish(sync_ptr, _bar_tag(base, 2 * i + 1), 2 * i + 1, db1, dg1, pid, NP, W)
         _store_dw(part, l2, dz2, a, OFF_WHID, OFF_BHID, PRECISION, W)
@@ -638,8 +752,8 @@ def _resnet_bwd_kernel(
         sb1, sg1 = db1, dg1
         if TRAIN:
             dbs, dgs, failed, prof = _gather(sync_ptr, _bar_tag(base, 2 * i + 1), 2 * i + 1, n_prog, failed, prof,
-                                             max_spin, NP, W, PROF)
-            sb1, sg1 = tl.sum(dbs, axis=0), tl.sum(dgs, axis=0)
+                                             max_spin, NP, W, PROF, SPIN)
+            sb1, sg1 = _sum2(dbs, dgs, 0)
         dz1 = _bn_dz(dbn1, xh1, g1, r1, sb1, sg1, inv_n, rmask, TRAIN)
         dh = dpre + tl.dot(dz1, w1, input_precision=PRECISION)
         dz1_p = dz1
@@ -737,7 +851,13 @@ def max_bn_rows(layout: Layout, device) -> int:
     at most MAX_BN_TILE values in the interpreter."""
     if INTERPRET or torch.device(device).type != "cuda":
         return MAX_BN_TILE // layout.width
-    return MAX_BN_ROWS * num_sms(device)
+    return _bn_rows(layout.width) * num_sms(device)
+
+
+def _bn_rows(width: int) -> int:
+    """Rows of the largest training-mode ResNet tile: MAX_BN_ROWS, and at most MAX_BN_VALUES values (a
+    128 x 64 tile's backward spills and takes ptxas minutes to compile)."""
+    return min(MAX_BN_ROWS, MAX_BN_VALUES // width)
 
 
 def _sync_buffers(n_prog: int, width: int, device) -> dict:
@@ -816,7 +936,8 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
                     x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
                     TRAIN=bn_train, UPDATE_RUNNING=bool(bn_train and update), WITH_LOSS=target is not None,
-                    SAVE=save, NP=buf["_np"], PROF=profile is not None, **common)
+                    SAVE=save, NP=buf["_np"], PROF=profile is not None,
+                    SPIN=0 if INTERPRET else spin_pack(buf["_np"], W, cfg.num_warps), **common)
         else:
             _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
                     B, layout.in_features, NH, x.stride(0), x.stride(1),
@@ -844,8 +965,10 @@ def _configs(layout, B, bn_train, device):
     if layout.kind == "resnet":
         if not bn_train:
             return ROW_CONFIGS
-        fit = [c for c in BN_CONFIGS if triton.cdiv(B, c.kwargs["BLOCK_M"]) <= num_sms(device)]
-        return fit or [_rcfg(MAX_BN_ROWS, 4)]
+        rows = _bn_rows(layout.width)
+        fit = [c for c in BN_CONFIGS
+               if triton.cdiv(B, c.kwargs["BLOCK_M"]) <= num_sms(device) and c.kwargs["BLOCK_M"] <= rows]
+        return fit or [_rcfg(rows, 4)]
     return [c for c in ROW_CONFIGS if c.kwargs["BLOCK_M"] <= max(16, next_power_of_2(B))]
 
 
@@ -891,7 +1014,8 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
                     B, layout.in_features, layout.depth // 2, P,
                     x.stride(0), x.stride(1), 2.0 / B, 1.0 / B, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None, **common)
+                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None,
+                    SPIN=0 if INTERPRET else spin_pack(sync["_np"], W, cfg.num_warps), **common)
         else:
             _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
                     B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
