@@ -308,7 +308,7 @@ def _bar_tag(base, k):
 
 @triton.jit
 def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
-              NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr, SPIN: tl.constexpr):
+              NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
     """Grid-wide exchange of two (W,) fp32 vectors per program: program ``pid`` publishes (va, vb) for
     barrier ``k`` and waits until every program has published its own; returns the (NP, W) tiles of all
     programs' va and vb (rows >= n_prog are 0) and the updated ``failed`` flag (and ``prof``).
@@ -324,7 +324,7 @@ def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
     PROF: ``prof`` accumulates (ns spent waiting) * 2**20 + (polls issued), read by bench.resnet_numerics.
     """
     _publish(sync_ptr, tag, k, va, vb, pid, NP, W)
-    return _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP, W, PROF, SPIN)
+    return _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP, W, PROF)
 
 
 @triton.jit
@@ -337,104 +337,6 @@ def _publish(sync_ptr, tag, k, va, vb, pid, NP: tl.constexpr, W: tl.constexpr):
     tl.store(slot + pid * (2 * W) + 2 * cols[:, None] + e[None, :], words)  # (W, 2): va[c], vb[c] interleaved
 
 
-def _spin_asm(pack: int, load: str = "ld.volatile.global.b64") -> str:
-    """PTX of _spin_load for ``pack`` words per thread: load them all, and while any word lacks its tag
-    (with retries left: n < its limit), load them all again. Operands: words $0.., retries, addresses,
-    tags, limits (``pack`` of each)."""
-    words, spins, addr, tag, lim = (range(i * pack, (i + 1) * pack) for i in range(5))
-    lines = ["{", ".reg .pred sp_any, sp_one;", ".reg .b32 sp_lo, sp_hi, sp_n;", "mov.u32 sp_n, 0;",
-             "SPIN${:uid}:"]
-    lines += [f"{load} ${w}, [${a}];" for w, a in zip(words, addr)]
-    for i, (w, t, m) in enumerate(zip(words, tag, lim)):
-        acc = "sp_any" if i == 0 else "sp_one"
-        lines += [f"mov.b64 {{sp_lo, sp_hi}}, ${w};", f"setp.ne.u32 {acc}, sp_hi, ${t};",
-                  f"setp.lt.and.u32 {acc}, sp_n, ${m}, {acc};"]
-        if i:
-            lines.append("or.pred sp_any, sp_any, sp_one;")
-    lines += ["@sp_any add.u32 sp_n, sp_n, 1;", "@sp_any bra SPIN${:uid};"]
-    lines += [f"mov.u32 ${n}, sp_n;" for n in spins] + ["}"]
-    return "\n".join(lines)
-
-
-def _spin_constraints(pack: int) -> str:
-    return ",".join(["=l"] * pack + ["=r"] * pack + ["l"] * pack + ["r"] * (2 * pack))
-
-
-SPIN_PACKS = (1, 2, 4, 8)
-# the poll's load: volatile (.sys scope), relaxed at GPU scope, or L2-only (.cg); EXCHANGE_LOAD picks one
-LOAD_OPS = {"volatile": "ld.volatile.global.b64", "relaxed": "ld.relaxed.gpu.global.b64", "cg": "ld.global.cg.b64"}
-EXCHANGE_LOAD = "volatile"
-_SPIN1, _SPIN2, _SPIN4, _SPIN8 = (tl.constexpr(_spin_asm(p)) for p in SPIN_PACKS)
-_SPINR1, _SPINR2, _SPINR4, _SPINR8 = (tl.constexpr(_spin_asm(p, LOAD_OPS["relaxed"])) for p in SPIN_PACKS)
-_SPING1, _SPING2, _SPING4, _SPING8 = (tl.constexpr(_spin_asm(p, LOAD_OPS["cg"])) for p in SPIN_PACKS)
-_SPINC1, _SPINC2, _SPINC4, _SPINC8 = (tl.constexpr(_spin_constraints(p)) for p in SPIN_PACKS)
-
-
-BN_STATS = "chan"
-SPIN_POLL = True
-STATS_FORMS = ("chan", "shift", "twopass")
-
-
-def _spin_arg(n_prog_pow2, width, num_warps, tracing, stats):
-    """The SPIN constexpr: words per thread per poll (0: the portable loop, in the interpreter and while
-    torch.compile traces, whose kernel analysis cannot read inline asm) + 16 * load flavour + 256 * stats form."""
-    pack = 0 if (INTERPRET or tracing or not SPIN_POLL) else spin_pack(n_prog_pow2, width, num_warps)
-    return pack + 16 * list(LOAD_OPS).index(EXCHANGE_LOAD) + 256 * STATS_FORMS.index(stats)
-
-
-def spin_pack(n_prog_pow2: int, width: int, num_warps: int) -> int:
-    """Words each thread polls in one _spin_load asm block: all of its (NP, W, 2) exchange words when the
-    tile covers the block's threads (at most 8), else 1."""
-    per_thread = (n_prog_pow2 * 2 * width) // (32 * num_warps)
-    return max(p for p in SPIN_PACKS if p <= max(per_thread, 1))
-
-
-@triton.jit
-def _spin_load(addr, tag, limit, PACK: tl.constexpr, LDOP: tl.constexpr = 0):
-    """Per thread, no cross-thread step: volatile 64-bit loads of its words (``addr``) until every word's
-    upper half is ``tag`` or has spent its ``limit`` retries; returns (the words, retries). PACK of a
-    thread's words are polled together (one L2 round trip per poll, not one per word); the program moves
-    on when its slowest thread does (the reductions that read the words synchronise the warps), so a poll
-    costs one L2 round trip and no block-wide reduction."""
-    if (LDOP == 1) & (PACK == 8):
-        r = tl.inline_asm_elementwise(_SPINR8, _SPINC8, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=8)
-    elif (LDOP == 1) & (PACK == 4):
-        r = tl.inline_asm_elementwise(_SPINR4, _SPINC4, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=4)
-    elif (LDOP == 1) & (PACK == 2):
-        r = tl.inline_asm_elementwise(_SPINR2, _SPINC2, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=2)
-    elif (LDOP == 1) & (PACK == 1):
-        r = tl.inline_asm_elementwise(_SPINR1, _SPINC1, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=1)
-    elif (LDOP == 2) & (PACK == 8):
-        r = tl.inline_asm_elementwise(_SPING8, _SPINC8, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=8)
-    elif (LDOP == 2) & (PACK == 4):
-        r = tl.inline_asm_elementwise(_SPING4, _SPINC4, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=4)
-    elif (LDOP == 2) & (PACK == 2):
-        r = tl.inline_asm_elementwise(_SPING2, _SPINC2, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=2)
-    elif (LDOP == 2) & (PACK == 1):
-        r = tl.inline_asm_elementwise(_SPING1, _SPINC1, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=1)
-    elif PACK == 8:
-        r = tl.inline_asm_elementwise(_SPIN8, _SPINC8, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=8)
-    elif PACK == 4:
-        r = tl.inline_asm_elementwise(_SPIN4, _SPINC4, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=4)
-    elif PACK == 2:
-        r = tl.inline_asm_elementwise(_SPIN2, _SPINC2, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=2)
-    else:
-        r = tl.inline_asm_elementwise(_SPIN1, _SPINC1, [addr, tag, limit], dtype=(tl.int64, tl.int32),
-                                      is_pure=False, pack=1)
-    return r
-
-
 @triton.jit
 def _lacking(got, qmask, tag):
     """Per word: 1 where an (unmasked) exchange word does not carry ``tag`` yet."""
@@ -443,11 +345,9 @@ def _lacking(got, qmask, tag):
 
 @triton.jit
 def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, W: tl.constexpr,
-            PROF: tl.constexpr, SPIN: tl.constexpr):
+            PROF: tl.constexpr):
     """Second half of _exchange: poll until every program's words of barrier k carry ``tag``; unpack.
-    ``failed`` is per word (NP, W, 2): a word that timed out once is not waited for again.
-    SPIN > 0 (GPU): each thread polls its own words in PTX, SPIN of them per asm block (_spin_load,
-    spin_pack); 0 (interpreter): the program polls the whole tile until no word lacks the tag."""
+    ``failed`` is per word (NP, W, 2): a word that timed out once is not waited for again."""
     cols = tl.arange(0, W)
     e = tl.arange(0, 2)
     q = tl.arange(0, NP)
@@ -456,19 +356,12 @@ def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, 
         t0 = tl.extra.cuda.globaltimer()
     offs = q[:, None, None] * (2 * W) + 2 * cols[None, :, None] + e[None, None, :]
     qmask = (q < n_prog)[:, None, None]
-    if SPIN % 16 > 0:
-        limit = tl.where(qmask & (failed == 0), max_spin, 0)
-        got, spins = _spin_load((slot + offs).to(tl.int64, bitcast=True), tag + tl.zeros_like(limit), limit,
-                                SPIN % 16, (SPIN // 16) % 16)
-        if PROF:
-            spins = tl.max(tl.max(tl.max(spins, axis=2), axis=1), axis=0)
-    else:
+    got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
+    spins = 0
+    while (tl.max(tl.max(tl.max(_lacking(got, qmask, tag) * (1 - failed), axis=2), axis=1), axis=0) == 1) & \
+            (spins < max_spin):
         got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-        spins = 0
-        while (tl.max(tl.max(tl.max(_lacking(got, qmask, tag) * (1 - failed), axis=2), axis=1), axis=0) == 1) & \
-                (spins < max_spin):
-            got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
-            spins += 1
+        spins += 1
     failed = failed | _lacking(got, qmask, tag)
     if PROF:
         prof += ((tl.extra.cuda.globaltimer() - t0) << 20) + spins + 1
@@ -498,44 +391,22 @@ def _sum2(a, b, axis: tl.constexpr):
 
 
 @triton.jit
-def _bn_batch_stats(z, rm, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, prof, max_spin,
-                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr,
-                    SPIN: tl.constexpr):
+def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, prof, max_spin,
+                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
     """Batch mean and biased variance of the columns of z over ALL B rows, the rows spread over n_prog
     programs of BLOCK_M: each program summarises its own rows as (mean, M2 = sum of squared deviations),
     the programs exchange the summaries, and every program merges all of them in the same order, so all
     hold identical values. Both the local summary and the merge are ONE reduction each whose combine is
     Chan et al.'s pairwise update (n = na + nb, mean = ma + d nb / n, M2 = M2a + M2b + d^2 na nb / n with
     d = mb - ma): as stable as two passes, without the second pass's dependent reduction."""
-    STATS: tl.constexpr = SPIN // 256
+    ones = tl.where(rmask[:, None], 1.0, 0.0) + tl.zeros_like(z)
+    _, mean_p, m2_p = tl.reduce((ones, tl.where(rmask[:, None], z, 0.0), tl.zeros_like(z)), 0, _chan)
+    means, m2s, failed, prof = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, prof, max_spin,
+                                         NP, W, PROF)
     q = tl.arange(0, NP)
     cnt = tl.minimum(tl.maximum(B - q * BLOCK_M, 0), BLOCK_M).to(tl.float32)
-    if STATS == 1:  # sums of (z - rm) and its square, rm (the running mean) the same in every program
-        d = tl.where(rmask[:, None], z - rm[None, :], 0.0)
-        s1, s2 = _sum2(d, d * d, 0)
-        s1s, s2s, failed, prof = _exchange(sync_ptr, tag, k, s1, s2, pid, n_prog, failed, prof, max_spin,
-                                           NP, W, PROF, SPIN)
-        t1, t2 = _sum2(s1s, s2s, 0)
-        dm = t1 * inv_n
-        mean = rm + dm
-        var = tl.maximum(t2 * inv_n - dm * dm, 0.0)
-    elif STATS == 2:  # two passes locally, two dependent sums to merge
-        n_loc = tl.minimum(B - pid * BLOCK_M, BLOCK_M).to(tl.float32)
-        mean_p = tl.div_rn(tl.sum(tl.where(rmask[:, None], z, 0.0), axis=0), n_loc + tl.zeros([W], tl.float32))
-        zc = tl.where(rmask[:, None], z - mean_p[None, :], 0.0)
-        m2_p = tl.sum(zc * zc, axis=0)
-        means, m2s, failed, prof = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, prof, max_spin,
-                                             NP, W, PROF, SPIN)
-        mean = tl.sum(cnt[:, None] * means, axis=0) * inv_n
-        dd = means - mean[None, :]
-        var = tl.sum(m2s + cnt[:, None] * dd * dd, axis=0) * inv_n
-    else:
-        ones = tl.where(rmask[:, None], 1.0, 0.0) + tl.zeros_like(z)
-        _, mean_p, m2_p = tl.reduce((ones, tl.where(rmask[:, None], z, 0.0), tl.zeros_like(z)), 0, _chan)
-        means, m2s, failed, prof = _exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, prof, max_spin,
-                                             NP, W, PROF, SPIN)
-        _, mean, m2 = tl.reduce((cnt[:, None] + tl.zeros_like(means), means, m2s), 0, _chan)
-        var = m2 * inv_n
+    _, mean, m2 = tl.reduce((cnt[:, None] + tl.zeros_like(means), means, m2s), 0, _chan)
+    var = m2 * inv_n
     return mean, var, failed, prof
 
 
@@ -564,14 +435,14 @@ def _bn_fwd_layer(hin, wt, bl, gamma, beta, rm, rv, l, L, rmask, pid, n_prog, B,
                   run_ptr, rstd_ptr, xh_ptr, bstat_ptr, xh_offs, sync_ptr, tag, failed, prof, max_spin,
                   TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, SAVE: tl.constexpr,
                   PRECISION: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-                  PROF: tl.constexpr, SPIN: tl.constexpr):
+                  PROF: tl.constexpr):
     """One dense layer + batch norm: returns BN(hin W_l^T + b_l) (before the ReLU), saving xh and rstd;
     TRAIN: batch statistics through one exchange (program 0 records them and moves the running ones)."""
     cols = tl.arange(0, W)
     z = tl.dot(hin, wt, input_precision=PRECISION) + bl[None, :]
     if TRAIN:
-        mean, var, failed, prof = _bn_batch_stats(z, rm, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, l, failed,
-                                                  prof, max_spin, BLOCK_M, NP, W, PROF, SPIN)
+        mean, var, failed, prof = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, l, failed,
+                                                  prof, max_spin, BLOCK_M, NP, W, PROF)
         if pid == 0:
             if UPDATE_RUNNING:
                 tl.store(run_ptr + l * W + cols, rm + momentum * (mean - rm))
@@ -598,7 +469,7 @@ def _resnet_fwd_kernel(
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
     PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-    PROF: tl.constexpr = False, SPIN: tl.constexpr = False,
+    PROF: tl.constexpr = False,
 ):
     """ResNet-MLP forward over row tiles of BLOCK_M. TRAIN: batch statistics through a grid-wide
     exchange per BN layer (all programs resident; see _exchange); else the running statistics.
@@ -648,7 +519,7 @@ def _resnet_fwd_kernel(
         bn1, failed, prof = _bn_fwd_layer(
             h, w1, b1, g1, e1, m1, v1, 2 * j, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j) * BW + act_offs, sync_ptr, _bar_tag(base, 2 * j),
-            failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W, BLOCK_M, NP, PROF, SPIN)
+            failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W, BLOCK_M, NP, PROF)
         a = tl.maximum(bn1, 0.0)
         if SAVE:
             tl.store(a_ptr + j * BW + act_offs, a, mask=rmask[:, None])
@@ -656,7 +527,7 @@ def _resnet_fwd_kernel(
             a, w2, b2, g2, e2, m2, v2, 2 * j + 1, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j + 1) * BW + act_offs, sync_ptr,
             _bar_tag(base, 2 * j + 1), failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
-            BLOCK_M, NP, PROF, SPIN)
+            BLOCK_M, NP, PROF)
         h = tl.maximum(h + bn2, 0.0)
     if SAVE:
         tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
@@ -745,7 +616,6 @@ def _resnet_bwd_kernel(
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
     W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr, PROF: tl.constexpr = False,
-    SPIN: tl.constexpr = False,
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
@@ -799,7 +669,7 @@ def _resnet_bwd_kernel(
         sb2, sg2 = db2, dg2
         if TRAIN:
             dbs, dgs, failed, prof = _gather(sync_ptr, _bar_tag(base, 2 * i), 2 * i, n_prog, failed, prof, max_spin,
-                                             NP, W, PROF, SPIN)
+                                             NP, W, PROF)
             sb2, sg2 = _sum2(dbs, dgs, 0)
         dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
         # first layer: dbn1 = (dz2 W_{2j+1}) [a > 0]
@@ -815,7 +685,7 @@ def _resnet_bwd_kernel(
         sb1, sg1 = db1, dg1
         if TRAIN:
             dbs, dgs, failed, prof = _gather(sync_ptr, _bar_tag(base, 2 * i + 1), 2 * i + 1, n_prog, failed, prof,
-                                             max_spin, NP, W, PROF, SPIN)
+                                             max_spin, NP, W, PROF)
             sb1, sg1 = _sum2(dbs, dgs, 0)
         dz1 = _bn_dz(dbn1, xh1, g1, r1, sb1, sg1, inv_n, rmask, TRAIN)
         dh = dpre + tl.dot(dz1, w1, input_precision=PRECISION)
@@ -999,8 +869,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
                     x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
                     TRAIN=bn_train, UPDATE_RUNNING=bool(bn_train and update), WITH_LOSS=target is not None,
-                    SAVE=save, NP=buf["_np"], PROF=profile is not None,
-                    SPIN=_spin_arg(buf["_np"], W, cfg.num_warps, _is_fake(x, params), BN_STATS), **common)
+                    SAVE=save, NP=buf["_np"], PROF=profile is not None, **common)
         else:
             _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
                     B, layout.in_features, NH, x.stride(0), x.stride(1),
@@ -1077,8 +946,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
                     B, layout.in_features, layout.depth // 2, P,
                     x.stride(0), x.stride(1), 2.0 / B, 1.0 / B, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None,
-                    SPIN=_spin_arg(sync["_np"], W, cfg.num_warps, _is_fake(x, params), "chan"), **common)
+                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None, **common)
         else:
             _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
                     B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
