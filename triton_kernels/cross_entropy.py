@@ -50,10 +50,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import num_sms
 from .runtime import is_fake as _is_fake
 from .runtime import launch as _launch
-from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op,
+from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -311,7 +311,8 @@ def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
               NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
     """Grid-wide exchange of two (W,) fp32 vectors per program: program ``pid`` publishes (va, vb) for
     barrier ``k`` and waits until every program has published its own; returns the (NP, W) tiles of all
-    programs' va and vb (rows >= n_prog are 0) and the updated ``failed`` flag (and ``prof``).
+    programs' va and vb (rows >= n_prog are 0) and the updated per-word timeout flags ``failed`` (and
+    ``prof``).
 
     Each value travels as one 64-bit word (tag << 32) | bits(value): a reader that sees the barrier's tag
     in a word also sees its value (64-bit stores are single-copy atomic), so the data is its own barrier:
@@ -319,8 +320,8 @@ def _exchange(sync_ptr, tag, k, va, vb, pid, n_prog, failed, prof, max_spin,
     or fence. A program's words are interleaved (va[c], vb[c]) so one (NP, W, 2) load polls everything.
     Barrier k uses buffer k % 2: a program can write barrier k+2's words only after it has read every
     program's words of barrier k+1, which each program wrote after it had read barrier k's.
-    The poll is bounded (``max_spin``): if the programs are not all resident it sets ``failed`` and
-    stops waiting (the results are then wrong, and the launcher reports it) instead of hanging.
+    The poll is bounded (``max_spin``): if the programs are not all resident it flags the missing words
+    in ``failed`` (never waited for again) and stops waiting (the results are then wrong, and the launcher reports it) instead of hanging.
     PROF: ``prof`` accumulates (ns spent waiting) * 2**20 + (polls issued), read by bench.resnet_numerics.
     """
     _publish(sync_ptr, tag, k, va, vb, pid, NP, W)
@@ -335,6 +336,12 @@ def _publish(sync_ptr, tag, k, va, vb, pid, NP: tl.constexpr, W: tl.constexpr):
     slot = sync_ptr + (k % 2) * (NP * 2 * W)
     words = (tag.to(tl.int64) << 32) | (tl.join(va, vb).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
     tl.store(slot + pid * (2 * W) + 2 * cols[:, None] + e[None, :], words)  # (W, 2): va[c], vb[c] interleaved
+
+
+@triton.jit
+def _any(flags):
+    """Whether any element of an (NP, W, 2) 0/1 tile is set (one block-wide reduction)."""
+    return tl.max(tl.max(tl.max(flags, axis=2), axis=1), axis=0) > 0
 
 
 @triton.jit
@@ -358,8 +365,7 @@ def _gather(sync_ptr, tag, k, n_prog, failed, prof, max_spin, NP: tl.constexpr, 
     qmask = (q < n_prog)[:, None, None]
     got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
     spins = 0
-    while (tl.max(tl.max(tl.max(_lacking(got, qmask, tag) * (1 - failed), axis=2), axis=1), axis=0) == 1) & \
-            (spins < max_spin):
+    while _any(_lacking(got, qmask, tag) * (1 - failed)) & (spins < max_spin):
         got = tl.load(slot + offs, mask=qmask, other=0, volatile=True)
         spins += 1
     failed = failed | _lacking(got, qmask, tag)
@@ -562,7 +568,7 @@ def _barriers_end(state_ptr, prof_ptr, base, n_bar, failed, prof, t_start, pid, 
     if TRAIN:
         if pid == 0:
             tl.store(state_ptr, (base + n_bar) % 2147483646)
-        if tl.max(tl.max(tl.max(failed, axis=2), axis=1), axis=0) > 0:
+        if _any(failed):
             tl.store(state_ptr + 1, 1)
     if PROF:
         tl.store(prof_ptr + 2 * pid, prof)
@@ -780,7 +786,7 @@ def validate(layout: Layout, x, params, target=None, running=None, precision="ie
 
 
 def max_bn_rows(layout: Layout, device) -> int:
-    """Largest training batch of the fused ResNet: MAX_BN_ROWS rows per SM on the GPU; one program of
+    """Largest training batch of the fused ResNet: _bn_rows(width) rows per SM on the GPU; one program of
     at most MAX_BN_TILE values in the interpreter."""
     if INTERPRET or torch.device(device).type != "cuda":
         return MAX_BN_TILE // layout.width

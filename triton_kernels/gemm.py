@@ -19,9 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import num_sms
 from .runtime import (
     INTERPRET,
+    num_sms,
     register_op,
     Autotuner,
     Config,

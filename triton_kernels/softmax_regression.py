@@ -64,9 +64,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import num_sms
 from .runtime import is_fake as _is_fake, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, num_sms, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
