@@ -13,6 +13,9 @@
 #   sgemm      SGEMM step times, depths 10..1000 (needs .data/sgemm)         (~300 s)
 #   depth      the 200-epoch depth study, fused kernels, one process per model (DEPTH_MODELS="GloNet MLP",
 #              DEPTH_DEPTHS="10 1000", DEPTH_TIMEOUT per model; H100: ~5 min per family, ResNet ~10)
+#   resnet     fused ResNet-1000 diagnostics (needs .data/sgemm): forward / backward per tiling and dot
+#              precision in one run, the exchange-free evaluation forward, and an Nsight Compute warp-stall
+#              account of one step at depth 100 (resnet_tilings.json, resnet_stalls.json)     (~150 s)
 #   tests      every GPU test, one process per group, in parallel            (~300 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
@@ -37,6 +40,16 @@ for stage in "$@"; do
     mnist) timeout 240 python3 -m bench.mnist --epochs 10 --precision tf32x3 --x-dtype uint8 $(out) 2>&1 | tail -16 ;;
     sgemm) timeout 400 python3 -m bench.sgemm --suite steptime --models GloNet,ResNetMLP \
              --depths 10,24,50,100,200,600,1000 --backends eager,triton,triton+graph --no-progress $(out) 2>&1 | grep -v -i warn | tail -40 ;;
+    resnet)
+      dir=${OUT:-results/$(python3 -c "from triton_kernels.runtime import device_slug; print(device_slug())")}
+      mkdir -p "$dir"
+      timeout 300 python3 -m bench.resnet_numerics --only tilings --time-depths 1000 --precisions ieee,tf32x3 \
+        --fwd 64/4,128/4,32/4,64/8,1024/16 --bwd 32/4,64/4,32/8,1024/16 --json "$dir/resnet_tilings.json" \
+        2>&1 | grep -v -i warn
+      timeout 200 ncu --clock-control none -k regex:_resnet_ --launch-skip 2 --launch-count 2 \
+        --section WarpStateStats --section SourceCounters -f -o /tmp/resnet100 \
+        python3 -m bench.resnet_numerics --only once --time-depths 100 2>&1 | grep "^==PROF==" | tail -3
+      python3 -m bench.ncu_stalls /tmp/resnet100.ncu-rep --top 8 --json "$dir/resnet_stalls.json" ;;
     depth)
       # the 200-epoch depth study with the fused kernels: one process per model, each with its own limit
       # (DEPTH_TIMEOUT s), so a model cut short costs only itself; then the tables from every finished

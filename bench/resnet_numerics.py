@@ -11,6 +11,16 @@
 3. Fused step time from a CUDA graph (median of 50 replays) at each depth, every tiling the tuner
    tried, and the instrumented kernels' account of the time: how long a program waits in each exchange
    and how many polls that takes.
+4. ``--only tilings``: forward and backward kernels timed separately in one run for the tilings given
+   (``--fwd 64/4,32/8``, ``--bwd 32/4``: BLOCK_M/warps) and precisions (``--precisions ieee,tf32x3``),
+   each checked against the first, plus the evaluation-mode forward (running statistics: the same
+   dots, BN and stores with no exchange), which separates the exchanges' cost from the rest.
+5. ``--only once``: one forward + backward pair at the first of ``--time-depths`` with fixed tilings
+   (after a warm-up launch pair that compiles), for a profiler:
+       ncu --clock-control none -k regex:_resnet_ --launch-skip 2 --launch-count 2 \
+           --section WarpStateStats --section SourceCounters -o resnet \
+           python -m bench.resnet_numerics --only once --time-depths 100
+       python -m bench.ncu_stalls resnet.ncu-rep
 """
 from __future__ import annotations
 
@@ -21,9 +31,11 @@ import json
 import torch
 
 from bench import sgemm as sgemm_bench
+from bench.results import provenance
 from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
+from triton_kernels.runtime import atomic_write_text
 from triton_kernels.testing import rel_err
 
 
@@ -153,6 +165,98 @@ def profile(name, data, dev, B=1024):
     return res
 
 
+def _median_ms(fn, reps=15):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def _tiling(spec):
+    bm, w = spec.split("/")
+    return F.Config({"BLOCK_M": int(bm)}, int(w), 1)
+
+
+def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
+    """Forward / backward kernel times (median of 15 launches) per tiling and precision, same run; the
+    first variant is the reference of the max relative differences reported (y, xh; gradient)."""
+    tr = FusedTrainer(build_model(name, seed=0, device=dev))
+    lay, flat = tr.layout, tr.flat
+    x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
+    run0 = tr.running.clone()
+    rdiff = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()  # noqa: E731
+    ref_o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=_tiling(fwd[0]))
+    ref_g = F.backward(lay, x, flat, ref_o, target=t, config=_tiling(bwd[0]))
+    F.check_sync(ref_o, ref_g["sync"])
+    rows = []
+    fv = [(f, p, True) for p in precisions for f in fwd] + [(fwd[0], precisions[0], False)]
+    for spec, prec, train in fv:
+        c = _tiling(spec)
+        try:
+            r = _time_forward(lay, x, t, flat, run0, c, prec, train, ref_o, name, spec, rdiff)
+        except Exception as e:  # e.g. a tile that does not fit the shared memory: keep going, say why
+            r = {"model": name, "kernel": "forward", "tiling": spec, "precision": prec, "error": repr(e)[:300]}
+            print(f"{name} forward {spec} {prec}: {r['error']}", flush=True)
+        rows.append(r)
+    for spec, prec in [(b, p) for p in precisions for b in bwd]:
+        c = _tiling(spec)
+        try:
+            r = _time_backward(lay, x, t, flat, c, prec, ref_o, ref_g, name, spec, rdiff)
+        except Exception as e:
+            r = {"model": name, "kernel": "backward", "tiling": spec, "precision": prec, "error": repr(e)[:300]}
+            print(f"{name} backward {spec} {prec}: {r['error']}", flush=True)
+        rows.append(r)
+    return rows
+
+
+def _time_forward(lay, x, t, flat, run0, c, prec, train, ref_o, name, spec, rdiff):
+    """One forward variant of ``tilings``: its row (the time, and differences from the reference)."""
+    o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=c,
+                  precision=prec, training=train)
+    ms = _median_ms(lambda: F.forward(lay, x, flat, target=t, running=run0, update_running=False, config=c,
+                                      out=o, precision=prec, training=train))
+    F.check_sync(o)
+    r = {"model": name, "kernel": "forward" if train else "forward, evaluation mode (no exchange)",
+         "tiling": spec, "precision": prec, "ms": ms, "us_per_layer": ms * 1e3 / lay.depth}
+    if train:
+        r.update(rel_diff_y=rdiff(o["y"], ref_o["y"]), rel_diff_xh=rdiff(o["xh"], ref_o["xh"]))
+    print(f"{name} {r['kernel']:40s} {spec:7s} {prec:7s} {ms:.3f} ms ({r['us_per_layer']:.2f} us/layer)", flush=True)
+    return r
+
+
+def _time_backward(lay, x, t, flat, c, prec, ref_o, ref_g, name, spec, rdiff):
+    """One backward variant of ``tilings`` (from the reference forward's saved tensors)."""
+    g = F.backward(lay, x, flat, ref_o, target=t, config=c, precision=prec)
+    ms = _median_ms(lambda: F.backward(lay, x, flat, ref_o, target=t, config=c, reduce=False,
+                                       partials=g["partials"], sync=g["sync"], precision=prec))
+    F.check_sync(g["sync"])
+    r = {"model": name, "kernel": "backward", "tiling": spec, "precision": prec, "ms": ms,
+         "us_per_layer": ms * 1e3 / lay.depth, "rel_diff_grad": rdiff(g["grad"], ref_g["grad"])}
+    print(f"{name} {'backward':40s} {spec:7s} {prec:7s} {ms:.3f} ms ({r['us_per_layer']:.2f} us/layer)", flush=True)
+    return r
+
+
+def once(name, data, dev, fwd, bwd, B=1024):
+    """Two forward + backward launch pairs with fixed tilings (the first compiles): for a profiler."""
+    tr = FusedTrainer(build_model(name, seed=0, device=dev))
+    x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
+    for _ in range(2):
+        o = F.forward(tr.layout, x, tr.flat, target=t, running=tr.running.clone(), update_running=False,
+                      config=_tiling(fwd))
+        g = F.backward(tr.layout, x, tr.flat, o, target=t, config=_tiling(bwd))
+    torch.cuda.synchronize()
+    F.check_sync(o, g["sync"])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--depths", default="10,100")
@@ -160,7 +264,11 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--families", default="ResNetMLP,GloNet")
     p.add_argument("--profile-depths", default="100,1000")
-    p.add_argument("--only", default="one_step,trajectories,graph,profile", help="parts to run")
+    p.add_argument("--only", default="one_step,trajectories,graph,profile",
+                   help="parts to run (also: tilings, once)")
+    p.add_argument("--fwd", default="64/4,128/4,32/4", help="forward tilings BLOCK_M/warps (tilings, once)")
+    p.add_argument("--bwd", default="32/4,64/4", help="backward tilings BLOCK_M/warps (tilings, once)")
+    p.add_argument("--precisions", default="ieee", help="dot precisions (tilings)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     dev = torch.device("cuda")
@@ -180,9 +288,15 @@ def main(argv=None):
     if "profile" in parts:
         rep["profile"] = {f"ResNetMLP{d}": profile(f"ResNetMLP{d}", data, dev)
                           for d in map(int, a.profile_depths.split(","))}
+    if "tilings" in parts:
+        rep["tilings"] = [r for d in map(int, a.time_depths.split(","))
+                          for r in tilings(f"ResNetMLP{d}", data, dev, a.fwd.split(","), a.bwd.split(","),
+                                           a.precisions.split(","))]
+    if "once" in parts:
+        once(f"ResNetMLP{int(a.time_depths.split(',')[0])}", data, dev, a.fwd.split(",")[0], a.bwd.split(",")[0])
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rep, f, indent=1)
+        rep["provenance"] = provenance()
+        atomic_write_text(a.json, json.dumps(rep, indent=1, default=str))
 
 
 if __name__ == "__main__":

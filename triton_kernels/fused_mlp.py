@@ -67,7 +67,7 @@ from .runtime import register_tuner
 
 KINDS = ("glonet", "mlp", "resnet")
 WIDTHS = (16, 32, 64)
-PRECISIONS = ("ieee", "tf32")
+PRECISIONS = ("ieee", "tf32", "tf32x3")
 MAX_BN_TILE = 16384  # rows * width of the single training-mode ResNet program in the interpreter
 MAX_BN_ROWS = 128  # rows per program of the training-mode ResNet on the GPU (the grid must fit on the SMs)
 MAX_BN_VALUES = 4096  # rows * width of one such program
