@@ -47,10 +47,7 @@ Tiling
   running-stat update (program 0) and the BN backward stay fused, at one exchange (~1-2 us: an L2 round
   trip or two) per BN layer and direction: that latency, not arithmetic, sets the step time of a deep
   ResNet. In the CPU interpreter programs run one after another, so there ONE program owns the batch.
-  In evaluation mode BN is affine and no exchange is needed. A layer's (rows, W) x (W, W) product is a
-  tl.dot, or (config REG_DOT, fp32 only) W products per output summed in registers: tl.dot stages its
-  operands through shared memory every layer, which costs more than the arithmetic at this size; the tuner
-  picks the form per kernel (the training forward is faster with it, the backward slower).
+  In evaluation mode BN is affine and no exchange is needed.
 
 Launches per training step: forward, backward, (partials reduction fused into) Adam, plus the step
 counter: all capturable in one CUDA graph (no host syncs, static shapes).
@@ -420,15 +417,6 @@ def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, p
 
 
 @triton.jit
-def _mm(a, b, PRECISION: tl.constexpr, REG_DOT: tl.constexpr):
-    """a @ b for a layer's (rows, W) x (W, W) product: tl.dot, or with REG_DOT the W products per output
-    summed in registers (tl.sum over a (rows, W, W) broadcast: no shared-memory staging of the operands)."""
-    if REG_DOT:
-        return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
-    return tl.dot(a, b, input_precision=PRECISION)
-
-
-@triton.jit
 def _layer_params(p_ptr, l, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W: tl.constexpr, TRANS: tl.constexpr):
     """Layer l's weights ((W_in, W_out) = W_l^T when TRANS, else as stored), bias, BN gamma and beta."""
     cols = tl.arange(0, W)
@@ -453,11 +441,11 @@ def _bn_fwd_layer(hin, wt, bl, gamma, beta, rm, rv, l, L, rmask, pid, n_prog, B,
                   run_ptr, rstd_ptr, xh_ptr, bstat_ptr, xh_offs, sync_ptr, tag, failed, prof, max_spin,
                   TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, SAVE: tl.constexpr,
                   PRECISION: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-                  PROF: tl.constexpr, REG_DOT: tl.constexpr):
+                  PROF: tl.constexpr):
     """One dense layer + batch norm: returns BN(hin W_l^T + b_l) (before the ReLU), saving xh and rstd;
     TRAIN: batch statistics through one exchange (program 0 records them and moves the running ones)."""
     cols = tl.arange(0, W)
-    z = _mm(hin, wt, PRECISION, REG_DOT) + bl[None, :]
+    z = tl.dot(hin, wt, input_precision=PRECISION) + bl[None, :]
     if TRAIN:
         mean, var, failed, prof = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, l, failed,
                                                   prof, max_spin, BLOCK_M, NP, W, PROF)
@@ -487,7 +475,7 @@ def _resnet_fwd_kernel(
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
     PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-    PROF: tl.constexpr = False, REG_DOT: tl.constexpr = False,
+    PROF: tl.constexpr = False,
 ):
     """ResNet-MLP forward over row tiles of BLOCK_M. TRAIN: batch statistics through a grid-wide
     exchange per BN layer (all programs resident; see _exchange); else the running statistics.
@@ -537,7 +525,7 @@ def _resnet_fwd_kernel(
         bn1, failed, prof = _bn_fwd_layer(
             h, w1, b1, g1, e1, m1, v1, 2 * j, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j) * BW + act_offs, sync_ptr, _bar_tag(base, 2 * j),
-            failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W, BLOCK_M, NP, PROF, REG_DOT)
+            failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W, BLOCK_M, NP, PROF)
         a = tl.maximum(bn1, 0.0)
         if SAVE:
             tl.store(a_ptr + j * BW + act_offs, a, mask=rmask[:, None])
@@ -545,7 +533,7 @@ def _resnet_fwd_kernel(
             a, w2, b2, g2, e2, m2, v2, 2 * j + 1, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j + 1) * BW + act_offs, sync_ptr,
             _bar_tag(base, 2 * j + 1), failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
-            BLOCK_M, NP, PROF, REG_DOT)
+            BLOCK_M, NP, PROF)
         h = tl.maximum(h + bn2, 0.0)
     if SAVE:
         tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
@@ -634,7 +622,6 @@ def _resnet_bwd_kernel(
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
     W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr, PROF: tl.constexpr = False,
-    REG_DOT: tl.constexpr = False,
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
@@ -692,7 +679,7 @@ def _resnet_bwd_kernel(
             sb2, sg2 = _sum2(dbs, dgs, 0)
         dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
         # first layer: dbn1 = (dz2 W_{2j+1}) [a > 0]
-        dbn1 = tl.where(rmask[:, None] & (a > 0.0), _mm(dz2, w2, PRECISION, REG_DOT), 0.0)
+        dbn1 = tl.where(rmask[:, None] & (a > 0.0), tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
         db1, dg1 = _sum2(dbn1, dbn1 * xh1, 0)
         if TRAIN:
             _publish(sync_ptr, _bar_tag(base, 2 * i + 1), 2 * i + 1, db1, dg1, pid, NP, W)
@@ -707,7 +694,7 @@ def _resnet_bwd_kernel(
                                              max_spin, NP, W, PROF)
             sb1, sg1 = _sum2(dbs, dgs, 0)
         dz1 = _bn_dz(dbn1, xh1, g1, r1, sb1, sg1, inv_n, rmask, TRAIN)
-        dh = dpre + _mm(dz1, w1, PRECISION, REG_DOT)
+        dh = dpre + tl.dot(dz1, w1, input_precision=PRECISION)
         dz1_p = dz1
         h = hin
     if NBLK > 0:  # block 0's first layer (input h_0, the stem output)
@@ -734,8 +721,8 @@ def _colsum_kernel(part_ptr, out_ptr, NP, P, BLOCK: tl.constexpr):
 # ----------------------------------------------------------------------------------------------------
 # Autotuning spaces
 # ----------------------------------------------------------------------------------------------------
-def _rcfg(bm, warps, reg_dot=False):
-    return Config({"BLOCK_M": bm, **({"REG_DOT": True} if reg_dot else {})}, warps, 1)
+def _rcfg(bm, warps):
+    return Config({"BLOCK_M": bm}, warps, 1)
 
 
 # row tiles: 1024 rows / 16 = 64 programs ... enough to keep the dependent chains of many SMs busy;
@@ -746,15 +733,11 @@ ROW_INTERPRET = _rcfg(16, 4)
 # resident (<= the SM count). Each BN layer costs one exchange (~an L2 round trip): fewer, fatter tiles
 # cost more per-layer math, more, thinner ones more polling traffic. 64 rows / 2 warps first.
 BN_CONFIGS = [_rcfg(bm, w) for bm in (64, 32, 128, 16) for w in (2, 4, 1)]
-# the training forward may also sum each layer's products in registers (REG_DOT, fp32 "ieee" only): on the
-# H100 that cut the depth-1000 forward from 2.98 to 2.54 ms (128 rows / 4 warps), while the backward, whose
-# products feed reductions in other layouts, got slower with it (results/NOTES.md, session 5)
-BN_FWD_CONFIGS = [_rcfg(bm, w, True) for bm in (128, 64, 32) for w in (4, 2)] + BN_CONFIGS
 BN_INTERPRET = Config({}, 4, 1)  # no BLOCK_M: the interpreter runs programs in turn, so ONE owns the batch
 
 _fwd_tuner = register_tuner(Autotuner("fused_mlp_fwd", _mlp_fwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
 _bwd_tuner = register_tuner(Autotuner("fused_mlp_bwd", _mlp_bwd_kernel, ROW_CONFIGS, interpret_config=ROW_INTERPRET))
-_rfwd_tuner = register_tuner(Autotuner("fused_resnet_fwd", _resnet_fwd_kernel, BN_FWD_CONFIGS + ROW_CONFIGS,
+_rfwd_tuner = register_tuner(Autotuner("fused_resnet_fwd", _resnet_fwd_kernel, BN_CONFIGS + ROW_CONFIGS,
                                        interpret_config=BN_INTERPRET))
 _rbwd_tuner = register_tuner(Autotuner("fused_resnet_bwd", _resnet_bwd_kernel, BN_CONFIGS + ROW_CONFIGS,
                                        interpret_config=BN_INTERPRET))
@@ -892,8 +875,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
                     x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
                     TRAIN=bn_train, UPDATE_RUNNING=bool(bn_train and update), WITH_LOSS=target is not None,
-                    SAVE=save, NP=buf["_np"], PROF=profile is not None, REG_DOT=_reg_dot(cfg, precision),
-                    **common)
+                    SAVE=save, NP=buf["_np"], PROF=profile is not None, **common)
         else:
             _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
                     B, layout.in_features, NH, x.stride(0), x.stride(1),
@@ -904,8 +886,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
     if config is None:
         tuner = _rfwd_tuner if layout.kind == "resnet" else _fwd_tuner
         config = tuner.pick(_key(layout, B, precision, (bn_train, save)), lambda c: run(c, update=False),
-                            lambda: _configs(layout, B, bn_train, dev, precision, forward=True),
-                            tracing=_is_fake(x, params))
+                            lambda: _configs(layout, B, bn_train, dev), tracing=_is_fake(x, params))
     buf = run(config)
     buf = dict(buf)
     buf["config"] = config
@@ -918,21 +899,12 @@ def _block_m(layout, B, cfg, bn_train):
     return cfg.kwargs.get("BLOCK_M", 16 if INTERPRET else 64)
 
 
-def _reg_dot(cfg, precision) -> bool:
-    """Whether a config asks for the register-summed products (exact fp32: only with precision "ieee")."""
-    reg = bool(cfg.kwargs.get("REG_DOT", False))
-    if reg and precision != "ieee":
-        raise ValueError(f"config {cfg} sums products in fp32 registers: it needs precision='ieee', got {precision!r}")
-    return reg
-
-
-def _configs(layout, B, bn_train, device, precision="ieee", forward=False):
+def _configs(layout, B, bn_train, device):
     if layout.kind == "resnet":
         if not bn_train:
             return ROW_CONFIGS
         rows = _bn_rows(layout.width)
-        cands = BN_FWD_CONFIGS if (forward and precision == "ieee") else BN_CONFIGS
-        fit = [c for c in cands
+        fit = [c for c in BN_CONFIGS
                if triton.cdiv(B, c.kwargs["BLOCK_M"]) <= num_sms(device) and c.kwargs["BLOCK_M"] <= rows]
         return fit or [_rcfg(rows, 4)]
     return [c for c in ROW_CONFIGS if c.kwargs["BLOCK_M"] <= max(16, next_power_of_2(B))]
@@ -980,8 +952,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
                     B, layout.in_features, layout.depth // 2, P,
                     x.stride(0), x.stride(1), 2.0 / B, 1.0 / B, MAX_SPIN,
                     o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None, REG_DOT=_reg_dot(cfg, precision),
-                    **common)
+                    TRAIN=bn_train, NP=sync["_np"], PROF=profile is not None, **common)
         else:
             _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
                     B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
