@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 
 import torch
 
@@ -35,7 +36,7 @@ from bench.results import provenance
 from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
-from triton_kernels.runtime import atomic_write_text
+from triton_kernels.runtime import atomic_write_text, cuda_time_ms
 from triton_kernels.testing import rel_err
 
 
@@ -110,18 +111,8 @@ def graph_ms(name, data, dev, B=1024, reps=50):
     tr = FusedTrainer(build_model(name, seed=0, device=dev))
     x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
     g, _ = tr.capture(x, t)
-    for _ in range(5):
-        g.replay()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
+    ts = sorted(cuda_time_ms(g.replay, warmup=5, rep=reps, flush_l2=False))
     tr.check()
-    ts.sort()
     cfg = (tr._fwd[B]["config"], tr._bwd[B]["config"])
     print(f"{name}: fused step from a graph {ts[len(ts) // 2]:.3f} ms (p10 {ts[len(ts) // 10]:.3f}); "
           f"configs fwd {cfg[0]} bwd {cfg[1]}", flush=True)
@@ -166,19 +157,13 @@ def profile(name, data, dev, B=1024):
 
 
 def _median_ms(fn, reps=15):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    """Median CUDA-event time of ``fn`` (3 warm-up calls, no L2 flush: the kernels' data is L2-resident
+    in a training step too)."""
+    return statistics.median(cuda_time_ms(fn, warmup=3, rep=reps, flush_l2=False))
+
+
+def _max_rel_diff(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
 def _tiling(spec):
@@ -188,61 +173,50 @@ def _tiling(spec):
 
 def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
     """Forward / backward kernel times (median of 15 launches) per tiling and precision, same run; the
-    first variant is the reference of the max relative differences reported (y, xh; gradient)."""
+    first variant is the reference of the max relative differences reported (y, xh; gradient). A
+    variant that fails (e.g. a tile that does not fit the shared memory) gets a row saying why."""
     tr = FusedTrainer(build_model(name, seed=0, device=dev))
     lay, flat = tr.layout, tr.flat
     x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
     run0 = tr.running.clone()
-    rdiff = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()  # noqa: E731
     ref_o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=_tiling(fwd[0]))
     ref_g = F.backward(lay, x, flat, ref_o, target=t, config=_tiling(bwd[0]))
     F.check_sync(ref_o, ref_g["sync"])
+
+    def forward_row(c, prec, train):
+        o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=c,
+                      precision=prec, training=train)
+        ms = _median_ms(lambda: F.forward(lay, x, flat, target=t, running=run0, update_running=False, config=c,
+                                          out=o, precision=prec, training=train))
+        F.check_sync(o)
+        r = {"ms": ms}
+        if train:
+            r.update(rel_diff_y=_max_rel_diff(o["y"], ref_o["y"]), rel_diff_xh=_max_rel_diff(o["xh"], ref_o["xh"]))
+        return r
+
+    def backward_row(c, prec, _train):
+        g = F.backward(lay, x, flat, ref_o, target=t, config=c, precision=prec)
+        ms = _median_ms(lambda: F.backward(lay, x, flat, ref_o, target=t, config=c, reduce=False,
+                                           partials=g["partials"], sync=g["sync"], precision=prec))
+        F.check_sync(g["sync"])
+        return {"ms": ms, "rel_diff_grad": _max_rel_diff(g["grad"], ref_g["grad"])}
+
+    variants = ([("forward", forward_row, f, p, True) for p in precisions for f in fwd]
+                + [("forward, evaluation mode (no exchange)", forward_row, fwd[0], precisions[0], False)]
+                + [("backward", backward_row, b, p, True) for p in precisions for b in bwd])
     rows = []
-    fv = [(f, p, True) for p in precisions for f in fwd] + [(fwd[0], precisions[0], False)]
-    for spec, prec, train in fv:
-        c = _tiling(spec)
+    for kernel, measure, spec, prec, train in variants:
+        r = {"model": name, "kernel": kernel, "tiling": spec, "precision": prec}
         try:
-            r = _time_forward(lay, x, t, flat, run0, c, prec, train, ref_o, name, spec, rdiff)
-        except Exception as e:  # e.g. a tile that does not fit the shared memory: keep going, say why
-            r = {"model": name, "kernel": "forward", "tiling": spec, "precision": prec, "error": repr(e)[:300]}
-            print(f"{name} forward {spec} {prec}: {r['error']}", flush=True)
-        rows.append(r)
-    for spec, prec in [(b, p) for p in precisions for b in bwd]:
-        c = _tiling(spec)
-        try:
-            r = _time_backward(lay, x, t, flat, c, prec, ref_o, ref_g, name, spec, rdiff)
+            r.update(measure(_tiling(spec), prec, train))
+            r["us_per_layer"] = r["ms"] * 1e3 / lay.depth
+            print(f"{name} {kernel:40s} {spec:7s} {prec:7s} {r['ms']:.3f} ms ({r['us_per_layer']:.2f} us/layer)",
+                  flush=True)
         except Exception as e:
-            r = {"model": name, "kernel": "backward", "tiling": spec, "precision": prec, "error": repr(e)[:300]}
-            print(f"{name} backward {spec} {prec}: {r['error']}", flush=True)
+            r["error"] = repr(e)[:300]
+            print(f"{name} {kernel} {spec} {prec}: {r['error']}", flush=True)
         rows.append(r)
     return rows
-
-
-def _time_forward(lay, x, t, flat, run0, c, prec, train, ref_o, name, spec, rdiff):
-    """One forward variant of ``tilings``: its row (the time, and differences from the reference)."""
-    o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=c,
-                  precision=prec, training=train)
-    ms = _median_ms(lambda: F.forward(lay, x, flat, target=t, running=run0, update_running=False, config=c,
-                                      out=o, precision=prec, training=train))
-    F.check_sync(o)
-    r = {"model": name, "kernel": "forward" if train else "forward, evaluation mode (no exchange)",
-         "tiling": spec, "precision": prec, "ms": ms, "us_per_layer": ms * 1e3 / lay.depth}
-    if train:
-        r.update(rel_diff_y=rdiff(o["y"], ref_o["y"]), rel_diff_xh=rdiff(o["xh"], ref_o["xh"]))
-    print(f"{name} {r['kernel']:40s} {spec:7s} {prec:7s} {ms:.3f} ms ({r['us_per_layer']:.2f} us/layer)", flush=True)
-    return r
-
-
-def _time_backward(lay, x, t, flat, c, prec, ref_o, ref_g, name, spec, rdiff):
-    """One backward variant of ``tilings`` (from the reference forward's saved tensors)."""
-    g = F.backward(lay, x, flat, ref_o, target=t, config=c, precision=prec)
-    ms = _median_ms(lambda: F.backward(lay, x, flat, ref_o, target=t, config=c, reduce=False,
-                                       partials=g["partials"], sync=g["sync"], precision=prec))
-    F.check_sync(g["sync"])
-    r = {"model": name, "kernel": "backward", "tiling": spec, "precision": prec, "ms": ms,
-         "us_per_layer": ms * 1e3 / lay.depth, "rel_diff_grad": rdiff(g["grad"], ref_g["grad"])}
-    print(f"{name} {'backward':40s} {spec:7s} {prec:7s} {ms:.3f} ms ({r['us_per_layer']:.2f} us/layer)", flush=True)
-    return r
 
 
 def once(name, data, dev, fwd, bwd, B=1024):
