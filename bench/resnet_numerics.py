@@ -8,6 +8,9 @@
 2. 100 steps of Adam on real SGEMM batches, three ways: eager float64 (the truth), eager fp32, fused fp32:
    the relative loss difference of each pair at steps 1, 10, 30, 100. If eager fp32 drifts from float64
    as far as the fused kernels do, the drift is the network's sensitivity to rounding, not a kernel error.
+   Also eager fp32 and fused fp32 against themselves with each batch's rows shuffled: the same exact
+   computation in another order of fp32 additions, so the smallest "fused vs eager" any fp32 kernel can
+   promise.
 3. Fused step time from a CUDA graph (median of 50 replays) at each depth, every tiling the tuner
    tried, and the instrumented kernels' account of the time: how long a program waits in each exchange
    and how many polls that takes.
@@ -83,27 +86,46 @@ def one_step(name, B, dev):
             "grad_rel_err": rows}
 
 
-def trajectories(name, data, steps, dev, B=1024):
-    # the same three step functions as bench.sgemm's loss check (seed 0, Adam lr 1e-3, fp32 ieee)
+def trajectories(name, data, steps, dev, B=1024, permuted=True):
+    """The same ``steps`` Adam steps (seed 0, lr 1e-3, fp32 ieee, consecutive batches of B rows) run as
+    eager float64 (the truth), eager fp32 and fused fp32, and with ``permuted`` also eager fp32 and fused
+    fp32 on the same batches with their rows shuffled (a fresh seeded permutation each step). Row order
+    cannot change the exact result (batch statistics and the MSE are sums over rows), so the permuted
+    runs measure how far a network amplifies nothing but the order of fp32 additions: a baseline for
+    "fused vs eager" that no fp32 implementation summing in its own order can beat."""
+    # the same step functions as bench.sgemm's loss check
     make = sgemm_bench._step_fns(name, argparse.Namespace(width=16, seed=0, lr=1e-3, weight_decay=0.0,
                                                           precision="ieee"), dev)
     fused = make["triton"]()
     fns = {"fp64": make["eager64"](), "eager32": make["eager"](), "fused": fused}
+    if permuted:
+        fns.update(eager32_perm=make["eager"](), fused_perm=make["triton"]())
+    gen = torch.Generator().manual_seed(1)
     marks, out = {1, 10, 30, 100, steps}, []
     n = len(data.train)
+    B = min(B, n)
+    rel = lambda a, b: abs(a - b) / abs(b)  # noqa: E731
     for s in range(steps):
         i = (s * B) % max(n - B + 1, 1)
         x, t = data.train.x[i:i + B], data.train.y[i:i + B]
-        ls = {k: float(f(x, t)) for k, f in fns.items()}
+        p = torch.randperm(B, generator=gen).to(x.device)
+        ls = {k: float(f(x[p], t[p]) if k.endswith("_perm") else f(x, t)) for k, f in fns.items()}
         if s + 1 in marks:
-            r = {"step": s + 1, "eager32_vs_fp64": abs(ls["eager32"] - ls["fp64"]) / ls["fp64"],
-                 "fused_vs_fp64": abs(ls["fused"] - ls["fp64"]) / ls["fp64"],
-                 "fused_vs_eager32": abs(ls["fused"] - ls["eager32"]) / ls["eager32"], "loss_fp64": ls["fp64"]}
+            r = {"step": s + 1, "eager32_vs_fp64": rel(ls["eager32"], ls["fp64"]),
+                 "fused_vs_fp64": rel(ls["fused"], ls["fp64"]),
+                 "fused_vs_eager32": rel(ls["fused"], ls["eager32"]), "loss_fp64": ls["fp64"]}
+            if permuted:
+                r.update(eager32_vs_eager32_permuted=rel(ls["eager32_perm"], ls["eager32"]),
+                         fused_vs_fused_permuted=rel(ls["fused_perm"], ls["fused"]))
             out.append(r)
             print(f"{name} step {s + 1:4d}: eager32-fp64 {r['eager32_vs_fp64']:.2e}  fused-fp64 "
-                  f"{r['fused_vs_fp64']:.2e}  fused-eager32 {r['fused_vs_eager32']:.2e}  (loss {ls['fp64']:.5f})",
-                  flush=True)
-    fused.__self__.check()
+                  f"{r['fused_vs_fp64']:.2e}  fused-eager32 {r['fused_vs_eager32']:.2e}"
+                  + (f"  eager32-eager32(rows permuted) {r['eager32_vs_eager32_permuted']:.2e}  "
+                     f"fused-fused(rows permuted) {r['fused_vs_fused_permuted']:.2e}" if permuted else "")
+                  + f"  (loss {ls['fp64']:.5f})", flush=True)
+    for f in (fns["fused"], fns.get("fused_perm")):
+        if f is not None and hasattr(f, "__self__"):
+            f.__self__.check()
     return out
 
 

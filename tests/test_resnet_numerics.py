@@ -1,0 +1,29 @@
+"""bench.resnet_numerics on the CPU (interpreter, tiny shapes): the loss trajectories, including the
+row-permutation baseline, run for both families and report what the study's notes quote."""
+import pytest
+
+from bench import resnet_numerics as RN
+from bench.data import sgemm as S
+
+
+@pytest.fixture
+def data(tmp_path):
+    return S.load(S.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=120, seed=2))
+
+
+@pytest.mark.parametrize("name", ["ResNetMLP4", "GloNet4"])
+def test_trajectories_report_permutation_baseline(data, name):
+    rows = RN.trajectories(name, data, 3, "cpu", B=32)
+    assert [r["step"] for r in rows] == [1, 3]
+    keys = {"eager32_vs_fp64", "fused_vs_fp64", "fused_vs_eager32", "eager32_vs_eager32_permuted",
+            "fused_vs_fused_permuted", "loss_fp64"}
+    for r in rows:
+        assert keys <= set(r)
+        assert all(r[k] >= 0 for k in keys)
+    # step 1 starts from the same weights: every fp32 variant is within rounding of float64
+    assert max(rows[0][k] for k in keys - {"loss_fp64"}) < 1e-5
+
+
+def test_trajectories_without_permutation(data):
+    rows = RN.trajectories("ResNetMLP4", data, 1, "cpu", B=16, permuted=False)
+    assert "eager32_vs_eager32_permuted" not in rows[0]
