@@ -16,6 +16,8 @@
 #   resnet     fused ResNet-1000 diagnostics (needs .data/sgemm): forward / backward per tiling and dot
 #              precision in one run, the exchange-free evaluation forward, and an Nsight Compute warp-stall
 #              account of one step at depth 100 (resnet_tilings.json, resnet_stalls.json)     (~150 s)
+#   reorder    loss after 100 steps: eager fp32 / fused fp32 vs float64, vs each other, and vs themselves on
+#              the same batches with their rows shuffled (resnet_/glonet_reorder.json; needs .data/sgemm)  (~400 s)
 #   tests      every GPU test, one process per group, in parallel            (~300 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
@@ -50,6 +52,13 @@ for stage in "$@"; do
         --section WarpStateStats --section SourceCounters -f -o /tmp/resnet100 \
         python3 -m bench.resnet_numerics --only once --time-depths 100 2>&1 | grep "^==PROF==" | tail -3
       python3 -m bench.ncu_stalls /tmp/resnet100.ncu-rep --top 8 --json "$dir/resnet_stalls.json" ;;
+    reorder)
+      dir=${OUT:-results/$(python3 -c "from triton_kernels.runtime import device_slug; print(device_slug())")}
+      mkdir -p "$dir"
+      timeout 420 python3 -m bench.resnet_numerics --only trajectories --families ResNetMLP \
+        --depths ${REORDER_DEPTHS:-10,24,50,100,200,1000} --json "$dir/resnet_reorder.json" 2>&1 | grep -v -i warn
+      timeout 150 python3 -m bench.resnet_numerics --only trajectories --families GloNet \
+        --depths 10,100 --json "$dir/glonet_reorder.json" 2>&1 | grep -v -i warn ;;
     depth)
       # the 200-epoch depth study with the fused kernels: one process per model, each with its own limit
       # (DEPTH_TIMEOUT s), so a model cut short costs only itself; then the tables from every finished

@@ -272,12 +272,20 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = False
     parts = a.only.split(",")
     rep = {}
+
+    def save():
+        if a.json:
+            atomic_write_text(a.json, json.dumps(dict(rep, provenance=provenance()), indent=1, default=str))
+
     if "one_step" in parts:
         rep["one_step"] = [one_step("ResNetMLP200", B, dev) for B in (129, 1024)]
     data = sgemm_data.load(None, device=dev)
     if "trajectories" in parts:
-        rep["trajectories"] = {f"{f}{d}": trajectories(f"{f}{d}", data, a.steps, dev)
-                               for f in a.families.split(",") for d in map(int, a.depths.split(","))}
+        rep["trajectories"] = {}
+        for f in a.families.split(","):
+            for d in map(int, a.depths.split(",")):
+                rep["trajectories"][f"{f}{d}"] = trajectories(f"{f}{d}", data, a.steps, dev)
+                save()  # a run cut short keeps the models it finished
     if "graph" in parts:
         rep["graph_ms"] = {f"ResNetMLP{d}": graph_ms(f"ResNetMLP{d}", data, dev)
                            for d in map(int, a.time_depths.split(","))}
@@ -290,9 +298,7 @@ def main(argv=None):
                                            a.precisions.split(","))]
     if "once" in parts:
         once(f"ResNetMLP{int(a.time_depths.split(',')[0])}", data, dev, a.fwd.split(",")[0], a.bwd.split(",")[0])
-    if a.json:
-        rep["provenance"] = provenance()
-        atomic_write_text(a.json, json.dumps(rep, indent=1, default=str))
+    save()
 
 
 if __name__ == "__main__":
