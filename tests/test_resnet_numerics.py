@@ -7,13 +7,13 @@ from bench.data import sgemm as S
 
 
 @pytest.fixture
-def data(tmp_path):
-    return S.load(S.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=120, seed=2))
+def data(tmp_path, device):
+    return S.load(S.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=120, seed=2), device=device)
 
 
 @pytest.mark.parametrize("name", ["ResNetMLP4", "GloNet4"])
-def test_trajectories_report_permutation_baseline(data, name):
-    rows = RN.trajectories(name, data, 3, "cpu", B=32)
+def test_trajectories_report_permutation_baseline(data, name, device):
+    rows = RN.trajectories(name, data, 3, device, B=32)
     assert [r["step"] for r in rows] == [1, 3]
     keys = {"eager32_vs_fp64", "fused_vs_fp64", "fused_vs_eager32", "eager32_vs_eager32_permuted",
             "fused_vs_fused_permuted", "loss_fp64"}
@@ -24,6 +24,6 @@ def test_trajectories_report_permutation_baseline(data, name):
     assert max(rows[0][k] for k in keys - {"loss_fp64"}) < 1e-5
 
 
-def test_trajectories_without_permutation(data):
-    rows = RN.trajectories("ResNetMLP4", data, 1, "cpu", B=16, permuted=False)
+def test_trajectories_without_permutation(data, device):
+    rows = RN.trajectories("ResNetMLP4", data, 1, device, B=16, permuted=False)
     assert "eager32_vs_eager32_permuted" not in rows[0]
