@@ -28,6 +28,11 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 if [ -f .git_commit ] && [ -z "${TRITON_PLAYGROUND_COMMIT:-}" ]; then export TRITON_PLAYGROUND_COMMIT="$(cat .git_commit)+copy"; fi
 OUT=${OUT:-}
 out() { if [ -n "$OUT" ]; then echo "--out $OUT${1:+/$1}"; fi; }
+# where a stage that writes its own JSON puts it: $OUT, else results/<device>/ (made if missing)
+res_dir() {
+  local d=${OUT:-results/$(python3 -c "from triton_kernels.runtime import device_slug; print(device_slug())")}
+  mkdir -p "$d" && echo "$d"
+}
 for stage in "$@"; do
   echo "=== stage $stage ($(date +%T))"
   case "$stage" in
@@ -43,8 +48,7 @@ for stage in "$@"; do
     sgemm) timeout 400 python3 -m bench.sgemm --suite steptime --models GloNet,ResNetMLP \
              --depths 10,24,50,100,200,600,1000 --backends eager,triton,triton+graph --no-progress $(out) 2>&1 | grep -v -i warn | tail -40 ;;
     resnet)
-      dir=${OUT:-results/$(python3 -c "from triton_kernels.runtime import device_slug; print(device_slug())")}
-      mkdir -p "$dir"
+      dir=$(res_dir)
       timeout 300 python3 -m bench.resnet_numerics --only tilings --time-depths 1000 --precisions ieee,tf32x3 \
         --fwd 64/4,128/4,32/4,64/8,1024/16 --bwd 32/4,64/4,32/8,1024/16 --json "$dir/resnet_tilings.json" \
         2>&1 | grep -v -i warn
@@ -53,8 +57,7 @@ for stage in "$@"; do
         python3 -m bench.resnet_numerics --only once --time-depths 100 2>&1 | grep "^==PROF==" | tail -3
       python3 -m bench.ncu_stalls /tmp/resnet100.ncu-rep --top 8 --json "$dir/resnet_stalls.json" ;;
     reorder)
-      dir=${OUT:-results/$(python3 -c "from triton_kernels.runtime import device_slug; print(device_slug())")}
-      mkdir -p "$dir"
+      dir=$(res_dir)
       timeout 420 python3 -m bench.resnet_numerics --only trajectories --families ResNetMLP \
         --depths ${REORDER_DEPTHS:-10,24,50,100,200,1000} --json "$dir/resnet_reorder.json" 2>&1 | grep -v -i warn
       timeout 150 python3 -m bench.resnet_numerics --only trajectories --families GloNet \

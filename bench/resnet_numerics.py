@@ -102,11 +102,9 @@ def trajectories(name, data, steps, dev, B=1024, permuted=True):
         fns.update(eager32_perm=make["eager"](), fused_perm=make["triton"]())
     gen = torch.Generator().manual_seed(1)
     marks, out = {1, 10, 30, 100, steps}, []
-    n = len(data.train)
-    B = min(B, n)
-    rel = lambda a, b: abs(a - b) / abs(b)  # noqa: E731
-    for s in range(steps):
-        i = (s * B) % max(n - B + 1, 1)
+    B = min(B, len(data.train))
+    rel = sgemm_bench.rel_diff
+    for s, i in enumerate(sgemm_bench.batch_starts(len(data.train), B, steps)):
         x, t = data.train.x[i:i + B], data.train.y[i:i + B]
         p = torch.randperm(B, generator=gen).to(x.device)
         ls = {k: float(f(x[p], t[p]) if k.endswith("_perm") else f(x, t)) for k, f in fns.items()}

@@ -540,6 +540,17 @@ def _step_fns(name, args, device):
             "eager64": lambda: eager(dtype=torch.float64)}
 
 
+def batch_starts(n: int, B: int, steps: int) -> list[int]:
+    """First row of each of ``steps`` consecutive training batches of B rows (wrapping round n rows): the
+    order every loss comparison trains in."""
+    return [(s * B) % max(n - B + 1, 1) for s in range(steps)]
+
+
+def rel_diff(a: float, b: float) -> float:
+    """|a - b| / |b|: a loss's relative distance from the reference loss b."""
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
 def loss_agreement(name, args, device, data) -> dict:
     """Train the same model (seed, data, order) for --steps steps with eager fp32 and the fused kernels.
 
@@ -554,7 +565,7 @@ def loss_agreement(name, args, device, data) -> dict:
     fe, ft = fns["eager"](), fns["triton"]()
     n = len(data.train)
     B = min(args.batch, n)
-    batches = [((s * B) % max(n - B + 1, 1)) for s in range(args.steps)]
+    batches = batch_starts(n, B, args.steps)
     le_hist, lt_hist = [], []
     for i in batches:
         x, t = data.train.x[i:i + B], data.train.y[i:i + B]
@@ -565,14 +576,14 @@ def loss_agreement(name, args, device, data) -> dict:
     le_hist = [float(v) for v in le_hist]
     lt_hist = [float(v) for v in lt_hist]
     le, lt = le_hist[-1], lt_hist[-1]
-    rel = abs(lt - le) / max(abs(le), 1e-30)
+    rel = rel_diff(lt, le)
     out = {"rel": rel, "le": le, "lt": lt, "status": "ok" if rel <= LOSS_AGREEMENT else "wrong",
            "note": f"eager {le:.7g} vs triton {lt:.7g}, tolerance {LOSS_AGREEMENT:g}"}
     if rel > LOSS_AGREEMENT:
         f64 = fns["eager64"]()
         l64 = [float(v) for v in [f64(data.train.x[i:i + B], data.train.y[i:i + B]) for i in batches]]
-        dev_t = max(abs(a - b) / abs(b) for a, b in zip(lt_hist, l64))
-        dev_e = max(abs(a - b) / abs(b) for a, b in zip(le_hist, l64))
+        dev_t = max(rel_diff(a, b) for a, b in zip(lt_hist, l64))
+        dev_e = max(rel_diff(a, b) for a, b in zip(le_hist, l64))
         ok = dev_t <= max(LOSS_AGREEMENT, CHAOS_FACTOR * dev_e)
         out["status"] = "ok" if ok else "wrong"
         out["note"] += (f"; float64 run: largest deviation over {args.steps} steps triton {dev_t:.2e}, eager fp32 "

@@ -816,13 +816,6 @@ def check_sync(*bufs) -> None:
                                "all resident at once, e.g. another kernel held the SMs); its results are invalid")
 
 
-class Saved:
-    """Tensors the forward saves for the backward (plain attributes; see ``forward``)."""
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
-
-
 def _key(layout: Layout, B: int, precision: str, extra=()):
     return (layout.kind, layout.width, layout.kin, bucket(B), bucket(max(layout.n_hidden, 1), 1), precision) + tuple(extra)
 
