@@ -36,3 +36,13 @@ def _seed(request):
 @pytest.fixture
 def device():
     return DEVICE
+
+
+@pytest.fixture
+def isolated(request):
+    """``isolated("tests.test_x:fn", *args)``: run a case in the worker process of tests/isolated.py
+    (a device fault then fails this test only), seeded like the test itself."""
+    from .isolated import run_isolated
+
+    seed = (zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("TEST_SEED", "0"))) % (2**31)
+    return lambda target, *args, **kwargs: run_isolated(target, *args, seed=seed, **kwargs)

@@ -126,7 +126,12 @@ def check_tensor(
     ndim: int | Sequence[int] | None = None,
     dtypes: Iterable[torch.dtype] | None = None,
     device: torch.device | None = None,
+    interpreter_dtypes: Iterable[torch.dtype] | None = None,
 ) -> None:
+    """Raise a ValueError naming ``name`` unless ``t`` is a tensor of the given ndim, dtype and device.
+
+    ``interpreter_dtypes``: the dtypes this op computes correctly in the CPU interpreter (e.g. no
+    bfloat16 ``tl.dot`` there); others are refused on the CPU before any launch."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if ndim is not None:
@@ -139,6 +144,13 @@ def check_tensor(
             raise ValueError(f"{name} has dtype {t.dtype}; supported: {', '.join(map(str, dtypes))}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor: Triton kernels need real memory (CUDA, or the CPU in the "
+                         "interpreter); use the torch.nn twin to propagate shapes")
+    if INTERPRET and interpreter_dtypes is not None and t.dtype not in tuple(interpreter_dtypes):
+        raise ValueError(f"{name} has dtype {t.dtype}, which Triton's CPU interpreter cannot compute for this op "
+                         f"(it has no {dtype_name(t.dtype)} arithmetic and would return wrong values); "
+                         f"use {', '.join(map(str, interpreter_dtypes))} on the CPU, or run on a CUDA GPU")
     if not INTERPRET and t.device.type != "cuda":
         raise ValueError(f"{name} must be a CUDA tensor (got {t.device}); CPU tensors run only in the interpreter")
 
