@@ -86,6 +86,49 @@ def test_corrupt_cache_file_is_ignored(cache, monkeypatch):
     assert json.loads(t.cache_path().read_text())["k2"]["best"]["kwargs"] == {"B": 64}
 
 
+def _cache_is_usable_again(t):
+    """After a corrupt cache: the store path rewrites it (or warns), and a fresh read sees the entry."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _simulate_tune(t, "k2", t.configs[2])
+    assert R.read_json(t.cache_path())["k2"]["best"]["kwargs"] == {"B": 64}
+
+
+def test_cache_file_not_utf8_is_ignored(cache):
+    """Read path (what pick uses) and store path: a warning and an empty cache (so the key is tuned
+    again), never an exception; the next store replaces the file."""
+    t = _fake_tuner()
+    t.cache_path().write_bytes(b'{"k": \xff\xfe\x00 not utf-8}')
+    with pytest.warns(RuntimeWarning, match="ignoring corrupt autotune cache .*utf-8"):
+        assert R.read_json(t.cache_path()) == {}
+    _cache_is_usable_again(t)
+
+
+def test_cache_file_that_is_a_directory_is_ignored(cache):
+    t = _fake_tuner()
+    t.cache_path().mkdir()
+    with pytest.warns(RuntimeWarning, match="ignoring corrupt autotune cache .*Is a directory"):
+        assert R.read_json(t.cache_path()) == {}
+    with pytest.warns(RuntimeWarning) as record:
+        _simulate_tune(t, "k", t.configs[1])
+    assert [str(w.message).split(" /")[0] for w in record] == ["ignoring corrupt autotune cache",
+                                                               "could not write autotune cache"]
+    assert t.cache_path().is_dir() and not [f for f in cache.iterdir() if f.name.endswith(".tmp")]
+
+
+def test_cache_env_pointing_at_a_file_is_ignored(tmp_path, monkeypatch):
+    not_a_dir = tmp_path / "cache-file"
+    not_a_dir.write_text("x")
+    monkeypatch.setenv(R.CACHE_ENV, str(not_a_dir))
+    t = _fake_tuner()
+    assert t.cache_path().parent == not_a_dir
+    with pytest.warns(RuntimeWarning, match=f"{not_a_dir} is not a directory .check \\${R.CACHE_ENV}"):
+        assert R.read_json(t.cache_path()) == {}
+    with pytest.warns(RuntimeWarning, match="could not write autotune cache"):
+        _simulate_tune(t, "k", t.configs[1])
+    assert not_a_dir.read_text() == "x"
+
+
 def _writer(path_env, i):
     os.environ[R.CACHE_ENV] = path_env
     t = _fake_tuner()

@@ -234,19 +234,23 @@ def _file_lock(path: Path):
 
 
 def read_json(path: Path) -> dict:
-    """Read a JSON cache file; a missing file is empty, a corrupt one is ignored with a warning."""
+    """Read a JSON cache file; a missing file is empty. One that cannot be used (not UTF-8, not a JSON
+    object, a directory, under a cache folder that is a file) is ignored with a RuntimeWarning: the
+    caller then tunes again (and _store replaces the file where it can)."""
+    path = Path(path)
     try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return {}
-    try:
-        data = json.loads(text)
+        data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError("top level is not an object")
         return data
-    except ValueError as e:
-        warnings.warn(f"ignoring corrupt autotune cache {path}: {e}", RuntimeWarning, stacklevel=2)
+    except FileNotFoundError:
         return {}
+    except NotADirectoryError:
+        reason = f"{path.parent} is not a directory (check ${CACHE_ENV})"
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError are ValueErrors
+        reason = str(e)
+    warnings.warn(f"ignoring corrupt autotune cache {path}: {reason}", RuntimeWarning, stacklevel=2)
+    return {}
 
 
 _FLUSH: torch.Tensor | None = None
