@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bench.data import mnist as M
+from bench.data.common import DataNotFoundError
 
 
 def _write_split(root, n_train=5, n_test=3, gz=True, rng=None):
@@ -130,3 +131,12 @@ def test_subset_of_real_files(tmp_path):
     full = M.load_split("test", limit=32)
     assert len(train) == 64 and torch.equal(test.images, full.images) and torch.equal(test.labels, full.labels)
     assert train.labels[:8].tolist() == [5, 0, 4, 1, 9, 2, 1, 3]  # the canonical first training labels
+
+
+def test_not_found_says_how_to_fetch(tmp_path):
+    with pytest.raises(DataNotFoundError, match=r"MNIST directory .*nope does not exist .*python -m bench.data.fetch mnist"):
+        M.load_split("train", tmp_path / "nope")
+    _write_split(tmp_path)
+    (tmp_path / "train-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataNotFoundError, match="missing MNIST file .*train-labels.*python -m bench.data.fetch mnist"):
+        M.load_split("train", tmp_path)

@@ -2,12 +2,14 @@
 clear errors for malformed files."""
 import gzip
 import math
+import zlib
 
 import numpy as np
 import pytest
 import torch
 
 from bench.data import sgemm as S
+from bench.data.common import DataNotFoundError
 
 
 @pytest.fixture
@@ -99,3 +101,21 @@ def test_real_data_if_present():
     feats, runs = S.read_csv(path)
     assert feats.shape == (S.EXPECTED_ROWS, 14) and runs.shape == (S.EXPECTED_ROWS, 4)
     assert 13.0 < runs.min() and runs.max() < 3400.0
+
+
+def test_corrupt_not_truncated_gzip_names_the_file(tmp_path, csv):
+    """Damaged deflate data (the length is right): zlib.error inside gzip, reported as a data error."""
+    good = csv.read_bytes()
+    bad = tmp_path / "bad_sgemm.csv.gz"
+    bad.write_bytes(good[:20] + bytes(b ^ 0xFF for b in good[20:40]) + good[40:])
+    with pytest.raises(zlib.error):
+        gzip.decompress(bad.read_bytes())
+    with pytest.raises(S.SgemmDataError, match=f"{bad}: corrupt gzip file"):
+        S.read_csv(bad)
+
+
+def test_not_found_says_how_to_fetch(tmp_path):
+    with pytest.raises(DataNotFoundError, match="SGEMM data not found at .*nope.csv .*python -m bench.data.fetch sgemm"):
+        S.load(tmp_path / "nope.csv")
+    with pytest.raises(DataNotFoundError, match="no sgemm_product.csv.gz or sgemm_product.csv in directory .*fetch sgemm"):
+        S.read_csv(tmp_path)

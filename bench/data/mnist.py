@@ -5,8 +5,9 @@ IDX layout (big-endian): magic (uint32) = 0x00000803 = 2051 for images (then cou
 bad magic, wrong dims, truncated payload, trailing bytes, images/labels count mismatch, labels out of
 0..9) raises :class:`MnistFormatError` (a ValueError) naming the file.
 
-Where the files are looked for (first that exists): the ``root`` argument (``--data``), ``.data/mnist``
-under the repository root, then ``../shared/data/mnist`` relative to the repository root.
+Where the files are looked for (first that holds IDX files): the ``root`` argument (``--data``),
+``.data/mnist`` under the repository root, then ``../shared/data/mnist`` relative to the repository root.
+``python -m bench.data.fetch mnist`` downloads the four canonical files into ``.data/mnist``.
 """
 from __future__ import annotations
 
@@ -19,18 +20,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.data.common import DataError, DataNotFoundError, default_roots, find_dir, fetch_hint
+
 IMAGES_MAGIC = 2051
 LABELS_MAGIC = 2049
 SPLITS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_ROOTS = (REPO / ".data" / "mnist", REPO.parent / "shared" / "data" / "mnist")
+DEFAULT_ROOTS = default_roots("mnist")
 
 
-class MnistFormatError(ValueError):
+class MnistFormatError(DataError):
     """A missing, corrupt or inconsistent MNIST file (the message names the file)."""
+
+
+class MnistNotFoundError(MnistFormatError, DataNotFoundError):
+    """No MNIST directory or file where it was looked for (the message says how to fetch it)."""
 
 
 @dataclasses.dataclass
@@ -56,25 +62,27 @@ class MnistSplit:
 
 
 def find_root(root: str | Path | None = None) -> Path:
-    """The directory holding the IDX files: ``root`` if given, else the first default that exists."""
-    if root is not None:
-        p = Path(root)
-        if not p.is_dir():
-            raise MnistFormatError(f"MNIST directory {p} does not exist (--data)")
-        return p
-    for p in DEFAULT_ROOTS:
-        if p.is_dir():
-            return p
-    raise MnistFormatError("no MNIST directory found; pass --data DIR (looked in "
-                           + ", ".join(str(p) for p in DEFAULT_ROOTS) + ")")
+    """The directory holding the IDX files: ``root`` if given, else the first default holding any."""
+    def has_idx(p: Path) -> bool:
+        return any(_find(p, stem) is not None for stems in SPLITS.values() for stem in stems)
+
+    return find_dir("mnist", "MNIST", root, has_idx, error=MnistNotFoundError)
 
 
-def _locate(root: Path, stem: str) -> Path:
+def _find(root: Path, stem: str) -> Path | None:
     for name in (stem + ".gz", stem, stem.replace("-idx", ".idx")):
         p = root / name
         if p.is_file():
             return p
-    raise MnistFormatError(f"missing MNIST file {root / (stem + '.gz')} (nor {stem} raw) in {root}")
+    return None
+
+
+def _locate(root: Path, stem: str) -> Path:
+    p = _find(root, stem)
+    if p is None:
+        raise MnistNotFoundError(f"missing MNIST file {root / (stem + '.gz')} (nor {stem} raw) in {root}; "
+                                 + fetch_hint("mnist"))
+    return p
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -11,9 +11,10 @@ Choices (recorded in ``SgemmData.info`` and in each training session's config.js
 * features standardised with the TRAIN split's mean / std (never with validation or test rows);
 * split: a seeded random permutation, 80 % train / 10 % validation / 10 % test by default.
 
-Default location: an explicit path, else ``.data/sgemm`` in the repository if present, else
+Default location: an explicit path, else ``.data/sgemm`` in the repository if it holds the CSV, else
 ``../shared/data/sgemm`` next to the repository. A directory is searched for ``sgemm_product.csv.gz``
-then ``sgemm_product.csv``.
+then ``sgemm_product.csv``. ``python -m bench.data.fetch sgemm`` downloads the UCI archive into
+``.data/sgemm``.
 """
 from __future__ import annotations
 
@@ -21,54 +22,71 @@ import dataclasses
 import gzip
 import io
 import math
+import zlib
 from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
+from bench.data.common import DataError, DataNotFoundError, default_roots, fetch_hint, not_found_message
+
 FEATURES = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN",
             "STRM", "STRN", "SA", "SB")
 RUNS = ("Run1 (ms)", "Run2 (ms)", "Run3 (ms)", "Run4 (ms)")
 TARGETS = ("log", "mean")
 FILE_NAMES = ("sgemm_product.csv.gz", "sgemm_product.csv")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_ROWS = 241_600
 
 
-class SgemmDataError(ValueError):
+class SgemmDataError(DataError):
     """The SGEMM file is missing, malformed or inconsistent (the message says what and where)."""
 
 
+class SgemmNotFoundError(SgemmDataError, DataNotFoundError):
+    """No SGEMM CSV where it was looked for (the message says how to fetch it)."""
+
+
+def _csv_in(directory: Path) -> Optional[Path]:
+    for name in FILE_NAMES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
 def default_path() -> Path:
-    """``.data/sgemm`` in the repository if it exists, else ``../shared/data/sgemm``."""
-    local = REPO_ROOT / ".data" / "sgemm"
-    if local.exists():
-        return local
-    return (REPO_ROOT / ".." / "shared" / "data" / "sgemm").resolve()
+    """The first default directory holding the CSV (``.data/sgemm``, ``../shared/data/sgemm``)."""
+    roots = default_roots("sgemm")
+    for p in roots:
+        if p.is_dir() and _csv_in(p) is not None:
+            return p
+    raise SgemmNotFoundError(not_found_message("SGEMM data (sgemm_product.csv[.gz])", "sgemm", roots))
 
 
 def resolve(path: Union[str, Path, None] = None) -> Path:
     """The CSV (.gz) file to read for ``path`` (a file or a directory; None = the default location)."""
     p = Path(path) if path is not None else default_path()
     if p.is_dir():
-        for name in FILE_NAMES:
-            if (p / name).is_file():
-                return p / name
-        raise SgemmDataError(f"no {' or '.join(FILE_NAMES)} in directory {p}")
+        f = _csv_in(p)
+        if f is None:
+            raise SgemmNotFoundError(f"no {' or '.join(FILE_NAMES)} in directory {p}; {fetch_hint('sgemm')}")
+        return f
     if not p.is_file():
-        raise SgemmDataError(f"SGEMM data not found at {p} (pass --data PATH, or put the data in .data/sgemm)")
+        raise SgemmNotFoundError(f"SGEMM data not found at {p} (--data); {fetch_hint('sgemm')}")
     return p
 
 
 def read_csv(path: Union[str, Path, None] = None) -> tuple[np.ndarray, np.ndarray]:
     """Read and validate the CSV: returns (features (n, 14) float64, run times (n, 4) float64)."""
     f = resolve(path)
-    raw = f.read_bytes()
+    try:
+        raw = f.read_bytes()
+    except OSError as e:
+        raise SgemmDataError(f"cannot read SGEMM file {f}: {e}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:  # truncated (EOFError), bad CRC (OSError), bad deflate data
             raise SgemmDataError(f"{f}: corrupt gzip file ({e})") from None
     try:
         text = raw.decode("utf-8")
