@@ -5,6 +5,8 @@ Linear (fused GEMM + bias + activation), MLP, Softmax, LogSoftmax, CrossEntropyL
 LayerNorm, LayerNormReLUMaxPool (Char-CNN's fused inference block)."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -51,22 +53,30 @@ class MLP(nn.Sequential):
 # --------------------------------------------------------------------------------------------------
 
 
-def _dim_or_last(dim):
-    return -1 if dim is None else dim
+def _softmax_dim(dim: int | None, ndim: int, name: str) -> int:
+    """``dim``, or for dim=None torch's legacy implicit choice (torch.nn.functional._get_softmax_dim):
+    dim 0 for 0-, 1- and 3-dim inputs, else dim 1, with torch's deprecation warning."""
+    if dim is not None:
+        return dim
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include "
+                  "dim=X as an argument.", stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
 
 
 class Softmax(nn.Softmax):
-    """softmax along ``dim`` (default: the last dim) with fp32 math in one Triton pass."""
+    """softmax along ``dim`` with fp32 math in one Triton pass; dim=None picks the dim as nn.Softmax does
+    (torch's legacy rule: 0 for 1-D and 3-D inputs, else 1)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _sm.softmax(x, _dim_or_last(self.dim))
+        return _sm.softmax(x, _softmax_dim(self.dim, x.ndim, "softmax"))
 
 
 class LogSoftmax(nn.LogSoftmax):
-    """log_softmax along ``dim`` (default: the last dim) with fp32 math in one Triton pass."""
+    """log_softmax along ``dim`` with fp32 math in one Triton pass; dim=None as nn.LogSoftmax (see
+    Softmax)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _sm.log_softmax(x, _dim_or_last(self.dim))
+        return _sm.log_softmax(x, _softmax_dim(self.dim, x.ndim, "log_softmax"))
 
 
 class CrossEntropyLoss(nn.CrossEntropyLoss):

@@ -16,10 +16,25 @@ Two tilings, chosen by the row length:
   reduces sum(dy*y) (or sum(dy)), then writes dx. The second sweep runs over the chunks in reverse
   order, so the chunks read last in the first sweep (most likely still in L2) are re-read first.
 
-Inputs fp32 / fp16 / bf16 with any row stride (and any column stride; a unit stride is specialised
-by Triton and gives 16-byte vector accesses); outputs are contiguous, in the input dtype.
+Which path runs: the row kernels when next_pow2(N) <= MAX_FUSED_N, else the looped ones; a launcher's
+``config`` picks the path explicitly (a config naming BLOCK_M runs the row kernels, one naming BLOCK_N
+the looped ones) as well as the tiling.
+
+Strides: every tensor a kernel reads is indexed with both of its strides, so no input is copied by the
+launchers: x (forward), dy and y (backward) may have any row and column strides, 0 included (a unit
+column stride is specialised by Triton and gives 16-byte vector accesses). The public functions view the
+input as (rows, N) rows with ``reshape``, which copies only when the leading dims cannot be merged
+(e.g. softmax over dim 0 of a 3-D tensor). Outputs are contiguous, in the input dtype.
+
+Special values, as torch: a NaN in a row makes the whole row NaN (it enters the sum); a row of all -inf
+gives NaN (0 / 0), a +inf entry gives NaN in its row; finite logits up to the fp32 range (+-3e38) are
+exact (the max is subtracted first). Empty rows or an empty batch give an empty result.
 """
 from __future__ import annotations
+
+import json
+import math
+from typing import Optional
 
 import torch
 import triton
@@ -205,11 +220,39 @@ def _pick(tuner: Autotuner, key, run, configs, interp_cfg: Config, fake: bool) -
     return tuner.pick(key, run, configs, tracing=fake)
 
 
+def check_config(config: Optional[Config]) -> None:
+    """A launch config names exactly one of BLOCK_M (row kernels: rows per program) or BLOCK_N (looped
+    kernels: chunk length), a power of two; raise a ValueError naming ``config`` otherwise."""
+    if config is None:
+        return
+    if not isinstance(config, Config):
+        raise ValueError(f"config must be a triton_kernels.runtime.Config or None, got {type(config).__name__}")
+    keys = set(config.kwargs)
+    if keys not in ({"BLOCK_M"}, {"BLOCK_N"}):
+        raise ValueError(f"config must name exactly one of BLOCK_M (row kernels) or BLOCK_N (looped kernels), "
+                         f"got {sorted(keys)}")
+    block = next(iter(config.kwargs.values()))
+    if not isinstance(block, int) or block < 1 or block & (block - 1):
+        raise ValueError(f"config's {next(iter(keys))} must be a positive power of two, got {block!r}")
+
+
+def _config_str(config: Optional[Config]) -> str:
+    """A config as the string the torch op carries ("" = the tuned one)."""
+    return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
+
+
+def _config_from(text: str) -> Optional[Config]:
+    return Config.from_json(json.loads(text)) if text else None
+
+
 # ----------------------------------------------------------------------------------------------------
 # Launchers (2-D inputs; the public functions below flatten any shape to rows)
 # ----------------------------------------------------------------------------------------------------
-def softmax_forward(x: torch.Tensor, log: bool = False) -> torch.Tensor:
-    """(log-)softmax over the last dim of a 2-D tensor; returns a contiguous tensor of x's dtype."""
+def softmax_forward(x: torch.Tensor, log: bool = False, config: Optional[Config] = None) -> torch.Tensor:
+    """(log-)softmax over the last dim of a 2-D tensor x of any strides (read in place, never copied);
+    returns a contiguous tensor of x's dtype. ``config``: run this kernel path and tiling instead of the
+    size-chosen, tuned one (see ``check_config``)."""
+    check_config(config)
     M, N = x.shape
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
@@ -217,14 +260,16 @@ def softmax_forward(x: torch.Tensor, log: bool = False) -> torch.Tensor:
     args = (x, y, M, N, x.stride(0), x.stride(1), y.stride(0))
     key = (bucket(M), bucket(N), str(x.dtype), log, x.stride(1) == 1)
     _dispatch(_softmax_fwd_row_kernel, _softmax_fwd_looped_kernel, _fwd_row_tuner, _fwd_loop_tuner,
-              args, key, M, N, log, _is_fake(x))
+              args, key, M, N, log, _is_fake(x), config)
     return y
 
 
-def _dispatch(row_kernel, looped_kernel, row_tuner, loop_tuner, args, key, M, N, log, fake) -> None:
+def _dispatch(row_kernel, looped_kernel, row_tuner, loop_tuner, args, key, M, N, log, fake, config) -> None:
     """Launch the row kernel (a whole row in registers) when the row fits, else the looped one, each
-    with its tuner's config for ``key``."""
-    if next_power_of_2(N) <= MAX_FUSED_N:
+    with its tuner's config for ``key``; a given ``config`` chooses the kernel (BLOCK_M: row, BLOCK_N:
+    looped) and its tiling."""
+    looped = "BLOCK_N" in config.kwargs if config is not None else next_power_of_2(N) > MAX_FUSED_N
+    if not looped:
         bn = next_power_of_2(N)
 
         def run(cfg):
@@ -232,18 +277,21 @@ def _dispatch(row_kernel, looped_kernel, row_tuner, loop_tuner, args, key, M, N,
             _launch(row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-        cfg = _pick(row_tuner, key, run, lambda: _row_configs(M, N), _interpret_row_config(N), fake)
+        cfg = config or _pick(row_tuner, key, run, lambda: _row_configs(M, N), _interpret_row_config(N), fake)
     else:
         def run(cfg):
             _launch(looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-        cfg = _pick(loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, fake)
+        cfg = config or _pick(loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, fake)
     run(cfg)
 
 
-def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False) -> torch.Tensor:
-    """dx for (log-)softmax from the output y and the incoming gradient dy (both 2-D, same shape)."""
+def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False,
+                     config: Optional[Config] = None) -> torch.Tensor:
+    """dx for (log-)softmax from the output y and the incoming gradient dy (both 2-D, same shape, any
+    strides: both are read in place); dx is contiguous. ``config`` as for ``softmax_forward``."""
+    check_config(config)
     M, N = y.shape
     dx = torch.empty((M, N), device=y.device, dtype=y.dtype)
     if M == 0 or N == 0:
@@ -251,31 +299,31 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False) -> to
     args = (dy, y, dx, M, N, dy.stride(0), dy.stride(1), y.stride(0), y.stride(1), dx.stride(0))
     key = (bucket(M), bucket(N), str(y.dtype), str(dy.dtype), log, dy.stride(1) == 1)
     _dispatch(_softmax_bwd_row_kernel, _softmax_bwd_looped_kernel, _bwd_row_tuner, _bwd_loop_tuner,
-              args, key, M, N, log, _is_fake(dy, y))
+              args, key, M, N, log, _is_fake(dy, y), config)
     return dx
 
 
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
-def _softmax_op(x: torch.Tensor, log: bool) -> torch.Tensor:
-    return softmax_forward(x, log)
+def _softmax_op(x: torch.Tensor, log: bool, config: str) -> torch.Tensor:
+    return softmax_forward(x, log, _config_from(config))
 
 
-def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tensor:
-    return softmax_backward(dy, y, log)
+def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, log: bool, config: str) -> torch.Tensor:
+    return softmax_backward(dy, y, log, _config_from(config))
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.log = inputs[1]
+    ctx.log, ctx.config = inputs[1], inputs[2]
     ctx.save_for_backward(output)
 
 
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
-        return None, None
-    return _softmax_backward_call(dy, y, ctx.log), None
+        return None, None, None
+    return _softmax_backward_call(dy, y, ctx.log, ctx.config), None, None
 
 
 _softmax_backward_call = register_op("tk::softmax_backward", _softmax_backward_op)
@@ -285,29 +333,34 @@ _softmax_call = register_op("tk::softmax", _softmax_op, setup_context=_setup_con
 # ----------------------------------------------------------------------------------------------------
 # Public functions
 # ----------------------------------------------------------------------------------------------------
-def _validate(x, dim) -> int:
+def _validate(x, dim, config) -> int:
     check_tensor("x", x, dtypes=DTYPES)
     if x.ndim == 0:
         raise ValueError("x must have at least 1 dim, got a 0-dim tensor")
     if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
         raise ValueError(f"dim must be an int in [{-x.ndim}, {x.ndim - 1}] for x of shape {tuple(x.shape)}, got {dim!r}")
+    check_config(config)
     return dim % x.ndim
 
 
-def _apply(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
-    dim = _validate(x, dim)
+def _apply(x: torch.Tensor, dim: int, log: bool, config: Optional[Config]) -> torch.Tensor:
+    dim = _validate(x, dim, config)
     xt = x.movedim(dim, -1) if dim != x.ndim - 1 else x
     shape = xt.shape
-    x2 = xt.reshape(-1, shape[-1])  # a view when the layout allows it, else one copy
-    y = _softmax_call(x2, log).reshape(shape)
+    # rows x N with both sizes spelled out (-1 is ambiguous when N == 0); a view when the layout
+    # allows it, else one copy
+    x2 = xt.reshape(math.prod(shape[:-1]), shape[-1])
+    y = _softmax_call(x2, log, _config_str(config)).reshape(shape)
     return y.movedim(-1, dim) if dim != x.ndim - 1 else y
 
 
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """softmax(x) along ``dim`` (fp32 math), differentiable and torch.compile-friendly."""
-    return _apply(x, dim, False)
+def softmax(x: torch.Tensor, dim: int = -1, *, config: Optional[Config] = None) -> torch.Tensor:
+    """softmax(x) along ``dim`` (fp32 math), differentiable and torch.compile-friendly. ``config``
+    chooses the kernel path and tiling (BLOCK_M: row kernels, BLOCK_N: looped kernels); default: tuned."""
+    return _apply(x, dim, False, config)
 
 
-def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """log_softmax(x) along ``dim`` (fp32 math), differentiable and torch.compile-friendly."""
-    return _apply(x, dim, True)
+def log_softmax(x: torch.Tensor, dim: int = -1, *, config: Optional[Config] = None) -> torch.Tensor:
+    """log_softmax(x) along ``dim`` (fp32 math), differentiable and torch.compile-friendly. ``config``
+    as for ``softmax``."""
+    return _apply(x, dim, True, config)
