@@ -1,0 +1,636 @@
+"""BatchNorm2d fused with ReLU and with a residual add, forward and backward (training mode: batch
+statistics; inference mode: running statistics), and BatchNorm folded into a convolution for inference.
+
+Math, per channel c over the M = N * H * W values of the batch, in fp32 whatever the activation dtype:
+    mean = sum(x) / M,   var = sum((x - mean)^2) / M,   rstd = 1 / sqrt(var + eps)
+    y    = act((x - mean) * scale + beta [+ residual]),   scale = w * rstd,  beta = b,  act = relu | identity
+    running_mean <- (1 - momentum) * running_mean + momentum * mean
+    running_var  <- (1 - momentum) * running_var  + momentum * sum((x - mean)^2) / (M - 1)   (unbiased, as torch)
+Backward, with g = dy where the pre-activation was > 0 (relu; NaN counts as > 0, as in torch), else g = dy:
+    dbias = sum(g),   dweight = rstd * sum(g * (x - mean))
+    dx = scale * g - k * (x - mean) - c,   k = scale * rstd * dweight / M,   c = scale * dbias / M
+    dresidual = g
+
+Passes over memory (the layout the kernels are written for is channels_last: the C values of a pixel
+are adjacent, so a tile row is one vector load):
+    forward : _bn_stats_kernel (read x) -> _bn_finalize_kernel (per channel) -> _bn_apply_kernel
+              (read x [+ residual], write y)
+    backward: _bn_bwd_reduce_kernel (read dy, x [+ y]; write g = dresidual when there is a residual)
+              -> _bn_bwd_finalize_kernel (per channel) -> _bn_bwd_dx_kernel (read g or dy, x; write dx)
+The relu mask comes from the saved output y when a residual was added (y = 0 exactly where the
+pre-activation was <= 0), else it is recomputed from x with the forward's own expression.
+
+Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_hw, stride_c); a tile is
+BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
+dense) the launcher makes them one pixel dim (N = 1, HW = N * H * W) so tiles run across samples.
+Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping
+per-element fp32 sums shifted by the group's first pixel (no cancellation for a large mean), and writes
+one partial per channel; the finalize kernel merges the partials (two passes: total mean, then
+sum m2_g + n_g (mean_g - mean)^2) in a fixed order, so results are deterministic (no atomics).
+
+Layouts: x may be channels_last or NCHW dense (any base offset); any other x (H and W that cannot be
+flattened into one stride, or overlapping strides) is copied once to channels_last. Outputs take x's
+layout; a residual or dy in another layout is copied once into it. weight / bias are copied when not
+contiguous (C values). Running statistics are updated in place in eager mode; while torch.compile
+traces, the op returns them and :func:`batch_norm` copies them into the buffers (the op itself never
+mutates its inputs there).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import is_fake as _is_fake
+from .runtime import launch as _launch
+from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
+                      register_tuner)
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# bf16 stores in the interpreter truncate instead of rounding to nearest: refused there
+INTERPRETER_DTYPES = (torch.float32, torch.float16)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M: tl.constexpr):
+    """Tile t covers pixels [hw0, hw0 + BLOCK_M) of sample n (n = t // TILES_PER_SAMPLE,
+    hw0 = (t % TILES_PER_SAMPLE) * BLOCK_M): its int64 base offset and the mask of its pixels."""
+    n = t // TILES_PER_SAMPLE
+    hw0 = (t - n * TILES_PER_SAMPLE) * BLOCK_M
+    base = n.to(tl.int64) * stride_n + hw0.to(tl.int64) * stride_hw
+    return base, hw0 + tl.arange(0, BLOCK_M) < HW
+
+
+@triton.jit
+def _bn_stats_kernel(
+    x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (group, channel block): count, mean and M2 = sum (x - mean)^2 of the tiles
+    [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32. Sums are of x - s, s = the group's first
+    pixel, kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end."""
+    group = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    t_start = group * TILES_PER_GROUP
+    t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)
+    base, _ = _tile(t_start, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+    shift = tl.load(x_ptr + base + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
+    acc1 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    count = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for t in range(t_start, t_end):
+        base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+        mask = pmask[:, None] & cmask[None, :]
+        x = tl.load(x_ptr + base + in_tile, mask=mask, other=0.0).to(tl.float32)
+        d = tl.where(mask, x - shift[None, :], 0.0)
+        acc1 += d
+        acc2 += d * d
+        count += pmask.to(tl.float32)
+    n = tl.sum(count, axis=0)
+    s1 = tl.sum(acc1, axis=0)
+    s2 = tl.sum(acc2, axis=0)
+    out = part_ptr + group * C + cols
+    tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
+    tl.store(out + GROUPS * C, shift + s1 / n, mask=cmask)
+    tl.store(out + 2 * GROUPS * C, tl.maximum(s2 - s1 * (s1 / n), 0.0), mask=cmask)
+
+
+@triton.jit
+def _bn_finalize_kernel(
+    part_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
+    C, GROUPS, M, eps, momentum,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program per channel block: merge the GROUPS partials (count, mean, M2) into the batch statistics:
+    mean = sum n_g mean_g / M, M2 = sum (M2_g + n_g (mean_g - mean)^2). Writes stats (4, C) fp32 =
+    (mean, rstd, scale = w * rstd, beta = b) and the updated running statistics."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    gs = tl.arange(0, BLOCK_G)
+    acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    for g0 in range(0, GROUPS, BLOCK_G):
+        m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
+        p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
+        acc += tl.load(p, mask=m, other=0.0) * tl.load(p + GROUPS * C, mask=m, other=0.0)
+    Mf = M.to(tl.float32)
+    mean = tl.sum(acc, axis=0) / Mf
+    acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    for g0 in range(0, GROUPS, BLOCK_G):
+        m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
+        p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
+        d = tl.load(p + GROUPS * C, mask=m, other=0.0) - mean[None, :]
+        acc += tl.load(p + 2 * GROUPS * C, mask=m, other=0.0) + tl.load(p, mask=m, other=0.0) * d * d
+    m2 = tl.sum(acc, axis=0)
+    rstd = 1.0 / tl.sqrt(m2 / Mf + eps)
+    scale = rstd
+    if HAS_W:
+        scale = rstd * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    beta = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    if HAS_B:
+        beta = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    tl.store(stats_ptr + cols, mean, mask=cmask)
+    tl.store(stats_ptr + C + cols, rstd, mask=cmask)
+    tl.store(stats_ptr + 2 * C + cols, scale, mask=cmask)
+    tl.store(stats_ptr + 3 * C + cols, beta, mask=cmask)
+    if UPDATE_RUNNING:
+        rm = tl.load(rmean_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        rv = tl.load(rvar_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        rm = momentum * mean + (1.0 - momentum) * rm
+        rv = momentum * (m2 / (Mf - 1.0)) + (1.0 - momentum) * rv
+        tl.store(rmean_out_ptr + cols, rm.to(rmean_out_ptr.dtype.element_ty), mask=cmask)
+        tl.store(rvar_out_ptr + cols, rv.to(rvar_out_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _bn_apply_kernel(
+    x_ptr, res_ptr, y_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
+    HAS_RES: tl.constexpr, RELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
+    (and the residual), one write of y, per-channel vectors from stats (4, C)."""
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+    mask = pmask[:, None] & cmask[None, :]
+    offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    mean = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    beta = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = (x - mean[None, :]) * scale[None, :] + beta[None, :]
+    if HAS_RES:
+        y += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if RELU:
+        y = tl.where(y <= 0.0, 0.0, y)  # NaN stays NaN, as torch.relu
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _masked_grad(dy, x_minus_mean, y_ptr, offs, mask, scale, beta,
+                 RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr):
+    """g = dy where the forward's pre-activation was > 0 (relu), from the saved y or recomputed from x."""
+    if RELU:
+        if MASK_FROM_Y:
+            pre = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        else:
+            pre = x_minus_mean * scale[None, :] + beta[None, :]
+        dy = tl.where(pre <= 0.0, 0.0, dy)
+    return dy
+
+
+@triton.jit
+def _bn_bwd_reduce_kernel(
+    dy_ptr, x_ptr, y_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
+    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
+    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, STORE_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
+    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient)."""
+    group = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    mean = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    beta = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    acc_gx = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    t_start = group * TILES_PER_GROUP
+    for t in range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES)):
+        base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+        mask = pmask[:, None] & cmask[None, :]
+        offs = base + in_tile
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        xc = tl.where(mask, tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32) - mean[None, :], 0.0)
+        g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
+        if STORE_G:
+            tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
+        acc_g += g
+        acc_gx += g * xc
+    out = part_ptr + group * C + cols
+    tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
+    tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
+
+
+@triton.jit
+def _bn_bwd_finalize_kernel(part_ptr, stats_ptr, coef_ptr, dwb_ptr, C, GROUPS, M,
+                            BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program per channel block: sum the GROUPS partials in a fixed order; dweight = rstd * sum g (x - mean),
+    dbias = sum g -> dwb (2, C) fp32; dx coefficients k, c (see the module docstring) -> coef (2, C)."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    gs = tl.arange(0, BLOCK_G)
+    acc_g = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    acc_gx = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    for g0 in range(0, GROUPS, BLOCK_G):
+        m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
+        p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
+        acc_g += tl.load(p, mask=m, other=0.0)
+        acc_gx += tl.load(p + GROUPS * C, mask=m, other=0.0)
+    rstd = tl.load(stats_ptr + C + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    dbias = tl.sum(acc_g, axis=0)
+    dweight = tl.sum(acc_gx, axis=0) * rstd
+    Mf = M.to(tl.float32)
+    tl.store(dwb_ptr + cols, dweight, mask=cmask)
+    tl.store(dwb_ptr + C + cols, dbias, mask=cmask)
+    tl.store(coef_ptr + cols, scale * rstd * dweight / Mf, mask=cmask)
+    tl.store(coef_ptr + C + cols, scale * dbias / Mf, mask=cmask)
+
+
+@triton.jit
+def _bn_bwd_dx_kernel(
+    dy_ptr, g_ptr, x_ptr, y_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
+    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, LOAD_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
+    reduce kernel stored it) or formed from dy and the relu mask."""
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+    mask = pmask[:, None] & cmask[None, :]
+    offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    mean = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    beta = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    k = tl.load(coef_ptr + cols, mask=cmask, other=0.0)
+    c = tl.load(coef_ptr + C + cols, mask=cmask, other=0.0)
+    xc = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32) - mean[None, :]
+    if LOAD_G:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
+    dx = scale[None, :] * g - k[None, :] * xc - c[None, :]
+    tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Layout: every tensor of one call shares the (N, HW, C) strides of the output
+# ----------------------------------------------------------------------------------------------------
+def _pixel_strides(t: torch.Tensor) -> Optional[tuple[int, int, int]]:
+    """(stride_n, stride_hw, stride_c) of a 4-D tensor whose H and W flatten into one stride, else None.
+    The stride of a dim of size 1 is irrelevant and reported as 0, so equal triples address alike."""
+    N, C, H, W = t.shape
+    sn, sc, sh, sw = t.stride()
+    if H == 1 or W == 1:
+        shw = sw if H == 1 else sh
+    elif sh == W * sw:
+        shw = sw
+    else:
+        return None
+    return (sn if N > 1 else 0, shw if H * W > 1 else 0, sc if C > 1 else 0)
+
+
+def _memory_format(x: torch.Tensor) -> torch.memory_format:
+    """x's own dense layout (channels_last first), or channels_last for any other layout."""
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format if x.is_contiguous() else torch.channels_last
+
+
+def _in_layout(t: torch.Tensor, strides: tuple, fmt: torch.memory_format) -> torch.Tensor:
+    """t itself when it has the call's pixel strides, else a copy in the call's layout."""
+    return t if _pixel_strides(t) == strides else t.contiguous(memory_format=fmt)
+
+
+class _Geometry:
+    """x (N, C, H, W) as (N, HW, C) pixels with strides; N and HW merged into one pixel dim when the
+    strides allow (channels_last dense), so tiles run across samples."""
+
+    def __init__(self, shape: tuple, strides: tuple):
+        N, C, H, W = shape
+        self.C, self.M = C, N * H * W
+        self.stride_n, self.stride_hw, self.stride_c = strides
+        self.N, self.HW = N, H * W
+        if N > 1 and self.stride_n == self.HW * self.stride_hw:
+            self.N, self.HW, self.stride_n = 1, N * H * W, 0
+
+    def tiles(self, block_m: int) -> tuple[int, int]:
+        """(tiles per sample, tiles) for BLOCK_M pixels per tile."""
+        per_sample = triton.cdiv(self.HW, block_m)
+        return per_sample, self.N * per_sample
+
+    def strides(self) -> tuple[int, int, int]:
+        return self.stride_n, self.stride_hw, self.stride_c
+
+    def key(self) -> tuple:
+        return (self.N, self.HW, self.C, self.stride_c == 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning spaces: tiles of 2048-8192 values, BLOCK_C up to 128 channels (channels_last rows)
+# ----------------------------------------------------------------------------------------------------
+def _tile_shapes(geo: _Geometry) -> list[tuple[int, int]]:
+    block_c = min(next_power_of_2(geo.C), 128)
+    out = []
+    for elems in (4096, 8192, 2048):
+        block_m = max(1, min(elems // block_c, next_power_of_2(geo.HW)))
+        if (block_m, block_c) not in out:
+            out.append((block_m, block_c))
+    return out
+
+
+def _stream_configs(geo: _Geometry) -> list[Config]:
+    return [Config({"BLOCK_M": m, "BLOCK_C": c}, w, 1) for m, c in _tile_shapes(geo) for w in (4, 8)]
+
+
+def _reduce_configs(geo: _Geometry) -> list[Config]:
+    return [Config({"BLOCK_M": m, "BLOCK_C": c, "PER_SM": p}, w, 1)
+            for m, c in _tile_shapes(geo)[:2] for p in (4, 2) for w in (4, 8)]
+
+
+# the interpreter runs small tiles and several groups, so tests cover partial tiles and the merges
+_INTERPRET_STREAM = Config({"BLOCK_M": 16, "BLOCK_C": 16}, 4, 1)
+_INTERPRET_REDUCE = Config({"BLOCK_M": 16, "BLOCK_C": 16, "PER_SM": 3}, 4, 1)
+_SAMPLE = _Geometry((512, 64, 32, 32), (65536, 64, 1))  # ResNet-18's widest layer, for the default lists
+_tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_SAMPLE), interpret_config=interp))
+           for name, kernel, configs, interp in (
+               ("stats", _bn_stats_kernel, _reduce_configs, _INTERPRET_REDUCE),
+               ("apply", _bn_apply_kernel, _stream_configs, _INTERPRET_STREAM),
+               ("bwd_reduce", _bn_bwd_reduce_kernel, _reduce_configs, _INTERPRET_REDUCE),
+               ("bwd_dx", _bn_bwd_dx_kernel, _stream_configs, _INTERPRET_STREAM))}
+
+
+def _pick(name: str, geo: _Geometry, dtype: torch.dtype, flags: tuple, run, tensors) -> Config:
+    configs = _reduce_configs if name in ("stats", "bwd_reduce") else _stream_configs
+    key = (*geo.key(), str(dtype), *flags)
+    return _tuners[name].pick(key, run, lambda: configs(geo), tracing=_is_fake(*tensors))
+
+
+def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int, int]:
+    """(tiles per sample, tiles, tiles per group, groups, channel blocks) of a reduction config:
+    about PER_SM programs per SM, never an empty group."""
+    block_m, block_c = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_C"]
+    per_sample, tiles = geo.tiles(block_m)
+    channel_blocks = triton.cdiv(geo.C, block_c)
+    want = max(1, min(tiles, triton.cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks)))
+    per_group = triton.cdiv(tiles, want)
+    return per_sample, tiles, per_group, triton.cdiv(tiles, per_group), channel_blocks
+
+
+_FINAL_BLOCK_C = 64
+_FINAL_BLOCK_G = 32
+
+
+def _finalize_blocks(C: int, groups: int) -> dict:
+    return {"BLOCK_C": min(next_power_of_2(C), _FINAL_BLOCK_C), "BLOCK_G": min(next_power_of_2(groups), _FINAL_BLOCK_G)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------------
+def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, device):
+    """Run a (group, channel block) reduction kernel; returns (partials, groups). ``inputs``: the
+    leading pointer arguments; the kernel's partial buffer has ``rows`` (3 or 2) x groups x C values."""
+    rows = 3 if name == "stats" else 2
+
+    def run(cfg):
+        per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
+        part = torch.empty((rows, groups, geo.C), device=device, dtype=torch.float32)
+        kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
+        _launch(kernel, (groups, channel_blocks), *inputs, part, geo.C, geo.HW, *geo.strides(), per_sample, tiles,
+                per_group, groups, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return part, groups
+
+    return run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)]))
+
+
+def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs):
+    """Run a (tile, channel block) elementwise kernel over the whole tensor."""
+    def run(cfg):
+        per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])
+        grid = (tiles, triton.cdiv(geo.C, cfg.kwargs["BLOCK_C"]))
+        _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides(), per_sample, **constexprs, **cfg.kwargs,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)]))
+
+
+def _dense_strides(shape: tuple, fmt: torch.memory_format) -> tuple[int, int, int, int]:
+    N, C, H, W = shape
+    return (C * H * W, 1, W * C, C) if fmt == torch.channels_last else (C * H * W, H * W, W, 1)
+
+
+def _prepare(x: torch.Tensor, *others: Optional[torch.Tensor]):
+    """([x, *others] in one layout, its memory format, the geometry): x is copied once when it is not
+    dense (channels_last or NCHW), each other tensor when its pixel strides differ from x's."""
+    fmt = _memory_format(x)
+    ref = _pixel_strides(torch.empty_strided(x.shape, _dense_strides(tuple(x.shape), fmt), device="meta"))
+    if _pixel_strides(x) != ref:
+        x = x.contiguous(memory_format=fmt)
+    out = [x] + [_in_layout(t, ref, fmt) if t is not None else None for t in others]
+    return out, fmt, _Geometry(tuple(x.shape), ref)
+
+
+def _empty_like_layout(x: torch.Tensor, fmt: torch.memory_format, dtype=None) -> torch.Tensor:
+    return torch.empty_strided(x.shape, _dense_strides(tuple(x.shape), fmt), device=x.device, dtype=dtype or x.dtype)
+
+
+def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
+                             relu: bool, update_in_place: bool):
+    """Training-mode forward: (y, stats (4, C) fp32 = mean, rstd, scale, beta; running (2, C) = the new
+    running statistics when they are not updated in place, else an empty tensor)."""
+    (x, residual), fmt, geo = _prepare(x, residual)
+    dev = x.device
+    stats = torch.empty((4, geo.C), device=dev, dtype=torch.float32)
+    has_running = running_mean is not None
+    running = torch.empty((0,), device=dev, dtype=running_mean.dtype if has_running else torch.float32)
+    if has_running and not update_in_place:
+        running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
+    rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
+    part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, (), {}, dev)
+    _launch(_bn_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part,
+            weight if weight is not None else stats, bias if bias is not None else stats, stats,
+            running_mean if has_running else stats, running_var if has_running else stats,
+            rm_out if has_running else stats, rv_out if has_running else stats,
+            geo.C, groups, geo.M, eps, momentum, HAS_W=weight is not None, HAS_B=bias is not None,
+            UPDATE_RUNNING=has_running, **_finalize_blocks(geo.C, groups), num_warps=4)
+    y = _empty_like_layout(x, fmt)
+    _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
+                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu})
+    return y, stats, running
+
+
+def batch_norm_apply(x, residual, stats, relu: bool) -> torch.Tensor:
+    """y = act((x - mean) * scale + beta [+ residual]) for given per-channel stats (4, C) fp32 (inference)."""
+    (x, residual), fmt, geo = _prepare(x, residual)
+    y = _empty_like_layout(x, fmt)
+    _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
+                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu})
+    return y
+
+
+def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_g: bool):
+    """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``y`` is the
+    saved output when the relu mask is read from it (a residual was added), else None."""
+    (x, dy, y), fmt, geo = _prepare(x, dy, y)
+    dev = x.device
+    mask_from_y = relu and y is not None
+    g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
+    flags = (relu, mask_from_y, store_g)
+    part, groups = _launch_reduction(
+        "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
+        dy.dtype, flags, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev)
+    dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
+    coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
+    _launch(_bn_bwd_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, stats, coef, dwb, geo.C, groups,
+            geo.M, **_finalize_blocks(geo.C, groups), num_warps=4)
+    dx = None
+    if need_dx:
+        dx = _empty_like_layout(x, fmt)
+        _launch_stream("bwd_dx", _bn_bwd_dx_kernel, geo,
+                       (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
+                       (relu, mask_from_y, store_g),
+                       {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g})
+    return dx, g, dwb
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+def _bn_train_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                 residual: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                 running_var: Optional[torch.Tensor], momentum: float, eps: float, relu: bool,
+                 update_in_place: bool) -> list[torch.Tensor]:
+    y, stats, running = batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum, eps,
+                                                 relu, update_in_place)
+    return [y, stats, running]
+
+
+def _bn_backward_op(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
+                    need_dx: bool, store_g: bool) -> list[torch.Tensor]:
+    dx, g, dwb = batch_norm_train_backward(dy, x, y, stats, relu, need_dx, store_g)
+    empty = x.new_empty((0,))
+    return [dx if dx is not None else empty, g if g is not None else empty.clone(), dwb]
+
+
+def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], stats: torch.Tensor, relu: bool) -> torch.Tensor:
+    return batch_norm_apply(x, residual, stats, relu)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, residual, _, _, _, _, relu, _ = inputs
+    y, stats, _ = output
+    ctx.relu, ctx.has_res = relu, residual is not None
+    ctx.w_dtype = weight.dtype if weight is not None else None
+    ctx.b_dtype = bias.dtype if bias is not None else None
+    # the relu mask is read from y when a residual was added (recomputed from x otherwise)
+    ctx.save_for_backward(x, y if (relu and residual is not None) else None, stats)
+
+
+def _backward(ctx, grads):
+    dy = grads[0]
+    x, y, stats = ctx.saved_tensors
+    need_x, need_w, need_b, need_res = (bool(n) for n in ctx.needs_input_grad[:4])
+    store_g = need_res and ctx.relu
+    dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g)
+    dres = (g if store_g else dy) if need_res else None
+    return (dx if need_x else None, dwb[0].to(ctx.w_dtype) if need_w and ctx.w_dtype else None,
+            dwb[1].to(ctx.b_dtype) if need_b and ctx.b_dtype else None, dres,
+            None, None, None, None, None, None)
+
+
+_bn_backward_call = register_op("tk::batch_norm_act_backward", _bn_backward_op)
+_bn_train_call = register_op("tk::batch_norm_act", _bn_train_op, setup_context=_setup_context, backward=_backward)
+_bn_apply_call = register_op("tk::batch_norm_act_inference", _bn_apply_op)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public functions
+# ----------------------------------------------------------------------------------------------------
+def _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual) -> None:
+    check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    C = x.shape[1]
+    for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
+        if t is not None:
+            check_tensor(name, t, ndim=1, dtypes=DTYPES, device=x.device)
+            if t.shape[0] != C:
+                raise ValueError(f"{name} has {t.shape[0]} values but x has {C} channels")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must be given together (or both None)")
+    if residual is not None:
+        check_tensor("residual", residual, ndim=4, dtypes=(x.dtype,), device=x.device)
+        if residual.shape != x.shape:
+            raise ValueError(f"residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
+    if not (isinstance(momentum, (int, float)) and 0.0 <= momentum <= 1.0):
+        raise ValueError(f"momentum must be a number in [0, 1], got {momentum!r}")
+    if not (isinstance(eps, (int, float)) and 0.0 <= eps < float("inf")):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+
+
+def inference_stats(running_mean: torch.Tensor, running_var: torch.Tensor, weight: Optional[torch.Tensor],
+                    bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    """(4, C) fp32 (mean, rstd, scale, beta) from the running statistics: what the apply kernel reads."""
+    rstd = torch.rsqrt(running_var.float() + eps)
+    scale = rstd * weight.float() if weight is not None else rstd
+    beta = bias.float() if bias is not None else torch.zeros_like(rstd)
+    return torch.stack([running_mean.float(), rstd, scale, beta])
+
+
+def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
+               running_var: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
+               bias: Optional[torch.Tensor] = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
+               residual: Optional[torch.Tensor] = None, relu: bool = False) -> torch.Tensor:
+    """``act(F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps) [+ residual])``
+    with act = relu when ``relu``, for x (N, C, H, W) fp32 / fp16 / bf16 (weight, bias and the running
+    statistics in any of those dtypes). Training mode normalises with the batch statistics (fp32) and
+    updates the running statistics as torch does; inference mode uses the running statistics (when a
+    gradient is needed there, torch's own ops run). Differentiable in x, weight, bias and residual."""
+    _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual)
+    N, C, H, W = x.shape
+    if training:
+        if N * H * W <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got x of shape {tuple(x.shape)}")
+        tracing = torch.compiler.is_compiling() or _is_fake(x)
+        in_place = (running_mean is not None and not tracing and running_mean.is_contiguous()
+                    and running_var.is_contiguous())
+        y, _, running = _bn_train_call(x, weight, bias, residual, running_mean, running_var, float(momentum),
+                                       float(eps), bool(relu), in_place)
+        if running_mean is not None and not in_place:
+            with torch.no_grad():
+                running_mean.copy_(running[0])
+                running_var.copy_(running[1])
+        return y
+    if running_mean is None:
+        raise ValueError("inference mode (training=False) needs running_mean and running_var")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
+        y = torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0, eps)
+        y = y + residual if residual is not None else y
+        return torch.relu(y) if relu else y
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    return _bn_apply_call(x, residual, inference_stats(running_mean, running_var, weight, bias, eps), bool(relu))
+
+
+def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,
+                   running_var: torch.Tensor, weight: Optional[torch.Tensor] = None,
+                   bias: Optional[torch.Tensor] = None, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inference: (w', b') such that conv2d(x, w', b') == batch_norm(conv2d(x, w, b)) with the running
+    statistics: w' = w * s (per output channel), b' = (b - mean) * s + beta, s = weight / sqrt(var + eps).
+    Computed in float64, returned in the conv weight's dtype."""
+    check_tensor("conv_weight", conv_weight, ndim=4, dtypes=DTYPES + (torch.float64,))
+    out_channels = conv_weight.shape[0]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias), ("conv_bias", conv_bias)):
+        if t is not None and tuple(t.shape) != (out_channels,):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({out_channels},) (the conv's output channels)")
+    with torch.no_grad():
+        scale = torch.rsqrt(running_var.double() + eps)
+        if weight is not None:
+            scale = scale * weight.double()
+        b = conv_bias.double() if conv_bias is not None else torch.zeros_like(scale)
+        beta = bias.double() if bias is not None else torch.zeros_like(scale)
+        folded_w = conv_weight.double() * scale[:, None, None, None]
+        folded_b = (b - running_mean.double()) * scale + beta
+    return folded_w.to(conv_weight.dtype), folded_b.to(conv_weight.dtype)
