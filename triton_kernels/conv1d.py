@@ -1,0 +1,385 @@
+"""Conv1d (stride 1, no padding) as an implicit GEMM on channels-last activations, forward and backward,
+with a fused bias + ReLU (+ MaxPool1d) epilogue.
+
+Shapes: x (B, L, C_in) channels-last, weight (C_out, C_in, k) as nn.Conv1d's, bias (C_out,),
+y (B, L_out, C_out) with L_out = L - k + 1; with pool P: y (B, L_out // P, C_out). Every operand is read
+with its strides; the Char-CNN model keeps its weights in memory as (k, C_in, C_out), so a weight tile's
+rows are contiguous. Inputs fp32 / fp16 / bf16 with fp32 accumulation (fp32: "ieee" or "tf32" dots); the
+CPU interpreter computes fp32 and fp16 only (it has no bf16 dot).
+
+Math, for output row l of sample b and output channel n:
+    z[b, l, n] = bias[n] + sum_{t < k} sum_{c < C_in} x[b, l + t, c] * w[n, c, t]
+    y = act(z),  or with pooling  y[b, j, n] = act(bias[n] + max_{p < P} (z - bias)[b, P*j + p, n])
+(max-pool commutes with the per-channel bias and the monotone ReLU, so the pool is taken on the raw sums).
+GEMM view: rows m = (b, l) over B * L_out, columns n over C_out, reduction over K = k * C_in walked as
+(tap t, channel block). The A tile of tap t is the x rows l + t: shifted windows of one channels-last
+block, so the k taps re-read the same rows from L1/L2 rather than HBM.
+
+Backward, with dz = dy * act'(z):
+    dx[b, i, c] = sum_t sum_n dz[b, i - t, n] * w[n, c, t]   the same kernel on dz, padded by k - 1 rows
+                                                              and the taps flipped (a "full" convolution)
+    dw[n, c, t] = sum_{b, l} x[b, l + t, c] * dz[b, l, n]     one GEMM per tap over all rows (split-K)
+    dbias[n]    = sum_{b, l} dz[b, l, n]                      (gemm.act_backward's column sums)
+
+The first Char-CNN layer reads uint8 character indices instead of a one-hot x; its kernels (a gather-sum
+with fused LayerNorm statistics, ReLU and MaxPool) are in :mod:`triton_kernels.conv1d_gather`, and its
+weight gradient is `_conv1d_dw_kernel` with the one-hot built in registers (X_IS_INDEX).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemm import _apply_act, _tile_coords, act_backward
+from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, is_fake, launch, num_sms, register_op,
+                      register_tuner)
+
+ACTIVATIONS = ("none", "relu")
+_ACT_CODE = {"none": 0, "relu": 1}
+PRECISIONS = ("ieee", "tf32")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 tl.dot in the interpreter
+INDEX_DTYPES = (torch.uint8, torch.int32, torch.int64)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _conv1d_kernel(
+    x_ptr, w_ptr, bias_ptr, y_ptr,
+    M, N, C, L_in, LP, PAD,
+    stride_xb, stride_xl, stride_xc, stride_wn, stride_wc, stride_wt, stride_bias,
+    stride_yb, stride_yl, stride_yn,
+    KSIZE: tl.constexpr, FLIP: tl.constexpr, POOL: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """One program: a BLOCK_M x BLOCK_N tile of y, rows m = (b, j) over M = B * LP, columns n < N.
+
+    For each pool phase p the program walks K = KSIZE * cdiv(C, BLOCK_K) steps (tap t, channel block):
+    A = x[b, POOL*j + p + t - PAD, c-block] (BLOCK_M x BLOCK_K; rows outside [0, L_in) read as 0),
+    B = w[n-block, c-block, t] (BLOCK_K x BLOCK_N; tap KSIZE-1-t when FLIP), acc += A @ B on tensor cores
+    in fp32; the phases' sums are max-reduced. Epilogue: + bias, activation, one store.
+    Forward: PAD = 0, FLIP = False. Input gradient: x = dz, PAD = KSIZE - 1, FLIP, w's n / c strides swapped.
+    """
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    rows = tl.where(m_ok, offs_m, 0)
+    b = rows // LP
+    j = rows - b * LP
+    x_rows = x_ptr + b.to(tl.int64) * stride_xb
+    w_cols = w_ptr + offs_n[None, :] * stride_wn
+    n_kb = tl.cdiv(C, BLOCK_K)
+    for p in tl.static_range(POOL):
+        l0 = j * POOL + p - PAD  # input row of tap 0
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(0, KSIZE * n_kb):
+            t = kk // n_kb
+            cc = (kk - t * n_kb) * BLOCK_K + offs_k
+            li = l0 + t
+            a_mask = (m_ok & (li >= 0) & (li < L_in))[:, None] & (cc[None, :] < C)
+            a = tl.load(x_rows[:, None] + li[:, None] * stride_xl + cc[None, :] * stride_xc, mask=a_mask, other=0.0)
+            tw = KSIZE - 1 - t if FLIP else t
+            wt = tl.load(w_cols + cc[:, None] * stride_wc + tw * stride_wt, mask=(cc[:, None] < C) & n_ok[None, :],
+                         other=0.0)
+            acc = tl.dot(a, wt, acc, input_precision=PRECISION)
+        if p == 0:
+            best = acc
+        else:
+            best = tl.maximum(best, acc, propagate_nan=tl.PropagateNan.ALL)
+    if HAS_BIAS:
+        best += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    best = _apply_act(best, ACT)
+    y_ptrs = y_ptr + (b.to(tl.int64) * stride_yb + j * stride_yl)[:, None] + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, best.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _conv1d_dw_kernel(
+    x_ptr, dz_ptr, part_ptr,
+    M, N, C, L_out, ROWS_PER_SPLIT,
+    stride_xb, stride_xl, stride_xc, stride_zb, stride_zl, stride_zn,
+    KSIZE: tl.constexpr, X_IS_INDEX: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Program (c-block x n-block, tap t, split s): part[s, t, c, n] = sum_m x[b, l + t, c] * dz[b, l, n]
+    over the rows m = b * L_out + l of split s (ROWS_PER_SPLIT rows, a multiple of BLOCK_M).
+
+    Each step loads x^T (BLOCK_C x BLOCK_M, the rows shifted by t) and dz (BLOCK_M x BLOCK_N) and
+    accumulates their product in fp32; part (S, KSIZE, C, N) is summed over S by the launcher.
+    X_IS_INDEX: x holds character indices (B, L) and x[b, i, c] = (x[b, i] == c), the one-hot column
+    built in registers (exact in any dtype), so the first layer's weight gradient needs no one-hot tensor.
+    """
+    n_nb = tl.cdiv(N, BLOCK_N)
+    pid_c = tl.program_id(0) // n_nb
+    pid_n = tl.program_id(0) % n_nb
+    t = tl.program_id(1)
+    s = tl.program_id(2)
+    offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ok = offs_c < C
+    n_ok = offs_n < N
+    start = s * ROWS_PER_SPLIT
+    end = tl.minimum(start + ROWS_PER_SPLIT, M)
+    acc = tl.zeros((BLOCK_C, BLOCK_N), dtype=tl.float32)
+    for m0 in range(start, end, BLOCK_M):
+        m = m0 + tl.arange(0, BLOCK_M)
+        m_ok = m < end
+        rows = tl.where(m_ok, m, 0)
+        b = (rows // L_out).to(tl.int64)
+        l = rows - b * L_out
+        dz = tl.load(dz_ptr + (b * stride_zb + l * stride_zl)[:, None] + offs_n[None, :] * stride_zn,
+                     mask=m_ok[:, None] & n_ok[None, :], other=0.0)
+        x_off = b * stride_xb + (l + t) * stride_xl
+        if X_IS_INDEX:
+            ch = tl.load(x_ptr + x_off, mask=m_ok, other=0).to(tl.int32)
+            xt = (offs_c[:, None] == ch[None, :]).to(dz.dtype)
+        else:
+            xt = tl.load(x_ptr + x_off[None, :] + offs_c[:, None] * stride_xc, mask=c_ok[:, None] & m_ok[None, :],
+                         other=0.0)
+        acc = tl.dot(xt, dz, acc, input_precision=PRECISION)
+    part = part_ptr + ((s * KSIZE + t) * C).to(tl.int64) * N
+    tl.store(part + offs_c[:, None] * N + offs_n[None, :], acc, mask=c_ok[:, None] & n_ok[None, :])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Autotuning spaces
+# ----------------------------------------------------------------------------------------------------
+def _cfg(bm, bn, bk, warps, stages, group=8):
+    return Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, warps, stages)
+
+
+# best guess first (Hopper, 16-bit: wgmma tiles of 128 x 128..256, K step 64)
+CONV_CONFIGS = [
+    _cfg(128, 256, 64, 8, 3), _cfg(128, 128, 64, 8, 4), _cfg(128, 128, 64, 4, 4), _cfg(256, 128, 64, 8, 3),
+    _cfg(64, 256, 64, 8, 3), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4), _cfg(64, 64, 64, 4, 4),
+    _cfg(128, 128, 32, 8, 3), _cfg(64, 64, 32, 4, 3), _cfg(32, 64, 32, 4, 4), _cfg(32, 32, 32, 4, 3),
+]
+CONV_INTERPRET_CONFIG = _cfg(32, 32, 32, 4, 1)
+DW_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc, bn, bm, w, s in (
+    (128, 128, 64, 8, 3), (128, 128, 32, 4, 4), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3), (64, 64, 64, 4, 3),
+    (128, 256, 64, 8, 3), (64, 64, 32, 4, 4))]
+DW_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 32}, 4, 1)
+SMEM_LIMIT = 220 * 1024
+MAX_ACC_REGS = 128  # fp32 accumulator registers per thread a config may use
+
+_conv_tuner = register_tuner(Autotuner("conv1d", [_conv1d_kernel, _tile_coords, _apply_act], CONV_CONFIGS,
+                                       interpret_config=CONV_INTERPRET_CONFIG))
+_dw_tuner = register_tuner(Autotuner("conv1d_dw", _conv1d_dw_kernel, DW_CONFIGS, interpret_config=DW_INTERPRET_CONFIG))
+
+
+def _prune_conv(M: int, N: int, C: int, elem: int, pool: int) -> list[Config]:
+    """Configs that fit shared memory and registers (pooling keeps two accumulators live) and are not far
+    larger than the problem."""
+    out = []
+    for c in CONV_CONFIGS:
+        bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
+        if c.num_stages * (bm * bk + bk * bn) * elem > SMEM_LIMIT:
+            continue
+        if bm * bn * (2 if pool > 1 else 1) > MAX_ACC_REGS * 32 * c.num_warps:
+            continue
+        if bm > 2 * bucket(M) or bn > 2 * bucket(N) or bk > 2 * bucket(C):
+            continue
+        out.append(c)
+    return out or [CONV_INTERPRET_CONFIG]
+
+
+def _prune_dw(C: int, N: int, elem: int) -> list[Config]:
+    out = [c for c in DW_CONFIGS
+           if c.num_stages * (c.kwargs["BLOCK_C"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_M"] * elem <= SMEM_LIMIT
+           and c.kwargs["BLOCK_C"] <= 2 * bucket(C) and c.kwargs["BLOCK_N"] <= 2 * bucket(N)]
+    return out or [DW_INTERPRET_CONFIG]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------------
+def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee", *, pad=0, flip=False,
+                   swap_weight=False, config: Config | None = None) -> torch.Tensor:
+    """y (B, (L + 2 * pad - k + 1) // pool, C_out) in x's dtype; see `_conv1d_kernel`.
+
+    pad / flip / swap_weight serve the input gradient (a full convolution with the weight's taps flipped
+    and its channel roles swapped). config: force a launch configuration (tests); default: the tuner's."""
+    B, L, C = x.shape
+    k = weight.shape[2]
+    n_dim, c_dim = (1, 0) if swap_weight else (0, 1)
+    N = weight.shape[n_dim]
+    LP = (L + 2 * pad - k + 1) // pool
+    y = torch.empty((B, LP, N), device=x.device, dtype=x.dtype)
+    M = B * LP
+    if M == 0 or N == 0:
+        return y
+    prec = precision if x.dtype == torch.float32 else "ieee"
+    args = dict(M=M, N=N, C=C, L_in=L, LP=LP, PAD=pad,
+                stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
+                stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
+                stride_bias=bias.stride(0) if bias is not None else 0,
+                stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2),
+                KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=bias is not None, ACT=_ACT_CODE[activation],
+                PRECISION=prec)
+
+    def run(cfg: Config):
+        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(N, cfg.kwargs["BLOCK_N"]),)
+        launch(_conv1d_kernel, grid, x, weight, bias if bias is not None else y, y, **args, **cfg.kwargs,
+               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    if config is None:
+        key = (bucket(M), N, C, k, pool, pad, str(x.dtype), prec, activation, bias is not None)
+        config = _conv_tuner.pick(key, run, lambda: _prune_conv(M, N, C, x.element_size(), pool),
+                                  tracing=is_fake(x, weight))
+    run(config)
+    return y
+
+
+def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=False,
+                       config: Config | None = None) -> torch.Tensor:
+    """dw (k, C, N) fp32, dw[t, c, n] = sum_{b, l} x[b, l + t, c] * dz[b, l, n], for dz (B, L_out, N) and
+    x (B, L_out + k - 1, C) dense, or character indices (B, L_out + k - 1) with x_is_index (x[b, i, c] is
+    then 1 where the index equals c). See `_conv1d_dw_kernel`."""
+    B, L_out, N = dz.shape
+    M = B * L_out
+    if M == 0:
+        return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
+    prec = precision if dz.dtype == torch.float32 else "ieee"
+    n_sms = num_sms(dz.device, default=2)
+    sx = (x.stride(0), x.stride(1), 0) if x_is_index else tuple(x.stride())
+
+    def run(cfg: Config):
+        bc, bn, bm = cfg.kwargs["BLOCK_C"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_M"]
+        tiles = triton.cdiv(C, bc) * triton.cdiv(N, bn)
+        # split the rows so that tiles * k * splits fills the GPU about four times over
+        splits = max(1, min(triton.cdiv(M, bm), triton.cdiv(4 * n_sms, tiles * k)))
+        rows = triton.cdiv(triton.cdiv(M, splits), bm) * bm
+        splits = triton.cdiv(M, rows)
+        part = torch.empty((splits, k, C, N), device=dz.device, dtype=torch.float32)
+        launch(_conv1d_dw_kernel, (tiles, k, splits), x, dz, part, M=M, N=N, C=C, L_out=L_out,
+               ROWS_PER_SPLIT=rows, stride_xb=sx[0], stride_xl=sx[1], stride_xc=sx[2],
+               stride_zb=dz.stride(0), stride_zl=dz.stride(1), stride_zn=dz.stride(2), KSIZE=k,
+               X_IS_INDEX=x_is_index, PRECISION=prec, **cfg.kwargs, num_warps=cfg.num_warps,
+               num_stages=cfg.num_stages)
+        return part
+
+    if config is None:
+        key = (bucket(M), N, C, k, str(dz.dtype), prec, x_is_index)
+        config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=is_fake(x, dz))
+    return run(config).sum(0)
+
+
+def bias_relu_backward(dy: torch.Tensor, y: Optional[torch.Tensor], activation: str, need_dz: bool,
+                       need_dbias: bool):
+    """(dz (B, L, N) or None, dbias fp32 (N,) or None) from dy and the saved output y (ReLU's sign is
+    the output's), through gemm.act_backward on the (B * L, N) view."""
+    N = dy.shape[-1]
+    dy2 = dy.reshape(-1, N)
+    saved = y.reshape(-1, N) if activation == "relu" else None
+    dz2, dbias = act_backward(dy2, saved, activation, z_is_output=True, need_dz=need_dz, need_dbias=need_dbias)
+    return (dz2.view(dy.shape) if dz2 is not None else None), dbias
+
+
+def grad_like(weight: torch.Tensor, dw_tcn: torch.Tensor) -> torch.Tensor:
+    """The (k, C, N) fp32 gradient as a tensor shaped and laid out like the (N, C, k) weight."""
+    return torch.empty_like(weight).copy_(dw_tcn.permute(2, 1, 0))
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch op registration + autograd
+# ----------------------------------------------------------------------------------------------------
+def _conv1d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: str, pool: int,
+               precision: str) -> torch.Tensor:
+    return conv1d_forward(x, weight, bias, activation, pool, precision)
+
+
+def _conv1d_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, activation: str,
+                        precision: str, need_x: bool, need_w: bool, need_b: bool) -> list[torch.Tensor]:
+    k = weight.shape[2]
+    dz, dbias = bias_relu_backward(dy, y, activation, need_x or need_w, need_b)
+    empty = x.new_empty((0,))
+    dx = conv1d_forward(dz, weight, None, "none", 1, precision, pad=k - 1, flip=True, swap_weight=True) \
+        if need_x else empty
+    dw = grad_like(weight, conv1d_weight_grad(x, dz, k, x.shape[2], precision)) if need_w else empty.clone()
+    return [dx, dw, dbias if dbias is not None else x.new_empty((0,), dtype=torch.float32)]
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, activation, pool, precision = inputs
+    ctx.activation, ctx.precision = activation, precision
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+    ctx.save_for_backward(x, weight, output if activation == "relu" else None)
+
+
+def _backward(ctx, dy):
+    x, weight, y = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    need_b = bool(need_b and ctx.bias_dtype is not None)
+    dx, dw, dbias = _conv1d_backward_call(dy, x, weight, y if y is not None else dy.new_empty((0,)),
+                                          ctx.activation, ctx.precision, bool(need_x), bool(need_w), need_b)
+    return (dx if need_x else None, dw if need_w else None, dbias.to(ctx.bias_dtype) if need_b else None,
+            None, None, None)
+
+
+_conv1d_backward_call = register_op("tk::conv1d_backward", _conv1d_backward_op)
+_conv1d_call = register_op("tk::conv1d", _conv1d_op, setup_context=_setup_context, backward=_backward)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public functions
+# ----------------------------------------------------------------------------------------------------
+def needs_grad(*ts) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
+def validate_weight(weight, bias, activation, pool, *, dtype=None, device=None, in_channels=None,
+                    interpreter_dtypes=INTERPRETER_DTYPES):
+    """Checks shared by the conv1d ops; errors name weight / bias / activation / pool. interpreter_dtypes:
+    the weight dtypes the op computes in the interpreter (None: all; kernels without tl.dot)."""
+    check_tensor("weight", weight, ndim=3, dtypes=DTYPES, device=device, interpreter_dtypes=interpreter_dtypes)
+    if dtype is not None and weight.dtype != dtype:
+        raise ValueError(f"weight has dtype {weight.dtype} but x has {dtype}")
+    if in_channels is not None and weight.shape[1] != in_channels:
+        raise ValueError(f"weight has shape {tuple(weight.shape)} (C_out, C_in, k): C_in must equal x's "
+                         f"{in_channels} channels (x is channels-last, (B, L, C_in))")
+    if weight.shape[2] < 1:
+        raise ValueError(f"weight has kernel size {weight.shape[2]}; it must be >= 1")
+    if bias is not None:
+        check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=weight.device)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"bias has {bias.shape[0]} elements, expected C_out={weight.shape[0]}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if not isinstance(pool, int) or isinstance(pool, bool) or pool < 1:
+        raise ValueError(f"pool must be a positive int, got {pool!r}")
+
+
+def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
+           pool: int = 1, precision: str = "ieee") -> torch.Tensor:
+    """max_pool1d(act(conv1d(x, weight, bias)), pool) on channels-last x (B, L, C_in) -> (B, L_out // pool,
+    C_out), L_out = L - k + 1; weight (C_out, C_in, k) as nn.Conv1d's, any strides. Differentiable in x,
+    weight and bias for pool == 1; pool > 1 is an inference epilogue (call it under torch.no_grad()).
+    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores)."""
+    check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    validate_weight(weight, bias, activation, pool, dtype=x.dtype, device=x.device, in_channels=x.shape[2])
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    L_out = x.shape[1] - weight.shape[2] + 1
+    if L_out < pool:
+        raise ValueError(f"x has length {x.shape[1]}: with kernel size {weight.shape[2]} and pool {pool} the "
+                         f"output would be empty")
+    if pool > 1 and needs_grad(x, weight, bias):
+        raise ValueError("conv1d with pool > 1 is an inference epilogue: call it under torch.no_grad() (or use "
+                         "pool=1 followed by max_pool1d to train)")
+    return _conv1d_call(x, weight, bias, activation, int(pool), precision)
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of the (C_out, C_in, k) weight laid out in memory as (k, C_in, C_out) (the same shape and
+    values): each tap's (C_in, C_out) slice is a row-major matrix, the kernel's B tiles read it coalesced.
+    Differentiable (the gradient flows back to ``weight``)."""
+    return weight.permute(2, 1, 0).contiguous().permute(2, 1, 0)
