@@ -1,0 +1,345 @@
+"""conv1d (channels-last implicit GEMM) and Char-CNN's first layer (gather-sum over character indices)
+against float64: forward with fused bias / ReLU / MaxPool, every gradient (dx, dw, dbias), k = 3 and 7,
+odd channel counts and lengths, forced small tiles, the view/stride matrix, the gather vs a dense one-hot
+conv, the fused LayerNorm -> ReLU -> MaxPool kernels, NaN, errors (CPU interpreter); bf16, Char-CNN sizes,
+the tuner and torch.compile on the GPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from triton_kernels import conv1d as CV
+from triton_kernels import conv1d_gather as G
+from triton_kernels.runtime import Config
+from triton_kernels.testing import assert_close, poison_, rel_err
+
+from .conftest import DEVICE
+from .view_matrix import Arg, check_case, view_cases
+
+SMALL_TILES = CV._cfg(16, 16, 16, 4, 1)
+SMALL_GATHER_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16}, 4, 1)
+DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def ref_conv(x, weight, bias=None, activation="none", pool=1):
+    """The float64-able torch reference on channels-last x (B, L, C)."""
+    z = F.conv1d(x.transpose(1, 2), weight, bias)
+    if activation == "relu":
+        z = F.relu(z)
+    if pool > 1:
+        z = F.max_pool1d(z, pool, pool)
+    return z.transpose(1, 2)
+
+
+def one_hot_cl(indices, channels, dtype):
+    """(B, L, channels) one-hot of indices; an index outside [0, channels) is an all-zero row."""
+    cols = torch.arange(channels, device=indices.device)
+    return (indices.long()[..., None] == cols).to(dtype)
+
+
+def _check_conv(B, L, C, N, k, activation, dtype, device=DEVICE, precision="ieee", scale=1.0):
+    x = torch.randn(B, L, C, device=device, dtype=dtype)
+    w = torch.randn(N, C, k, device=device, dtype=dtype) / (C * k) ** 0.5
+    b = torch.randn(N, device=device, dtype=dtype)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = CV.conv1d(*leaves, activation=activation, precision=precision)
+    refs = [t.detach().double().cpu().requires_grad_() for t in (x, w, b)]
+    r = ref_conv(*refs, activation)
+    assert y.shape == r.shape and y.dtype == dtype
+    tf32 = precision == "tf32"
+    assert_close(y, r, dtype, tf32=tf32, scale=scale, name="y")
+    g = torch.randn(r.shape, dtype=torch.float64)
+    y.backward(g.to(device, dtype))
+    r.backward(g)
+    for name, t, ref in zip(("dx", "dw", "dbias"), leaves, refs):
+        assert t.grad.dtype == t.dtype and t.grad.shape == t.shape
+        assert_close(t.grad, ref.grad, dtype, tf32=tf32, scale=scale, name=name)
+
+
+@pytest.mark.parametrize("B,L,C,N,k,activation,dtype", [
+    (2, 9, 5, 7, 3, "relu", torch.float32),
+    (1, 20, 33, 17, 7, "none", torch.float32),
+    (3, 6, 16, 40, 3, "relu", torch.float16),
+    (2, 13, 3, 9, 7, "relu", torch.float16),
+])
+def test_forward_backward(B, L, C, N, k, activation, dtype):
+    _check_conv(B, L, C, N, k, activation, dtype)
+
+
+@pytest.mark.parametrize("k,pool,dtype", [(7, 3, torch.float32), (3, 2, torch.float16)])
+def test_pool_epilogue(k, pool, dtype):
+    """max_pool1d(relu(conv + bias)) in the epilogue; L_out not a multiple of the pool (rows dropped)."""
+    x = torch.randn(3, 25, 6, device=DEVICE, dtype=dtype)
+    w = torch.randn(11, 6, k, device=DEVICE, dtype=dtype)
+    b = torch.randn(11, device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        y = CV.conv1d(x, w, b, "relu", pool=pool)
+        y_none = CV.conv1d(x, w, None, "none", pool=pool)
+    assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", pool), dtype)
+    assert_close(y_none, ref_conv(x.double(), w.double(), None, "none", pool), dtype)
+
+
+def test_small_tiles_every_dim():
+    """Forced 16 x 16 x 16 tiles: several tiles along rows (crossing samples), channels and K, grouped order."""
+    x = torch.randn(2, 14, 20, device=DEVICE)
+    w = torch.randn(18, 20, 3, device=DEVICE)
+    b = torch.randn(18, device=DEVICE)
+    for pool in (1, 3):
+        y = CV.conv1d_forward(x, w, b, "relu", pool, config=SMALL_TILES)
+        assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", pool), torch.float32)
+    dz = torch.randn(2, 12, 18, device=DEVICE)
+    dx = CV.conv1d_forward(dz, w, None, pad=2, flip=True, swap_weight=True, config=SMALL_TILES)
+    ref_dx = torch.nn.grad.conv1d_input((2, 20, 14), w.double(), dz.double().transpose(1, 2)).transpose(1, 2)
+    assert_close(dx, ref_dx, torch.float32, name="dx")
+    dw = CV.conv1d_weight_grad(x, dz, 3, 20, config=CV.Config({"BLOCK_C": 16, "BLOCK_N": 16, "BLOCK_M": 16}, 4, 1))
+    ref_dw = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), w.shape, dz.double().transpose(1, 2))
+    assert_close(dw.permute(2, 1, 0), ref_dw, torch.float32, name="dw")
+
+
+def test_packed_weight_layout():
+    """pack_weight keeps shape and values, lays the weight out as (k, C_in, C_out), and its gradient reaches
+    the original weight."""
+    w = torch.randn(6, 4, 3, device=DEVICE, requires_grad=True)
+    p = CV.pack_weight(w)
+    assert p.shape == w.shape and torch.equal(p, w) and p.permute(2, 1, 0).is_contiguous()
+    x = torch.randn(2, 8, 4, device=DEVICE)
+    CV.conv1d(x, p).sum().backward()
+    ref = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), w.shape, torch.ones(2, 6, 6, dtype=torch.float64))
+    assert_close(w.grad, ref, torch.float32)
+
+
+# ------------------------------------------------------------------------------------------ view matrix
+VIEW_ARGS = {"x": Arg((2, 7, 4), broadcast=(0,)), "weight": Arg((5, 4, 3)), "bias": Arg((5,))}
+
+
+def view_case(arg: str, layout: str, dtype_name: str, device: str = DEVICE) -> None:
+    """One (argument, layout) case of the matrix: output and every base's gradient vs float64."""
+    case = next(c for c in view_cases(VIEW_ARGS) if (c.arg, c.layout) == (arg, layout))
+    check_case(case, VIEW_ARGS, lambda x, weight, bias: CV.conv1d(x, weight, bias, "relu"),
+               lambda x, weight, bias: ref_conv(x, weight, bias, "relu"), dtype=DTYPE_NAMES[dtype_name],
+               device=device)
+
+
+@pytest.mark.parametrize("case", view_cases(VIEW_ARGS), ids=str)
+def test_views(case):
+    view_case(case.arg, case.layout, "float32")
+
+
+# ------------------------------------------------------------------------------------------ first layer
+def _indices(B, L, C, device=DEVICE, dtype=torch.uint8):
+    """Character indices with some out-of-alphabet entries (C and C + 1: 'no character')."""
+    return torch.randint(0, C + 2, (B, L), device=device).to(dtype)
+
+
+@pytest.mark.parametrize("k,index_dtype", [(7, torch.uint8), (3, torch.int64)])
+def test_gather_matches_dense_one_hot_conv(k, index_dtype):
+    """The gather-sum equals the dense conv over the one-hot (both Triton) and float64; dw and dbias too."""
+    B, L, C, N = 2, 23, 11, 20
+    idx = _indices(B, L, C, dtype=index_dtype)
+    w = torch.randn(N, C, k, device=DEVICE)
+    b = torch.randn(N, device=DEVICE)
+    ws, bs = w.clone().requires_grad_(), b.clone().requires_grad_()
+    y = G.conv1d_gather(idx, ws, bs, "relu")
+    dense = CV.conv1d(one_hot_cl(idx, C, torch.float32), w, b, "relu")
+    assert_close(y, dense.double(), torch.float32, name="gather vs dense")
+    w64, b64 = w.double().requires_grad_(), b.double().requires_grad_()
+    ref = ref_conv(one_hot_cl(idx, C, torch.float64), w64, b64, "relu")
+    assert_close(y, ref, torch.float32)
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    y.backward(g.float())
+    ref.backward(g)
+    assert_close(ws.grad, w64.grad, torch.float32, name="dw")
+    assert_close(bs.grad, b64.grad, torch.float32, name="dbias")
+
+
+def test_gather_dtypes_and_small_tiles():
+    """fp16 and bf16 weights (a gather needs no tl.dot, so the interpreter computes bf16 too); forced tiles."""
+    idx = _indices(3, 30, 9)
+    w = torch.randn(19, 9, 7, device=DEVICE)
+    b = torch.randn(19, device=DEVICE)
+    ref = ref_conv(one_hot_cl(idx, 9, torch.float64), w.double(), b.double())
+    for dtype in (torch.float16, torch.bfloat16):
+        with torch.no_grad():
+            y = G.conv1d_gather(idx, w.to(dtype), b.to(dtype))
+        assert y.dtype == dtype
+        assert_close(y, ref, dtype)
+    assert_close(G.gather_conv_forward(idx, w, b, config=SMALL_GATHER_TILES), ref, torch.float32)
+
+
+def _ln_ref(z, g, h, pool, eps=1e-5):
+    """relu(max_pool1d(layer_norm(z, [C, L]))) on channels-first float64 z (B, C, L) -> channels-first."""
+    return F.max_pool1d(F.relu(F.layer_norm(z, z.shape[1:], g, h, eps)), pool, pool)
+
+
+@pytest.mark.parametrize("pool,affine", [(3, True), (2, False)])
+def test_gather_ln_relu_pool(pool, affine):
+    """The fused first block: statistics and normalise-pool both recompute the gather; forced small tiles
+    give several partials per sample (merged with Chan's formula)."""
+    B, L, C, N, k = 2, 40, 10, 24, 7
+    idx = _indices(B, L, C)
+    w = torch.randn(N, C, k, device=DEVICE)
+    b = torch.randn(N, device=DEVICE) + 3.0  # a mean far from 0
+    L_out = L - k + 1
+    g = torch.randn(N, L_out, device=DEVICE) if affine else None
+    h = torch.randn(N, L_out, device=DEVICE) if affine else None
+    z = F.conv1d(one_hot_cl(idx, C, torch.float64).transpose(1, 2), w.double(), b.double())
+    ref = _ln_ref(z, g.double() if affine else None, h.double() if affine else None, pool).transpose(1, 2)
+    with torch.no_grad():
+        y = G.conv1d_gather_ln_relu_pool(idx, w, b, g, h, pool=pool)
+    assert_close(y, ref, torch.float32)
+    y2 = G.ln_relu_pool_forward(idx, w, b, g, h, 1e-5, pool, False, stats_config=SMALL_GATHER_TILES,
+                                config=SMALL_GATHER_TILES)
+    assert_close(y2, ref, torch.float32, name="small tiles")
+
+
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_ln_relu_pool_channels_last(channels_first):
+    """LayerNorm([C, L]) -> ReLU -> MaxPool1d(3) on a channels-last (and a strided) x; output either layout."""
+    base = torch.randn(3, 17, 45, device=DEVICE) * 2 + 1
+    x = base[:, :, 5:38]  # (3, 17, 33): channel stride 1, row stride 45
+    g, h = torch.randn(33, 17, device=DEVICE), torch.randn(33, 17, device=DEVICE)
+    with torch.no_grad():
+        y = G.layer_norm_relu_maxpool_cl(x, g.t().contiguous().t(), h, channels_first=channels_first)
+    ref = _ln_ref(x.double().transpose(1, 2), g.double(), h.double(), 3)
+    assert_close(y, ref if channels_first else ref.transpose(1, 2), torch.float32)
+    assert y.is_contiguous()
+
+
+def test_nan_propagates_like_torch():
+    x = torch.randn(2, 12, 4, device=DEVICE)
+    x[1, 5, 2] = float("nan")
+    w, b = torch.randn(6, 4, 3, device=DEVICE), torch.randn(6, device=DEVICE)
+    with torch.no_grad():
+        for pool in (1, 3):
+            y = CV.conv1d(x, w, b, "relu", pool=pool)
+            r = ref_conv(x, w, b, "relu", pool)
+            assert torch.equal(torch.isnan(y), torch.isnan(r)), pool
+        y = G.layer_norm_relu_maxpool_cl(x, None, None)
+        assert torch.isnan(y[1]).all() and not torch.isnan(y[0]).any()  # one NaN poisons its sample's statistics
+
+
+def test_outputs_fully_written():
+    """Every output element is written: a launch into a NaN-poisoned buffer leaves no NaN."""
+    x = torch.randn(2, 19, 5, device=DEVICE)
+    w, b = torch.randn(9, 5, 3, device=DEVICE), torch.randn(9, device=DEVICE)
+    out = poison_(torch.empty(2, 17, 9, device=DEVICE))
+    out.copy_(CV.conv1d_forward(x, w, b, config=SMALL_TILES))
+    assert not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda x, w, i: CV.conv1d(x[0], w), "x must have 3 dims"),
+    (lambda x, w, i: CV.conv1d(x, w[:, :3]), "C_in must equal"),
+    (lambda x, w, i: CV.conv1d(x, w.half()), "weight has dtype"),
+    (lambda x, w, i: CV.conv1d(x, w, torch.ones(3)), "bias has 3 elements"),
+    (lambda x, w, i: CV.conv1d(x, w, activation="gelu"), "activation must be"),
+    (lambda x, w, i: CV.conv1d(x, w, pool=0), "pool must be"),
+    (lambda x, w, i: CV.conv1d(x, w, precision="fp8"), "precision must be"),
+    (lambda x, w, i: CV.conv1d(x[:, :2], w), "output would be empty"),
+    (lambda x, w, i: CV.conv1d(x.requires_grad_(), w, pool=3), "inference epilogue"),
+    (lambda x, w, i: CV.conv1d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
+    (lambda x, w, i: CV.conv1d(x, w.to("meta")), "weight is on meta"),
+    (lambda x, w, i: G.conv1d_gather(i.float(), w), "indices has dtype"),
+    (lambda x, w, i: G.conv1d_gather(i[:, :2], w), "indices has length 2"),
+    (lambda x, w, i: G.conv1d_gather(i, w.bfloat16().requires_grad_()), "interpreter cannot compute"),
+    (lambda x, w, i: G.conv1d_gather_ln_relu_pool(i, w, None, torch.ones(5, 3), None), "ln_weight has shape"),
+    (lambda x, w, i: G.conv1d_gather_ln_relu_pool(i, w.requires_grad_(), None, None, None), "inference kernel"),
+    (lambda x, w, i: G.layer_norm_relu_maxpool_cl(x, None, None, pool=9), "pooled output would be empty"),
+])
+def test_bad_input_raises(bad, match):
+    if "meta" in match and DEVICE != "cpu":
+        pytest.skip("the meta check runs on any device; the interpreter-dtype check only on the CPU")
+    if "interpreter" in match and DEVICE != "cpu":
+        pytest.skip("bf16 is computed on the GPU")
+    x = torch.randn(2, 8, 4, device=DEVICE)
+    w = torch.randn(5, 4, 3, device=DEVICE)
+    i = _indices(2, 8, 4)
+    with pytest.raises(ValueError, match=match):
+        bad(x, w, i)
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", view_cases(VIEW_ARGS), ids=str)
+def test_gpu_views(case, dtype_name, isolated):
+    isolated("tests.test_conv1d:view_case", case.arg, case.layout, dtype_name, "cuda")
+
+
+def gpu_char_cnn_layers(dtype_name: str) -> None:
+    """Char-CNN's conv shapes at batch 32 (k = 7 and 3, pool 3, the gather block and block 6) vs float64."""
+    dtype = DTYPE_NAMES[dtype_name]
+    _check_conv(32, 336, 256, 256, 7, "relu", dtype, device="cuda")
+    _check_conv(16, 110, 256, 256, 3, "relu", dtype, device="cuda")
+    x = torch.randn(32, 336, 256, device="cuda", dtype=dtype)
+    w = CV.pack_weight(torch.randn(256, 256, 7, device="cuda", dtype=dtype) * 0.02)
+    b = torch.randn(256, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        y = CV.conv1d(x, w, b, "relu", pool=3)
+    assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", 3), dtype)
+    idx = _indices(32, 1014, 70, device="cuda")
+    w1 = CV.pack_weight(torch.randn(256, 70, 7, device="cuda", dtype=dtype))
+    b1 = torch.randn(256, device="cuda", dtype=dtype)
+    g, h = torch.randn(256, 1008, device="cuda", dtype=dtype), torch.randn(256, 1008, device="cuda", dtype=dtype)
+    z = F.conv1d(one_hot_cl(idx, 70, torch.float64).transpose(1, 2), w1.double(), b1.double())
+    with torch.no_grad():
+        y1 = G.conv1d_gather_ln_relu_pool(idx, w1, b1, g, h)
+        z1 = G.conv1d_gather(idx, w1, b1)
+    assert_close(z1, z.transpose(1, 2), dtype, name="gather")
+    assert_close(y1, _ln_ref(z, g.double(), h.double(), 3).transpose(1, 2), dtype, name="fused block 1")
+    x6 = torch.randn(64, 102, 256, device="cuda", dtype=dtype)
+    g6, h6 = torch.randn(256, 102, device="cuda", dtype=dtype), torch.randn(256, 102, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        y6 = G.layer_norm_relu_maxpool_cl(x6, g6, h6, channels_first=True)
+    assert_close(y6, _ln_ref(x6.double().transpose(1, 2), g6.double(), h6.double(), 3), dtype, name="block 6")
+    ws = w1.detach().requires_grad_()
+    G.conv1d_gather(idx, ws, b1).float().sum().backward()
+    ref_dw = torch.nn.grad.conv1d_weight(one_hot_cl(idx, 70, torch.float64).transpose(1, 2), ws.shape,
+                                         torch.ones(32, 256, 1008, dtype=torch.float64, device="cuda"))
+    assert_close(ws.grad, ref_dw, dtype, name="gather dw")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16", "float32"])
+def test_gpu_char_cnn_layers(dtype_name, isolated):
+    isolated("tests.test_conv1d:gpu_char_cnn_layers", dtype_name)
+
+
+def gpu_tf32_and_compile() -> None:
+    _check_conv(8, 100, 64, 96, 7, "relu", torch.float32, device="cuda", precision="tf32")
+    x = torch.randn(4, 50, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(48, 32, 3, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(48, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w, b: CV.conv1d(x, w, b, "relu").float().square().sum(), fullgraph=True)
+    fn(x, w, b).backward()
+    grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    CV.conv1d(x, w, b, "relu").float().square().sum().backward()
+    for g1, t in zip(grads, (x, w, b)):
+        assert rel_err(g1, t.grad) < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_tf32_and_compile(isolated):
+    isolated("tests.test_conv1d:gpu_tf32_and_compile")
+
+
+def gpu_autotune_picks_a_config() -> None:
+    import os
+
+    os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "1"
+    try:
+        x = torch.randn(64, 110, 256, device="cuda", dtype=torch.bfloat16)
+        w = CV.pack_weight(torch.randn(256, 256, 3, device="cuda", dtype=torch.bfloat16) * 0.03)
+        with torch.no_grad():
+            y = CV.conv1d(x, w, None, "relu")
+        assert_close(y, ref_conv(x.double(), w.double(), None, "relu"), torch.bfloat16)
+        assert any(what in ("tuned", "hit") for _, what in CV._conv_tuner.events)
+    finally:
+        os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "0"
+
+
+@pytest.mark.gpu
+def test_gpu_autotune(isolated):
+    isolated("tests.test_conv1d:gpu_autotune_picks_a_config")
