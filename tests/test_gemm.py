@@ -140,6 +140,14 @@ def test_mlp_trains():
     (lambda a, b: G.gemm(a, b.to("meta")), "b is on meta"),
     (lambda a, b: Linear(5, 3, activation="tanh"), "activation must be"),
     (lambda a, b: G.linear(torch.randn(2, 4), torch.randn(3, 5)), "x has 4 features"),
+    # linear's errors name its own arguments (x / weight / bias / residual), not gemm's a / b
+    (lambda a, b: G.linear(a.double(), b.t()), "x has dtype torch.float64"),
+    (lambda a, b: G.linear(a, b.t().half()), "weight has dtype torch.float16 but x has torch.float32"),
+    (lambda a, b: G.linear(a, b.t(), bias=torch.randn(4)), "bias has 4 elements"),
+    (lambda a, b: G.linear(a, b.t(), bias=torch.randn(6).double()), "bias has dtype"),
+    (lambda a, b: G.linear(a, b.t(), residual=torch.randn(4, 5)), "residual has shape \\(4, 5\\), expected"),
+    (lambda a, b: G.linear(a, b.t()[None]), "weight must have 2 dims"),
+    (lambda a, b: G.linear(a, b.t(), residual=[1.0]), "residual must be a torch.Tensor"),
 ])
 def test_bad_input_raises_before_launch(bad, match):
     a, b = torch.randn(4, 5), torch.randn(5, 6)

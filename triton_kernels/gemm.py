@@ -1,9 +1,11 @@
 """GEMM with a fused epilogue:  C = act(A @ B + bias) (+ residual), forward and backward.
 
-Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides (transposed views are
-read in place, never copied). Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee"
-(exact fp32 FMA) or "tf32" (tensor cores) precision. act in {"none", "relu", "gelu"} (exact erf GELU,
-as nn.GELU()).
+Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides, stride 0 (expanded) and
+unaligned base addresses included: every operand is indexed with its strides and read in place, never
+copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA) or "tf32"
+(tensor cores) precision. act in {"none", "relu", "gelu"} (exact erf GELU, as nn.GELU()); both propagate
+NaN as torch does (relu(NaN) = NaN). In Triton's CPU interpreter A and B must be fp32 or fp16 (it has no
+bf16 dot).
 
 Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dA = dZ @ B^T      (the same GEMM kernel, B^T a strided view)
@@ -44,7 +46,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 @triton.jit
 def _apply_act(z, ACT: tl.constexpr):
     if ACT == 1:
-        z = tl.maximum(z, 0.0)
+        z = tl.where(z < 0.0, 0.0, z)  # NaN stays NaN, as in torch.relu (tl.maximum returns 0 for NaN)
     elif ACT == 2:
         z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
     return z
@@ -66,7 +68,7 @@ def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 @triton.jit
 def _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-              stride_rm, stride_rn, stride_zm, stride_zn,
+              stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
               HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
               INDEX_64: tl.constexpr):
     """In registers, before the one store: + bias[n], optional save of Z, activation, + residual, cast."""
@@ -74,7 +76,7 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride
     if INDEX_64:
         offs_m = offs_m.to(tl.int64)
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
         acc += bias[None, :].to(tl.float32)
     if SAVE_Z:
         tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_n[None, :] * stride_zn,
@@ -92,7 +94,7 @@ def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
-    stride_cm, stride_cn, stride_rm, stride_rn, stride_zm, stride_zn,
+    stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
     PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -110,10 +112,13 @@ def _gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     # Rows/cols past the edge wrap around (% M, % N) for the loads; their results are masked at the
-    # store. The hints tell the compiler each tile's indices are contiguous and aligned, which keeps the
-    # loads vectorised (a tl.where clamp would hide that and make them scalar: ~10x slower).
-    offs_am = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
-    offs_bn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    # store. No contiguity/alignment hints here: where the index wraps inside a tile, "BLOCK_M
+    # contiguous" is false, and with the other stride a multiple of 16 bytes (or 0) the compiler then
+    # emits 16-byte vector copies that start at unaligned addresses (a device fault on views such as
+    # h[:, :9].t()). Triton's own analysis of `(pid * BLOCK + arange) % M` proves contiguity up to the
+    # divisibility of M (N), which keeps every load vectorised whose addresses really are aligned.
+    offs_am = offs_m % M
+    offs_bn = offs_n % N
     if INDEX_64:  # element offsets may pass 2**31: widen the index math (slower; only when needed)
         offs_am = offs_am.to(tl.int64)
         offs_bn = offs_bn.to(tl.int64)
@@ -131,7 +136,7 @@ def _gemm_kernel(
         b_ptrs += BLOCK_K * stride_bk
 
     _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-              stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
+              stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
 
 
 @triton.jit
@@ -139,7 +144,7 @@ def _gemm_tma_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
     M, N, K, NUM_PROGS,
     stride_a, stride_b,
-    stride_cm, stride_cn, stride_rm, stride_rn, stride_zm, stride_zn,
+    stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
     A_T: tl.constexpr, B_T: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
     PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
@@ -183,7 +188,8 @@ def _gemm_tma_kernel(
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
         _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-                  stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
+                  stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
+                  INDEX_64)
 
 
 @triton.jit
@@ -197,7 +203,7 @@ def _act_bwd_kernel(
     """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias).
 
     Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
-    relu'(Z) = [C > 0], so no pre-activation needs saving. Column sums are added into an fp32
+    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are added into an fp32
     dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
     """
     pid_m = tl.program_id(0)
@@ -209,8 +215,8 @@ def _act_bwd_kernel(
     dz = tl.load(dc_ptr + rows * stride_dcm + offs_n[None, :] * stride_dcn, mask=mask, other=0.0).to(tl.float32)
     if ACT != 0:
         z = tl.load(z_ptr + rows * stride_zm + offs_n[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
-        if ACT == 1:
-            dz = tl.where(z > 0.0, dz, 0.0)
+        if ACT == 1:  # torch's threshold_backward: the gradient passes unless z <= 0 (so it passes at NaN)
+            dz = tl.where(z <= 0.0, 0.0, dz)
         else:
             cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
             pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
@@ -283,13 +289,21 @@ _launch = launch
 _is_fake = is_fake
 
 
-def _validate(a, b, bias, residual, activation, precision):
-    check_tensor("a", a, ndim=2, dtypes=DTYPES)
-    check_tensor("b", b, ndim=2, dtypes=DTYPES, device=a.device)
+# the interpreter has no bfloat16 tl.dot (it returns values around 1e10): the operands A and B must be
+# fp32 / fp16 there; bias and residual are only loaded and converted, which it does right in any dtype
+INTERPRETER_DTYPES = (torch.float32, torch.float16)
+
+
+def _validate(a, b, bias, residual, activation, precision, names=("a", "b")):
+    """Raise a ValueError naming the argument (``names``: what the caller calls A and B)."""
+    name_a, name_b = names
+    check_tensor(name_a, a, ndim=2, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    check_tensor(name_b, b, ndim=2, dtypes=DTYPES, device=a.device, interpreter_dtypes=INTERPRETER_DTYPES)
     if b.dtype != a.dtype:
-        raise ValueError(f"b has dtype {b.dtype} but a has {a.dtype}")
+        raise ValueError(f"{name_b} has dtype {b.dtype} but {name_a} has {a.dtype}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: a.shape[1] must equal b.shape[0]")
+        raise ValueError(f"{name_a} is {tuple(a.shape)} and {name_b} is {tuple(b.shape)}: "
+                         f"{name_a}.shape[1] must equal {name_b}.shape[0]")
     M, N = a.shape[0], b.shape[1]
     if bias is not None:
         check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=a.device)
@@ -308,7 +322,8 @@ def _validate(a, b, bias, residual, activation, precision):
 def _tma_layout(t: torch.Tensor):
     """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None.
 
-    TMA needs one unit stride, the other stride and the base address 16-byte aligned."""
+    TMA needs one unit stride, the other stride and the base address 16-byte aligned: a stride-0
+    (expanded) tensor or a view whose base is not 16-byte aligned (offset into its storage) is refused."""
     es = t.element_size()
     if t.stride(1) == 1 and t.shape[1] > 1:
         trans, stride = False, t.stride(0)
@@ -357,14 +372,19 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
     z = torch.empty((M, N), device=a.device, dtype=a.dtype) if save_preact else None
     prec = precision if a.dtype == torch.float32 else "ieee"  # 16-bit inputs always use tensor cores
     dummy = c
-    args = (a, b, c, bias if bias is not None else dummy, residual if residual is not None else dummy,
-            z if z is not None else dummy, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            c.stride(0), c.stride(1),
-            residual.stride(0) if residual is not None else 0, residual.stride(1) if residual is not None else 0,
-            z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0)
-    flags = dict(HAS_BIAS=bias is not None, HAS_RES=residual is not None, SAVE_Z=save_preact,
-                 ACT=_ACT_CODE[activation], PRECISION="tf32" if prec == "tf32" else "ieee",
-                 INDEX_64=_needs_int64(a, b, c, residual, z))
+    # Tensors go positionally (launch() looks for fake tensors among its positional arguments), the
+    # rest by keyword. bias and residual are read with their strides (stride 0 = expanded), never copied.
+    pointers = (c, bias if bias is not None else dummy, residual if residual is not None else dummy,
+                z if z is not None else dummy)
+    epilogue = dict(
+        M=M, N=N, K=K, stride_cm=c.stride(0), stride_cn=c.stride(1),
+        stride_bias=bias.stride(0) if bias is not None else 0,
+        stride_rm=residual.stride(0) if residual is not None else 0,
+        stride_rn=residual.stride(1) if residual is not None else 0,
+        stride_zm=z.stride(0) if z is not None else 0, stride_zn=z.stride(1) if z is not None else 0,
+        HAS_BIAS=bias is not None, HAS_RES=residual is not None, SAVE_Z=save_preact,
+        ACT=_ACT_CODE[activation], PRECISION="tf32" if prec == "tf32" else "ieee",
+        INDEX_64=_needs_int64(a, b, c, bias, residual, z))
     if M == 0 or N == 0:
         return c, z
 
@@ -379,13 +399,19 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
                 # the N-major one. The copy's time is inside the tuner's measurement, so this candidate
                 # wins only where it pays for itself.
                 bb = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
-            (a_t, sa), (b_t, sb) = _tma_layout(a), _tma_layout(bb)
+            layout_a, layout_b = _tma_layout(a), _tma_layout(bb)
+            if layout_a is None or layout_b is None:  # only a forced config gets here (see _tma_eligible)
+                raise ValueError(f"config {cfg} asks for the TMA kernel, but {'a' if layout_a is None else 'b'} "
+                                 "cannot be read through a TMA descriptor (it needs a unit stride, the other "
+                                 "stride and the base address 16-byte aligned)")
+            (a_t, sa), (b_t, sb) = layout_a, layout_b
             _ensure_allocator(a.device)
             progs = min(tiles, num_sms(a.device, default=4))
-            _launch(_gemm_tma_kernel, (progs,), a, bb, *args[2:6], M, N, K, progs, sa, sb, *args[13:],
-                    A_T=a_t, B_T=b_t, **flags, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            _launch(_gemm_tma_kernel, (progs,), a, bb, *pointers, NUM_PROGS=progs, stride_a=sa, stride_b=sb,
+                    A_T=a_t, B_T=b_t, **epilogue, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         else:
-            _launch(_gemm_kernel, (tiles,), *args, **flags, **kw, num_warps=cfg.num_warps,
+            _launch(_gemm_kernel, (tiles,), a, b, *pointers, stride_am=a.stride(0), stride_ak=a.stride(1),
+                    stride_bk=b.stride(0), stride_bn=b.stride(1), **epilogue, **kw, num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages)
 
     if K == 0:  # empty reduction: C = act(bias) (+ residual)
@@ -487,6 +513,14 @@ _act_backward_call = register_op("tk::act_backward", _act_backward_op)
 _gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, backward=_backward)
 
 
+def _save_preact(activation, a, b, bias, residual) -> bool:
+    """Whether the forward saves Z for the backward: gelu, or relu with a residual added after it (else
+    the backward reads relu's sign off the output)."""
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, bias, residual))
+    return needs_grad and (activation == "gelu" or (activation == "relu" and residual is not None))
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
          activation: str = "none", precision: str = "ieee") -> torch.Tensor:
     """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
@@ -494,21 +528,28 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores).
     """
     _validate(a, b, bias, residual, activation, precision)
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, bias, residual))
-    save_preact = needs_grad and (activation == "gelu" or (activation == "relu" and residual is not None))
+    save_preact = _save_preact(activation, a, b, bias, residual)
     return _gemm_call(a, b, bias, residual, activation, precision, save_preact)[0]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
            residual: torch.Tensor | None = None, precision: str = "ieee") -> torch.Tensor:
-    """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear."""
-    check_tensor("x", x, ndim=range(1, 9))
+    """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear;
+    residual has the output's shape (..., out_features). Errors name x / weight / bias / residual."""
+    check_tensor("x", x, ndim=range(1, 9), dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor("weight", weight, ndim=2)
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[-1]} features but weight expects {weight.shape[1]} (weight {tuple(weight.shape)})")
     lead = x.shape[:-1]
+    if residual is not None:
+        check_tensor("residual", residual)
+        if tuple(residual.shape) != (*lead, weight.shape[0]):
+            raise ValueError(f"residual has shape {tuple(residual.shape)}, expected the output's "
+                             f"{(*lead, weight.shape[0])}")
     x2 = x.reshape(-1, x.shape[-1])
     r2 = residual.reshape(-1, residual.shape[-1]) if residual is not None else None
-    y = gemm(x2, weight.t(), bias, r2, activation, precision)
+    w_t = weight.t()
+    _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"))
+    save_preact = _save_preact(activation, x2, w_t, bias, r2)
+    y = _gemm_call(x2, w_t, bias, r2, activation, precision, save_preact)[0]
     return y.reshape(*lead, weight.shape[0])
