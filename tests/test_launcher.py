@@ -1,0 +1,79 @@
+"""The direct launch path (triton_kernels/launcher.py): the generated guard-and-launch function passes
+what Triton's own launch would, and a new specialisation takes Triton's path. The compiled launcher
+itself needs a GPU, so here it is a recording stand-in; the GPU tests of every op run the real one."""
+import types
+
+import pytest
+import torch
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+from triton_kernels.launcher import BoundKernel, bind
+
+
+def _copy(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr, EXTRA: tl.constexpr = 3):
+    pass
+
+
+DRIVER = types.SimpleNamespace(get_current_stream=lambda device: 1234, get_current_device=lambda: 0)
+
+
+def _bound():
+    bound = BoundKernel(JITFunction(_copy), {"BLOCK": 16}, {"num_warps": 4}, driver=DRIVER)
+    misses = []
+    bound._miss = lambda grid, key, args: misses.append((grid, key, args))
+    return bound, misses
+
+
+def test_hit_calls_the_compiled_launcher_with_every_slot():
+    bound, misses = _bound()
+    x, y = torch.randn(40), torch.empty(40)
+    bound.launch((3,), x, y, 40, 0.5)  # first call: generated, then a miss (nothing compiled yet)
+    assert len(misses) == 1 and misses[0][1] is not None
+    calls = []
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    bound.launch((3,), x, y, 40, 0.5)
+    bound.launch((3, 2), x, y_ptr=y, n=40, scale=0.25)  # by keyword too
+    assert calls[0] == (3, 1, 1, 1234, "function", "metadata", None, None, None,
+                        x.data_ptr(), y.data_ptr(), 40, 0.5, 16, 3)
+    assert calls[1][:3] == (3, 2, 1) and calls[1][-3] == 0.25
+    assert len(misses) == 1
+
+
+@pytest.mark.parametrize("change", ["divisibility", "one", "int64", "dtype", "alignment", "float_for_int"])
+def test_a_new_specialisation_is_a_miss(change):
+    bound, misses = _bound()
+    x, y = torch.randn(64), torch.empty(64)
+    bound.launch((1,), x, y, 32, 0.5)
+    bound._compiled[misses[0][1]] = (lambda *a: None, "function", "metadata")
+    args = {"divisibility": (x, y, 33, 0.5), "one": (x, y, 1, 0.5), "int64": (x, y, 2**33, 0.5),
+            "dtype": (x.double(), y, 32, 0.5), "alignment": (x[1:], y, 32, 0.5),
+            "float_for_int": (x, y, 32.0, 0.5)}[change]
+    bound.launch((1,), *args)
+    assert len(misses) == 2
+
+
+def test_fake_tensors_take_the_normal_path():
+    bound, misses = _bound()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, y = torch.empty(8), torch.empty(8)
+        bound.launch((1,), x, y, 8, 1.0)
+    assert misses and misses[-1][1] is None  # no guard could be built: Triton's own path
+
+
+def test_wrong_arguments_are_named():
+    bound, _ = _bound()
+    with pytest.raises(TypeError, match="x_ptr, y_ptr, n, scale"):
+        bound.launch((1,), torch.empty(1), torch.empty(1), 1, 1.0, 5)
+    with pytest.raises(TypeError, match="missing runtime arguments"):
+        bound.launch((1,), torch.empty(1), torch.empty(1))
+
+
+def test_bind_is_memoised_per_value_set():
+    kernel = JITFunction(_copy)
+    a = bind(kernel, BLOCK=16, num_warps=4)
+    assert bind(kernel, num_warps=4, BLOCK=16) is a
+    assert bind(kernel, BLOCK=32, num_warps=4) is not a
+    assert a.options == {"num_warps": 4} and a.constexprs == {"BLOCK": 16}

@@ -1,0 +1,145 @@
+"""A launch path with almost no host cost: Triton's compiled launcher, called directly.
+
+``kernel[grid](*args, **kwargs)`` spends most of its host time before the launch: binding the arguments
+to the signature, computing each argument's specialisation (dtype, 16-byte alignment, divisibility by 16,
+value 1) and hashing it into a cache key, reading the current stream and the launch hooks. For a kernel
+whose constexprs and launch options a call site fixes once (one tuned config per key), almost all of that
+is the same on every call, so :class:`BoundKernel` does it once:
+
+* ``bind(kernel, num_warps=4, num_stages=1, BLOCK=128, ...)`` fixes the constexprs and options (made once
+  per distinct set of values);
+* ``bound.launch(grid, x_ptr=x, n=n, ...)`` takes the kernel's runtime arguments (constexprs left out),
+  by name or in the kernel's order. A small generated function computes the guard -- per tensor its dtype and
+  address mod 16, per int whether it is 1, its value mod 16 and whether it fits in 32 bits: what Triton
+  specialises a compiled kernel on -- and on a hit calls the compiled kernel's own launcher with the
+  metadata prepared at the first call. A miss (a new specialisation) takes Triton's normal path once,
+  which compiles if needed and launches, and records the compiled kernel for the next hit.
+
+Under the interpreter, while torch.compile traces (fake tensors have no address, so the guard fails), or
+while a launch hook is installed (a profiler), calls take Triton's normal path.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+
+from .runtime import INTERPRET, is_fake
+
+
+def _hooks_active() -> bool:
+    hook = triton.knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class BoundKernel:
+    """A ``@triton.jit`` kernel with its constexprs and launch options fixed; see the module docstring."""
+
+    def __init__(self, kernel: Any, constexprs: dict, options: dict, driver: Any = None) -> None:
+        """``driver``: what gives the current device and stream (default: Triton's active driver; given
+        explicitly, the generated path is used even under the interpreter, which has no driver)."""
+        self.kernel = kernel
+        self.driver = driver
+        self.constexprs = constexprs
+        self.options = options
+        params = getattr(kernel, "params", None)  # the interpreter's kernels have no compiled signature
+        self.runtime_names = [p.name for p in params if not p.is_constexpr] if params is not None else None
+        self._compiled: dict[tuple, tuple] = {}  # guard -> (launcher, function handle, packed metadata)
+        self.launch = self._first_launch if (not INTERPRET or driver is not None) else self._slow
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launch(grid, *args, **kwargs)
+
+    # -- the normal Triton path ---------------------------------------------------------------------
+    def _slow(self, grid, *args, **kwargs):
+        if not INTERPRET and is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
+            return torch.library.wrap_triton(self.kernel)[grid](*args, **kwargs, **self.constexprs, **self.options)
+        return self.kernel[grid](*args, **kwargs, **self.constexprs, **self.options)
+
+    def _miss(self, grid, key, args):
+        if key is None or _hooks_active():
+            return self._slow(grid, *args)
+        compiled = self._slow(grid, *args)  # compiles once, then launches
+        if compiled is not None and not isinstance(compiled, (list, tuple)):
+            self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+        return compiled
+
+    # -- the generated fast path ----------------------------------------------------------------------
+    def _first_launch(self, grid, *args, **kwargs):
+        """Generate the guard-and-launch function for the argument kinds of this first call. It takes
+        the kernel's runtime parameters by name or position, like the kernel itself."""
+        names = self.runtime_names
+        if len(args) > len(names) or set(kwargs) - set(names[len(args):]):
+            raise TypeError(f"{self.kernel.__name__} takes the runtime arguments ({', '.join(names)}); got "
+                            f"{len(args)} positional and {sorted(kwargs)} by keyword")
+        values = dict(zip(names, args), **kwargs)
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise TypeError(f"{self.kernel.__name__}: missing runtime arguments {missing}")
+        guard, passed = [], {}
+        prologue = []
+        for i, name in enumerate(names):
+            value = values[name]
+            if isinstance(value, torch.Tensor):
+                # the compiled launcher takes an address as an int (and then skips its own
+                # data_ptr() call and pointer-attribute query)
+                prologue.append(f"_lp_p{i} = {name}.data_ptr()")
+                guard += [f"{name}.dtype", f"_lp_p{i} & 15"]
+                passed[name] = f"_lp_p{i}"
+            elif isinstance(value, bool) or value is None:
+                guard.append(name)
+            elif isinstance(value, int):
+                guard += [f"{name} == 1", f"{name} & 15", f"-2147483648 <= {name} <= 2147483647"]
+            else:
+                guard.append(f"{name}.__class__")
+        driver = self.driver if self.driver is not None else triton.runtime.driver.active
+        scope = {"_lp_compiled": self._compiled, "_lp_miss": self._miss, "_lp_knobs": triton.knobs.runtime,
+                 "_lp_stream": driver.get_current_stream, "_lp_device": driver.get_current_device}
+        call = []  # the compiled launcher takes every parameter, constexprs included (their slots skipped)
+        for p in self.kernel.params:
+            if p.is_constexpr:
+                scope[f"_lp_c_{p.name}"] = self.constexprs.get(p.name, p.default)
+                call.append(f"_lp_c_{p.name}")
+            else:
+                call.append(passed.get(p.name, p.name))
+        arglist = ", ".join(names)
+        # a null address: an empty tensor, or a fake one (torch.compile tracing): Triton's own path
+        pointers = [f"not _lp_p{i}" for i, name in enumerate(names) if name in passed]
+        nonnull = f"if {' or '.join(pointers)}: raise TypeError" if pointers else "pass"
+        src = f"""
+def launch(_lp_grid, {arglist}):
+    try:
+        {'; '.join(prologue) or 'pass'}
+        {nonnull}
+        _lp_key = (_lp_device(), {', '.join(guard)})
+    except (AttributeError, TypeError, RuntimeError):  # fake tensors, other argument kinds
+        return _lp_miss(_lp_grid, None, ({arglist},))
+    _lp_hit = _lp_compiled.get(_lp_key)
+    _lp_hook = _lp_knobs.launch_enter_hook
+    if _lp_hit is None or (_lp_hook is not None and getattr(_lp_hook, "calls", True)):
+        return _lp_miss(_lp_grid, _lp_key, ({arglist},))
+    _lp_run, _lp_function, _lp_metadata = _lp_hit
+    _lp_n = len(_lp_grid)
+    _lp_run(_lp_grid[0], _lp_grid[1] if _lp_n > 1 else 1, _lp_grid[2] if _lp_n > 2 else 1,
+            _lp_stream(_lp_key[0]), _lp_function, _lp_metadata, None, None, None, {', '.join(call)})
+"""
+        exec(compile(src, f"<launch {self.kernel.__name__}>", "exec"), scope)  # noqa: S102
+        self.launch = scope["launch"]
+        self.source = src
+        return self.launch(grid, *args, **kwargs)
+
+
+_BOUND: dict[tuple, BoundKernel] = {}
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def bind(kernel: Any, **constexprs_and_options: Any) -> BoundKernel:
+    """The :class:`BoundKernel` of ``kernel`` with these constexprs and launch options (num_warps,
+    num_stages, ...), made once per distinct set of values."""
+    key = (kernel, tuple(sorted(constexprs_and_options.items())))
+    bound = _BOUND.get(key)
+    if bound is None:
+        options = {k: constexprs_and_options.pop(k) for k in _OPTIONS if k in constexprs_and_options}
+        bound = _BOUND[key] = BoundKernel(kernel, constexprs_and_options, options)
+    return bound
