@@ -143,3 +143,24 @@ def bind(kernel: Any, **constexprs_and_options: Any) -> BoundKernel:
         options = {k: constexprs_and_options.pop(k) for k in _OPTIONS if k in constexprs_and_options}
         bound = _BOUND[key] = BoundKernel(kernel, constexprs_and_options, options)
     return bound
+
+
+_BINDING: dict[Any, frozenset] = {}  # kernel -> names of its constexprs and launch options
+
+
+def launch_bound(kernel: Any, grid: Any, args: tuple, kwargs: dict) -> None:
+    """``kernel[grid](*args, **kwargs)`` through the :class:`BoundKernel` of the constexprs and options
+    among ``kwargs`` (the rest are runtime arguments, as are ``args``)."""
+    fixed = _BINDING.get(kernel)
+    if fixed is None:
+        fixed = _BINDING[kernel] = frozenset([p.name for p in kernel.params if p.is_constexpr] + list(_OPTIONS))
+    key = (kernel, tuple([(k, v) for k, v in kwargs.items() if k in fixed]))
+    bound = _BOUND.get(key)
+    if bound is None:
+        items = dict(key[1])
+        options = {k: items.pop(k) for k in _OPTIONS if k in items}
+        bound = _BOUND[key] = BoundKernel(kernel, items, options)
+    if len(key[1]) == len(kwargs):
+        bound.launch(grid, *args)
+    else:
+        bound.launch(grid, *args, **{k: v for k, v in kwargs.items() if k not in fixed})

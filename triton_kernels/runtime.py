@@ -455,16 +455,17 @@ def is_fake(*ts: Any) -> bool:
 
 
 def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
-    """Launch a ``@triton.jit`` kernel.
+    """Launch a ``@triton.jit`` kernel: ``kernel[grid](*args, **kwargs)``, with less host time.
 
-    Real tensors go straight to Triton's launcher. Only while torch.compile traces (fake or functional
-    tensors) is the launch wrapped with ``torch.library.wrap_triton``, so the compiler records the kernel:
-    the wrapped path dispatches a higher-order op per call, which outside a registered op costs far more
-    host time than a memory-bound kernel takes on the GPU."""
-    if not INTERPRET and is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
-        torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
-    else:
+    On the GPU the constexprs and launch options among ``kwargs`` select a :class:`launcher.BoundKernel`
+    (made once per distinct set), which launches the compiled kernel directly (see launcher.py). While
+    torch.compile traces (fake or functional tensors) the launch is wrapped with
+    ``torch.library.wrap_triton`` so the compiler records the kernel. In the interpreter it is Triton's
+    own call."""
+    if INTERPRET:
         kernel[grid](*args, **kwargs)
+    else:
+        launch_bound(kernel, grid, args, kwargs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -513,3 +514,6 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
     call.__name__ = call.__qualname__ = f"call_{opname}"
     call.op = op
     return call
+
+
+from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)
