@@ -24,9 +24,11 @@ Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_h
 BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
 dense) the launcher makes them one pixel dim (N = 1, HW = N * H * W) so tiles run across samples.
 Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping
-per-element fp32 sums shifted by the group's first pixel (no cancellation for a large mean), and writes
-one partial per channel; the finalize kernel merges the partials (two passes: total mean, then
-sum m2_g + n_g (mean_g - mean)^2) in a fixed order, so results are deterministic (no atomics).
+per-element fp32 sums of x - s, s = the channel's value at the first pixel of the batch, and writes one
+partial (count, mean of x - s, M2) per channel; the finalize kernel merges them (two passes: the mean
+offset, then sum M2_g + n_g (offset_g - offset)^2) in a fixed order, so results are deterministic (no
+atomics). The mean is kept as s + offset and the kernels centre x as (x - s) - offset: x - s is exact for
+values near the mean, so a large mean costs no precision (stats rows: s, offset, rstd, scale, beta).
 
 Layouts: x may be channels_last or NCHW dense (any base offset); any other x (H and W that cannot be
 flattened into one stride, or overlapping strides) is copied once to channels_last. Outputs take x's
@@ -71,17 +73,16 @@ def _bn_stats_kernel(
     x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """Program (group, channel block): count, mean and M2 = sum (x - mean)^2 of the tiles
-    [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32. Sums are of x - s, s = the group's first
-    pixel, kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end."""
+    """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
+    [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
+    kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
     t_start = group * TILES_PER_GROUP
     t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)
-    base, _ = _tile(t_start, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
-    shift = tl.load(x_ptr + base + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
+    shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
     acc1 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
     count = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -98,20 +99,20 @@ def _bn_stats_kernel(
     s2 = tl.sum(acc2, axis=0)
     out = part_ptr + group * C + cols
     tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
-    tl.store(out + GROUPS * C, shift + s1 / n, mask=cmask)
+    tl.store(out + GROUPS * C, s1 / n, mask=cmask)
     tl.store(out + 2 * GROUPS * C, tl.maximum(s2 - s1 * (s1 / n), 0.0), mask=cmask)
 
 
 @triton.jit
 def _bn_finalize_kernel(
-    part_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
-    C, GROUPS, M, eps, momentum,
+    part_ptr, x_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
+    C, stride_c, GROUPS, M, eps, momentum,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """Program per channel block: merge the GROUPS partials (count, mean, M2) into the batch statistics:
-    mean = sum n_g mean_g / M, M2 = sum (M2_g + n_g (mean_g - mean)^2). Writes stats (4, C) fp32 =
-    (mean, rstd, scale = w * rstd, beta = b) and the updated running statistics."""
+    """Program per channel block: merge the GROUPS partials (count, offset, M2) into the batch statistics:
+    offset = sum n_g offset_g / M, M2 = sum (M2_g + n_g (offset_g - offset)^2), mean = s + offset. Writes
+    stats (5, C) fp32 = (s, offset, rstd, scale = w * rstd, beta = b) and the new running statistics."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     gs = tl.arange(0, BLOCK_G)
@@ -121,12 +122,12 @@ def _bn_finalize_kernel(
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
         acc += tl.load(p, mask=m, other=0.0) * tl.load(p + GROUPS * C, mask=m, other=0.0)
     Mf = M.to(tl.float32)
-    mean = tl.sum(acc, axis=0) / Mf
+    offset = tl.sum(acc, axis=0) / Mf
     acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     for g0 in range(0, GROUPS, BLOCK_G):
         m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
-        d = tl.load(p + GROUPS * C, mask=m, other=0.0) - mean[None, :]
+        d = tl.load(p + GROUPS * C, mask=m, other=0.0) - offset[None, :]
         acc += tl.load(p + 2 * GROUPS * C, mask=m, other=0.0) + tl.load(p, mask=m, other=0.0) * d * d
     m2 = tl.sum(acc, axis=0)
     rstd = 1.0 / tl.sqrt(m2 / Mf + eps)
@@ -136,17 +137,35 @@ def _bn_finalize_kernel(
     beta = tl.zeros((BLOCK_C,), dtype=tl.float32)
     if HAS_B:
         beta = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    tl.store(stats_ptr + cols, mean, mask=cmask)
-    tl.store(stats_ptr + C + cols, rstd, mask=cmask)
-    tl.store(stats_ptr + 2 * C + cols, scale, mask=cmask)
-    tl.store(stats_ptr + 3 * C + cols, beta, mask=cmask)
+    shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
+    tl.store(stats_ptr + cols, shift, mask=cmask)
+    tl.store(stats_ptr + C + cols, offset, mask=cmask)
+    tl.store(stats_ptr + 2 * C + cols, rstd, mask=cmask)
+    tl.store(stats_ptr + 3 * C + cols, scale, mask=cmask)
+    tl.store(stats_ptr + 4 * C + cols, beta, mask=cmask)
     if UPDATE_RUNNING:
         rm = tl.load(rmean_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
         rv = tl.load(rvar_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-        rm = momentum * mean + (1.0 - momentum) * rm
+        rm = momentum * (shift + offset) + (1.0 - momentum) * rm
         rv = momentum * (m2 / (Mf - 1.0)) + (1.0 - momentum) * rv
         tl.store(rmean_out_ptr + cols, rm.to(rmean_out_ptr.dtype.element_ty), mask=cmask)
         tl.store(rvar_out_ptr + cols, rv.to(rvar_out_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _channel_stats(stats_ptr, C, cols, cmask):
+    """Per-channel (s, offset, scale, beta) vectors from stats (5, C) fp32."""
+    shift = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
+    offset = tl.load(stats_ptr + C + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    beta = tl.load(stats_ptr + 4 * C + cols, mask=cmask, other=0.0)
+    return shift, offset, scale, beta
+
+
+@triton.jit
+def _centered(x, shift, offset):
+    """x - mean as (x - s) - offset in fp32 (exact first step for x near the mean)."""
+    return (x.to(tl.float32) - shift[None, :]) - offset[None, :]
 
 
 @triton.jit
@@ -155,17 +174,15 @@ def _bn_apply_kernel(
     HAS_RES: tl.constexpr, RELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
-    (and the residual), one write of y, per-channel vectors from stats (4, C)."""
+    (and the residual), one write of y, per-channel vectors from stats (5, C)."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
     mask = pmask[:, None] & cmask[None, :]
     offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
-    mean = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
-    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
-    beta = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    y = (x - mean[None, :]) * scale[None, :] + beta[None, :]
+    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
+    xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
+    y = xc * scale[None, :] + beta[None, :]
     if HAS_RES:
         y += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if RELU:
@@ -199,9 +216,7 @@ def _bn_bwd_reduce_kernel(
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
-    mean = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
-    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
-    beta = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
     acc_g = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
     acc_gx = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
     t_start = group * TILES_PER_GROUP
@@ -210,7 +225,7 @@ def _bn_bwd_reduce_kernel(
         mask = pmask[:, None] & cmask[None, :]
         offs = base + in_tile
         dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        xc = tl.where(mask, tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32) - mean[None, :], 0.0)
+        xc = tl.where(mask, _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset), 0.0)
         g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
         if STORE_G:
             tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
@@ -236,8 +251,8 @@ def _bn_bwd_finalize_kernel(part_ptr, stats_ptr, coef_ptr, dwb_ptr, C, GROUPS, M
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
         acc_g += tl.load(p, mask=m, other=0.0)
         acc_gx += tl.load(p + GROUPS * C, mask=m, other=0.0)
-    rstd = tl.load(stats_ptr + C + cols, mask=cmask, other=0.0)
-    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    rstd = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
     dbias = tl.sum(acc_g, axis=0)
     dweight = tl.sum(acc_gx, axis=0) * rstd
     Mf = M.to(tl.float32)
@@ -260,12 +275,10 @@ def _bn_bwd_dx_kernel(
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
     mask = pmask[:, None] & cmask[None, :]
     offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
-    mean = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
-    scale = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
-    beta = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
     k = tl.load(coef_ptr + cols, mask=cmask, other=0.0)
     c = tl.load(coef_ptr + C + cols, mask=cmask, other=0.0)
-    xc = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32) - mean[None, :]
+    xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
     if LOAD_G:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
@@ -350,9 +363,10 @@ def _reduce_configs(geo: _Geometry) -> list[Config]:
             for m, c in _tile_shapes(geo)[:2] for p in (4, 2) for w in (4, 8)]
 
 
-# the interpreter runs small tiles and several groups, so tests cover partial tiles and the merges
-_INTERPRET_STREAM = Config({"BLOCK_M": 16, "BLOCK_C": 16}, 4, 1)
-_INTERPRET_REDUCE = Config({"BLOCK_M": 16, "BLOCK_C": 16, "PER_SM": 3}, 4, 1)
+# the interpreter pays per program, not per value: few large tiles; a reduction still splits into several
+# groups when there are several tiles, so tests cover partial tiles and the merges
+_INTERPRET_STREAM = Config({"BLOCK_M": 64, "BLOCK_C": 32}, 4, 1)
+_INTERPRET_REDUCE = Config({"BLOCK_M": 32, "BLOCK_C": 32, "PER_SM": 2}, 4, 1)
 _SAMPLE = _Geometry((512, 64, 32, 32), (65536, 64, 1))  # ResNet-18's widest layer, for the default lists
 _tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_SAMPLE), interpret_config=interp))
            for name, kernel, configs, interp in (
@@ -439,22 +453,26 @@ def _empty_like_layout(x: torch.Tensor, fmt: torch.memory_format, dtype=None) ->
 
 def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
                              relu: bool, update_in_place: bool):
-    """Training-mode forward: (y, stats (4, C) fp32 = mean, rstd, scale, beta; running (2, C) = the new
-    running statistics when they are not updated in place, else an empty tensor)."""
+    """Training-mode forward: (y, stats (5, C) fp32 = s, offset, rstd, scale, beta; running (2, C) = the new
+    running statistics when they are not updated in place (then the buffers must be contiguous), else an
+    empty tensor). weight / bias are copied when not contiguous."""
     (x, residual), fmt, geo = _prepare(x, residual)
     dev = x.device
-    stats = torch.empty((4, geo.C), device=dev, dtype=torch.float32)
+    weight, bias = (t.contiguous() if t is not None else None for t in (weight, bias))
+    stats = torch.empty((5, geo.C), device=dev, dtype=torch.float32)
     has_running = running_mean is not None
+    if has_running and not update_in_place:  # read-only: any layout will do
+        running_mean, running_var = running_mean.contiguous(), running_var.contiguous()
     running = torch.empty((0,), device=dev, dtype=running_mean.dtype if has_running else torch.float32)
     if has_running and not update_in_place:
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
     part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, (), {}, dev)
-    _launch(_bn_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part,
+    _launch(_bn_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
             weight if weight is not None else stats, bias if bias is not None else stats, stats,
             running_mean if has_running else stats, running_var if has_running else stats,
             rm_out if has_running else stats, rv_out if has_running else stats,
-            geo.C, groups, geo.M, eps, momentum, HAS_W=weight is not None, HAS_B=bias is not None,
+            geo.C, geo.stride_c, groups, geo.M, eps, momentum, HAS_W=weight is not None, HAS_B=bias is not None,
             UPDATE_RUNNING=has_running, **_finalize_blocks(geo.C, groups), num_warps=4)
     y = _empty_like_layout(x, fmt)
     _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
@@ -463,7 +481,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
 
 
 def batch_norm_apply(x, residual, stats, relu: bool) -> torch.Tensor:
-    """y = act((x - mean) * scale + beta [+ residual]) for given per-channel stats (4, C) fp32 (inference)."""
+    """y = act((x - mean) * scale + beta [+ residual]) for given per-channel stats (5, C) fp32 (inference)."""
     (x, residual), fmt, geo = _prepare(x, residual)
     y = _empty_like_layout(x, fmt)
     _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
@@ -571,11 +589,12 @@ def _validate(x, running_mean, running_var, weight, bias, momentum, eps, residua
 
 def inference_stats(running_mean: torch.Tensor, running_var: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
-    """(4, C) fp32 (mean, rstd, scale, beta) from the running statistics: what the apply kernel reads."""
+    """(5, C) fp32 (s = mean, offset = 0, rstd, scale, beta) from the running statistics: what the apply
+    kernel reads."""
     rstd = torch.rsqrt(running_var.float() + eps)
     scale = rstd * weight.float() if weight is not None else rstd
     beta = bias.float() if bias is not None else torch.zeros_like(rstd)
-    return torch.stack([running_mean.float(), rstd, scale, beta])
+    return torch.stack([running_mean.float(), torch.zeros_like(rstd), rstd, scale, beta])
 
 
 def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,

@@ -133,10 +133,11 @@ def _block_k(K: int) -> int:
 
 
 def pool_head_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]):
-    """(logits (N, K) in x's dtype, pooled (N, C) fp32)."""
+    """(logits (N, K) in x's dtype, pooled (N, C) fp32); the bias is copied when not contiguous."""
     x, _, (sn, shw, sc) = _pixels(x)
     N, C, H, W = x.shape
     K = weight.shape[0]
+    bias = bias.contiguous() if bias is not None else None
     pooled = torch.empty((N, C), device=x.device, dtype=torch.float32)
     logits = torch.empty((N, K), device=x.device, dtype=x.dtype)
     if N == 0:

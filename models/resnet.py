@@ -1,0 +1,231 @@
+"""ResNet-18 / ResNet-34, CIFAR variant (3x3 stride-1 stem, no max-pool), with a backend switch.
+
+Backends (``model.set_backend(name)`` or the ``backend=`` argument; :func:`compile_model` wraps the two
+"+compile" kinds):
+    eager            torch ops, as torchvision writes a BasicBlock: conv -> BatchNorm2d -> ReLU, ...,
+                     out += identity, ReLU; adaptive average pool + Linear.
+    compile          the eager model under torch.compile.
+    triton           BatchNorm + ReLU and BatchNorm + residual add + ReLU are one Triton op each
+                     (triton_kernels.batchnorm: a statistics pass and an apply pass forward, a reduction
+                     pass and an elementwise pass backward); the pool + linear head is one Triton op
+                     (triton_kernels.pool_head); convolutions run through :data:`CONV_IMPLEMENTATIONS`.
+    triton+compile   the triton model under torch.compile (the Triton ops are registered torch ops, so
+                     ``fullgraph=True`` holds).
+Parameter and buffer names are torchvision's (conv1, bn1, layer1.0.conv1, ..., layer2.0.downsample.0 / .1,
+fc), so one state_dict loads into every backend. ``no_batch_norm=True`` drops every BatchNorm (the
+convolutions then get a bias, the only shift left); the relu / add then run as torch ops on every backend.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from triton_kernels import batchnorm as _bn
+from triton_kernels import pool_head as _pool_head
+
+BACKENDS = ("eager", "compile", "triton", "triton+compile")
+LAYERS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
+WIDTHS = (64, 128, 256, 512)
+
+
+# --------------------------------------------------------------------------------------------------
+# Convolutions: where a Triton implicit-GEMM conv2d plugs in
+# --------------------------------------------------------------------------------------------------
+def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    return F.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
+# name -> fn(conv module, x). A Triton implicit-GEMM conv2d (3x3 and 1x1, stride 1 and 2) is a later
+# step: it is added here, benchmarked against cuDNN at every ResNet layer shape, and
+# :func:`choose_conv` names it for exactly the shapes where it wins.
+CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor]] = {"cudnn": _conv_cudnn}
+
+
+def choose_conv(conv: nn.Conv2d, backend: str) -> str:
+    """The convolution implementation a layer uses on a backend: cuDNN everywhere for now."""
+    return "cudnn"
+
+
+class Conv2d(nn.Conv2d):
+    """nn.Conv2d whose forward goes through CONV_IMPLEMENTATIONS[self.impl] (same parameters)."""
+
+    impl = "cudnn"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return CONV_IMPLEMENTATIONS[self.impl](self, x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Normalisation + activation
+# --------------------------------------------------------------------------------------------------
+class BatchNormAct2d(nn.BatchNorm2d):
+    """nn.BatchNorm2d, then ``+ residual`` (when given) and ReLU (when ``relu``): forward(x, residual=None).
+
+    On the eager backends these are torch's batch_norm, an in-place add and an in-place ReLU; with
+    ``fused = True`` (the triton backends) one Triton op does all three, forward and backward. Momentum,
+    num_batches_tracked and track_running_stats behave exactly as in nn.BatchNorm2d."""
+
+    def __init__(self, num_features: int, relu: bool = True, **kwargs) -> None:
+        super().__init__(num_features, **kwargs)
+        self.relu = relu
+        self.fused = False
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.fused:
+            y = super().forward(x)
+            if residual is not None:
+                y += residual
+            return F.relu(y, inplace=True) if self.relu else y
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        training = self.training or (self.running_mean is None and self.running_var is None)
+        use_running = not self.training or self.track_running_stats
+        return _bn.batch_norm(x, self.running_mean if use_running else None, self.running_var if use_running else None,
+                              self.weight, self.bias, training, factor, self.eps, residual=residual, relu=self.relu)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, relu={self.relu}"
+
+
+class AddAct(nn.Module):
+    """What is left of BatchNormAct2d without batch norm: ``+ residual`` and ReLU (no parameters)."""
+
+    def __init__(self, relu: bool = True) -> None:
+        super().__init__()
+        self.relu = relu
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if residual is not None:
+            x = x + residual
+        return F.relu(x) if self.relu else x
+
+
+def _norm(channels: int, relu: bool, no_batch_norm: bool) -> nn.Module:
+    return AddAct(relu) if no_batch_norm else BatchNormAct2d(channels, relu=relu)
+
+
+# --------------------------------------------------------------------------------------------------
+# The network
+# --------------------------------------------------------------------------------------------------
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions; out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut a
+    1x1 convolution + BatchNorm when the shape changes."""
+
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, no_batch_norm: bool = False) -> None:
+        super().__init__()
+        self.conv1 = Conv2d(inplanes, planes, 3, stride, 1, bias=no_batch_norm)
+        self.bn1 = _norm(planes, True, no_batch_norm)
+        self.conv2 = Conv2d(planes, planes, 3, 1, 1, bias=no_batch_norm)
+        self.bn2 = _norm(planes, True, no_batch_norm)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(Conv2d(inplanes, planes, 1, stride, bias=no_batch_norm),
+                                            _norm(planes, False, no_batch_norm))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.bn2(self.conv2(self.bn1(self.conv1(x))), identity)
+
+
+class ResNet(nn.Module):
+    """CIFAR ResNet: 3x3 stem (64 channels, stride 1, no max-pool), four stages of BasicBlocks
+    (64, 128, 256, 512 channels; strides 1, 2, 2, 2), global average pool, linear classifier."""
+
+    def __init__(self, layers=(2, 2, 2, 2), num_classes: int = 10, no_batch_norm: bool = False,
+                 backend: str = "eager", widths=WIDTHS) -> None:
+        super().__init__()
+        self.no_batch_norm = no_batch_norm
+        self.conv1 = Conv2d(3, widths[0], 3, 1, 1, bias=no_batch_norm)
+        self.bn1 = _norm(widths[0], True, no_batch_norm)
+        inplanes = widths[0]
+        for i, (blocks, planes) in enumerate(zip(layers, widths)):
+            stage = []
+            for b in range(blocks):
+                stage.append(BasicBlock(inplanes, planes, (1 if i == 0 else 2) if b == 0 else 1, no_batch_norm))
+                inplanes = planes
+            setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
+        self.fc = nn.Linear(inplanes, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        self.set_backend(backend)
+
+    def set_backend(self, backend: str) -> "ResNet":
+        """Switch every layer to a backend's kernels (the "+compile" wrapping is :func:`compile_model`'s)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
+        self.fused = backend.startswith("triton")
+        for m in self.modules():
+            if isinstance(m, BatchNormAct2d):
+                m.fused = self.fused
+            if isinstance(m, Conv2d):
+                m.impl = choose_conv(m, backend)
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.bn1(self.conv1(x))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        if self.fused:
+            return _pool_head.pool_head(x, self.fc.weight, self.fc.bias)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet(name: str = "resnet18", num_classes: int = 10, no_batch_norm: bool = False, backend: str = "eager",
+           widths=WIDTHS) -> ResNet:
+    """ResNet-18 or ResNet-34 (``name``), CIFAR variant; ``widths`` shrinks it for tests."""
+    if name not in LAYERS:
+        raise ValueError(f"name must be one of {tuple(LAYERS)}, got {name!r}")
+    return ResNet(LAYERS[name], num_classes, no_batch_norm, backend, widths)
+
+
+def resnet18(**kwargs) -> ResNet:
+    return resnet("resnet18", **kwargs)
+
+
+def resnet34(**kwargs) -> ResNet:
+    return resnet("resnet34", **kwargs)
+
+
+def compile_model(model: ResNet, **compile_kwargs) -> Callable:
+    """The callable that runs ``model`` on its backend: torch.compile(model) for the "+compile" kinds
+    ("compile" compiles the eager layers), else the model itself."""
+    if model.backend in ("compile", "triton+compile"):
+        return torch.compile(model, **compile_kwargs)
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# Inference: BatchNorm folded into the convolutions
+# --------------------------------------------------------------------------------------------------
+def _fold_pair(conv: nn.Conv2d, bn: nn.Module) -> nn.Module:
+    if not isinstance(bn, BatchNormAct2d):
+        return bn
+    w, b = _bn.fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps)
+    conv.weight = nn.Parameter(w)
+    conv.bias = nn.Parameter(b)
+    return AddAct(bn.relu)
+
+
+def fold_batch_norms(model: ResNet) -> ResNet:
+    """An inference copy of ``model`` (eval mode) with every BatchNorm folded into the convolution before
+    it (running statistics); the relu and residual adds stay."""
+    folded = copy.deepcopy(model).eval()
+    folded.bn1 = _fold_pair(folded.conv1, folded.bn1)
+    for m in folded.modules():
+        if isinstance(m, BasicBlock):
+            m.bn1 = _fold_pair(m.conv1, m.bn1)
+            m.bn2 = _fold_pair(m.conv2, m.bn2)
+            if m.downsample is not None:
+                m.downsample[1] = _fold_pair(m.downsample[0], m.downsample[1])
+    return folded

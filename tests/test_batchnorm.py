@@ -1,0 +1,269 @@
+"""BatchNorm2d (+ ReLU, + residual add) against float64: output, every gradient (x, weight, bias, residual),
+running statistics against torch's, channels_last and NCHW layouts and the view matrix, inference mode,
+NaN propagation, the BatchNormAct2d module, BN folding, bad input (CPU interpreter); bf16 at ResNet
+shapes, the view matrix in bf16 and torch.compile(fullgraph=True) on the GPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models.resnet import BatchNormAct2d
+from triton_kernels import batchnorm as BN
+from triton_kernels.testing import assert_close, rel_err
+
+from .conftest import DEVICE
+from .view_matrix import Arg, ViewCase, check_case, view_cases
+
+COMBOS = [(True, True), (True, False), (False, False)]  # (relu, residual)
+
+
+def reference(x, weight, bias, residual=None, relu=False, running=None, momentum=0.1, eps=1e-5):
+    """float64 act(F.batch_norm(training) [+ residual]); ``running``: float64 buffers updated in place."""
+    rm, rv = running if running is not None else (None, None)
+    y = F.batch_norm(x.double(), rm, rv, weight.double() if weight is not None else None,
+                     bias.double() if bias is not None else None, True, momentum, eps)
+    if residual is not None:
+        y = y + residual.double()
+    return F.relu(y) if relu else y
+
+
+def _check(shape, dtype, fmt, relu, use_res, momentum=0.1, scale=1.0):
+    C = shape[1]
+    x = (torch.randn(shape, device=DEVICE) * 2 + 3).to(dtype).to(memory_format=fmt).requires_grad_()
+    w = (torch.randn(C, device=DEVICE) * 0.5 + 1).requires_grad_()
+    b = torch.randn(C, device=DEVICE).requires_grad_()
+    res = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=fmt).requires_grad_() if use_res else None
+    rm, rv = torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.5
+    rm64, rv64 = rm.double().cpu(), rv.double().cpu()
+    rm32, rv32 = rm.clone(), rv.clone()
+    y = BN.batch_norm(x, rm, rv, w, b, True, momentum, 1e-5, residual=res, relu=relu)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert y.is_contiguous(memory_format=fmt)
+    leaves = [t.detach().cpu().double().requires_grad_() if t is not None else None for t in (x, w, b, res)]
+    ref = reference(*leaves, relu=relu, running=(rm64, rv64), momentum=momentum)
+    assert_close(y, ref, dtype, name="y", scale=scale)
+    # running statistics: against float64 and against torch's own fp32 update
+    F.batch_norm(x.detach().float(), rm32, rv32, None, None, True, momentum, 1e-5)
+    for name, ours, r64, r32 in (("running_mean", rm, rm64, rm32), ("running_var", rv, rv64, rv32)):
+        assert_close(ours, r64, torch.float32 if dtype == torch.float32 else dtype, name=name)
+        assert rel_err(ours, r32) <= 1e-6, name
+    g = torch.randn_like(y)
+    y.backward(g)
+    ref.backward(g.cpu().double())
+    for name, t, leaf in zip(("dx", "dweight", "dbias", "dresidual"), (x, w, b, res), leaves):
+        if t is not None:
+            assert t.grad.dtype == t.dtype, name
+            assert_close(t.grad, leaf.grad, dtype, name=name, scale=scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("fmt", [torch.channels_last, torch.contiguous_format], ids=["channels_last", "nchw"])
+@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
+def test_forward_backward(dtype, fmt, relu, use_res):
+    _check((3, 20, 5, 7), dtype, fmt, relu, use_res)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 1, 3), (2, 1, 3, 3), (5, 33, 1, 1), (2, 40, 9, 9)])
+def test_odd_shapes(shape):
+    """One sample (three values per channel: with two, dx is exactly 0), one channel, 1x1 maps, more
+    channels than a block."""
+    _check(shape, torch.float32, torch.channels_last, True, True)
+
+
+def test_momentum_extremes():
+    _check((2, 6, 4, 4), torch.float32, torch.channels_last, True, False, momentum=1.0)
+    _check((2, 6, 4, 4), torch.float32, torch.contiguous_format, False, False, momentum=0.0)
+
+
+def test_large_mean_small_variance():
+    """Shifted sums: a mean of 1e3 with std 1e-2 loses nothing a two-pass torch BN keeps."""
+    x = torch.randn(4, 8, 6, 6, device=DEVICE) * 1e-2 + 1e3
+    ref = F.batch_norm(x.double(), None, None, None, None, True)
+    torch_err = rel_err(F.batch_norm(x, None, None, None, None, True), ref)
+    assert rel_err(BN.batch_norm(x), ref) <= max(2 * torch_err, 1e-5)
+
+
+def test_nan_propagates_per_channel():
+    x = torch.randn(2, 4, 3, 3, device=DEVICE).to(memory_format=torch.channels_last)
+    x[1, 2, 0, 1] = float("nan")
+    y = BN.batch_norm(x, relu=True)
+    ref = F.relu(F.batch_norm(x, None, None, None, None, True))
+    assert torch.isnan(y[:, 2]).all() and torch.isnan(ref[:, 2]).all()
+    assert torch.isfinite(y[:, [0, 1, 3]]).all()
+    assert_close(y[:, [0, 1, 3]], ref[:, [0, 1, 3]].double(), torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------- views
+VIEW_ARGS = {"x": Arg((2, 5, 3, 4)), "weight": Arg((5,), broadcast=(0,)), "bias": Arg((5,), broadcast=(0,)),
+             "residual": Arg((2, 5, 3, 4))}
+CASES = view_cases(VIEW_ARGS)
+
+
+def view_case(arg: str, layout: str, dtype_name: str) -> None:
+    """One view-matrix case (also run on the GPU through the `isolated` worker)."""
+    dtype = getattr(torch, dtype_name)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_case(ViewCase(arg, layout), VIEW_ARGS,
+               lambda x, weight, bias, residual: BN.batch_norm(x, None, None, weight, bias, residual=residual,
+                                                               relu=True),
+               lambda x, weight, bias, residual: reference(x, weight, bias, residual, relu=True),
+               dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_views(case):
+    view_case(case.arg, case.layout, "float32")
+
+
+def test_channels_last_view_of_a_leaf():
+    """x as the channels_last view (permute) of an NHWC leaf: the gradient reaches the leaf."""
+    base = (torch.randn(3, 4, 5, 6, device=DEVICE) + 1).requires_grad_()
+    base64 = base.detach().double().requires_grad_()
+    y = BN.batch_norm(base.permute(0, 3, 1, 2), relu=True)
+    ref = F.relu(F.batch_norm(base64.permute(0, 3, 1, 2), None, None, None, None, True))
+    assert_close(y, ref, torch.float32)
+    g = torch.randn_like(ref)
+    y.backward(g.float())
+    ref.backward(g)
+    assert_close(base.grad, base64.grad, torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------- inference
+@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
+def test_inference_mode(relu, use_res):
+    C = 7
+    x = torch.randn(3, C, 4, 5, device=DEVICE).to(memory_format=torch.channels_last)
+    res = torch.randn_like(x) if use_res else None
+    rm, rv = torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.1
+    w, b = torch.randn(C, device=DEVICE), torch.randn(C, device=DEVICE)
+    with torch.no_grad():
+        y = BN.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=relu)
+    ref = F.batch_norm(x.double(), rm.double(), rv.double(), w.double(), b.double(), False)
+    ref = ref + res.double() if use_res else ref
+    assert_close(y, F.relu(ref) if relu else ref, torch.float32)
+    # a gradient in inference mode goes through torch's ops (same values, differentiable)
+    w.requires_grad_()
+    y2 = BN.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=relu)
+    y2.sum().backward()
+    assert_close(y2, y.double(), torch.float32) and w.grad is not None
+
+
+def test_fold_into_conv():
+    conv = torch.nn.Conv2d(3, 6, 3, padding=1).double()
+    bn = torch.nn.BatchNorm2d(6).double().eval()
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.normal_()
+        bn.bias.normal_()
+    w, b = BN.fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    assert_close(F.conv2d(x, w, b, padding=1), bn(conv(x)), torch.float64)
+    w0, b0 = BN.fold_into_conv(conv.weight, None, bn.running_mean, bn.running_var)
+    ref = F.batch_norm(F.conv2d(x, conv.weight, None, padding=1), bn.running_mean, bn.running_var, None, None, False)
+    assert_close(F.conv2d(x, w0, b0, padding=1), ref, torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------- module
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_module_matches_batchnorm2d(momentum):
+    """Same state_dict as nn.BatchNorm2d; two training steps and an eval step give torch's outputs and
+    buffers (momentum None = the cumulative average over num_batches_tracked)."""
+    C = 6
+    ours = BatchNormAct2d(C, relu=False, momentum=momentum)
+    ours.fused = True
+    ref = torch.nn.BatchNorm2d(C, momentum=momentum)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+    ours.load_state_dict(ref.state_dict())
+    assert set(ours.state_dict()) == set(ref.state_dict())
+    for _ in range(2):
+        x = torch.randn(4, C, 3, 3) * 3 + 1
+        assert_close(ours(x), ref(x).double(), torch.float32)
+    for k, v in ref.state_dict().items():
+        assert_close(ours.state_dict()[k], v.double(), torch.float32, name=k) if v.is_floating_point() else \
+            torch.equal(ours.state_dict()[k], v)
+    ours.eval()
+    ref.eval()
+    x = torch.randn(2, C, 3, 3)
+    with torch.no_grad():
+        assert_close(ours(x), ref(x).double(), torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("bad,match", [
+    (lambda x: BN.batch_norm(x[0]), "x must have 4 dims"),
+    (lambda x: BN.batch_norm(x.double()), "x has dtype"),
+    (lambda x: BN.batch_norm(x, weight=torch.ones(3)), "weight has 3 values but x has 4 channels"),
+    (lambda x: BN.batch_norm(x, running_mean=torch.zeros(4)), "given together"),
+    (lambda x: BN.batch_norm(x, residual=x[:, :, :2]), "residual has shape"),
+    (lambda x: BN.batch_norm(x, residual=x.half()), "residual has dtype"),
+    (lambda x: BN.batch_norm(x, momentum=1.5), "momentum must be"),
+    (lambda x: BN.batch_norm(x, eps=-1.0), "eps must be"),
+    (lambda x: BN.batch_norm(x[:1, :, :1, :1]), "more than 1 value per channel"),
+    (lambda x: BN.batch_norm(x, training=False), "needs running_mean"),
+    (lambda x: BN.batch_norm(x.to("meta")), "meta tensor"),
+    (lambda x: BN.fold_into_conv(torch.ones(5, 4, 3, 3), None, torch.zeros(4), torch.ones(4)), "expected \\(5,\\)"),
+])
+def test_bad_input_raises(bad, match):
+    x = torch.randn(2, 4, 3, 3, device=DEVICE)
+    with pytest.raises(ValueError, match=match):
+        bad(x)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter only")
+def test_bfloat16_refused_in_interpreter():
+    with pytest.raises(ValueError, match="interpreter cannot compute"):
+        BN.batch_norm(torch.randn(2, 4, 3, 3, dtype=torch.bfloat16))
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+RESNET_SHAPES = [(512, 64, 32, 32), (512, 128, 16, 16), (512, 256, 8, 8), (512, 512, 4, 4)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", RESNET_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
+def test_gpu_resnet_shapes_bf16(shape, relu, use_res):
+    _check(shape, torch.bfloat16, torch.channels_last, relu, use_res)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("fmt", [torch.channels_last, torch.contiguous_format], ids=["channels_last", "nchw"])
+def test_gpu_odd_and_nchw(dtype, fmt):
+    _check((7, 33, 9, 11), dtype, fmt, True, True)
+    _check((512, 128, 16, 16), dtype, fmt, True, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_gpu_views(case, dtype_name, isolated):
+    isolated("tests.test_batchnorm:view_case", case.arg, case.layout, dtype_name)
+
+
+@pytest.mark.gpu
+def test_gpu_compile_fullgraph():
+    """torch.compile(fullgraph=True) traces through the op: same output, gradients and running statistics
+    as the eager call path."""
+    torch._dynamo.reset()
+    bn_eager = BatchNormAct2d(64).cuda().to(memory_format=torch.channels_last)
+    bn_eager.fused = True
+    bn_comp = BatchNormAct2d(64).cuda()
+    bn_comp.fused = True
+    bn_comp.load_state_dict(bn_eager.state_dict())
+    x = torch.randn(64, 64, 16, 16, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    res = torch.randn_like(x)
+    compiled = torch.compile(bn_comp, fullgraph=True)
+    for _ in range(2):
+        xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ye, yc = bn_eager(xe, res), compiled(xc, res)
+        assert_close(yc, ye.double(), torch.bfloat16)
+        ye.float().square().sum().backward()
+        yc.float().square().sum().backward()
+        assert_close(xc.grad, xe.grad.double(), torch.bfloat16)
+    for (k, a), b in zip(bn_eager.state_dict().items(), bn_comp.state_dict().values()):
+        assert torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6), k
+    assert_close(bn_comp.weight.grad, bn_eager.weight.grad.double(), torch.bfloat16)
+    assert torch._dynamo.explain(bn_comp)(x, res).graph_break_count == 0
