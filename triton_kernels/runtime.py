@@ -474,7 +474,7 @@ def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
 def register_op(name: str, impl: Callable, *, setup_context: Callable | None = None,
                 backward: Callable | None = None) -> Callable:
     """Register ``impl`` as the torch op ``name`` (``torch.library.triton_op`` + ``register_autograd``)
-    and return the function the public API calls.
+    and return the function the public API calls (its first argument must be a tensor).
 
     Under torch.compile (or while fake tensors are being traced) that function calls the registered op,
     so the compiler sees one opaque, differentiable node and ``fullgraph=True`` holds. In eager mode it
@@ -502,11 +502,15 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
         fn = type(f"Eager_{ns}_{opname}", (torch.autograd.Function,),
                   {"forward": staticmethod(_forward), "backward": staticmethod(_backward)})
 
+    tracing_types, is_compiling, grad_enabled, tensor = _TRACING_TENSORS, torch.compiler.is_compiling, \
+        torch.is_grad_enabled, torch.Tensor
+
     def call(*args):
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if torch.compiler.is_compiling() or is_fake(*tensors):
+        # while torch.compile traces, every tensor input is fake or functional: the first one tells
+        if is_compiling() or isinstance(args[0], tracing_types):
             return op(*args)
-        if fn is not None and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        if fn is not None and grad_enabled() and any(
+                a.requires_grad for a in args if isinstance(a, tensor)):
             out = fn.apply(*args)
             return list(out) if isinstance(out, tuple) else out
         return impl(*args)
