@@ -1,5 +1,5 @@
 """Conv1d (stride 1, no padding) as an implicit GEMM on channels-last activations, forward and backward,
-with a fused bias + ReLU (+ MaxPool1d) epilogue.
+with a fused bias + ReLU (+ MaxPool1d) epilogue; and a channels-last MaxPool1d for the unfused path.
 
 Shapes: x (B, L, C_in) channels-last, weight (C_out, C_in, k) as nn.Conv1d's, bias (C_out,),
 y (B, L_out, C_out) with L_out = L - k + 1; with pool P: y (B, L_out // P, C_out). Every operand is read
@@ -150,6 +150,27 @@ def _conv1d_dw_kernel(
     tl.store(part + offs_c[:, None] * N + offs_n[None, :], acc, mask=c_ok[:, None] & n_ok[None, :])
 
 
+@triton.jit
+def _max_pool_kernel(
+    x_ptr, y_ptr, M, N, LO, stride_xb, stride_xl, stride_xn, stride_yb, stride_yl, stride_yn,
+    POOL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """MaxPool1d(POOL, stride POOL) on channels-last x (B, L, N): y[b, j, n] = max_{p < POOL} x[b, POOL*j + p, n]
+    on a BLOCK_M x BLOCK_N tile of rows m = (b, j) over M = B * LO (NaN propagates, as in torch)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    rows = tl.where(offs_m < M, offs_m, 0)
+    b = (rows // LO).to(tl.int64)
+    j = rows - b * LO
+    x_ptrs = x_ptr + (b * stride_xb + j * POOL * stride_xl)[:, None] + offs_n[None, :] * stride_xn
+    best = tl.load(x_ptrs, mask=mask, other=0.0)
+    for p in tl.static_range(1, POOL):
+        best = tl.maximum(best, tl.load(x_ptrs + p * stride_xl, mask=mask, other=0.0),
+                          propagate_nan=tl.PropagateNan.ALL)
+    tl.store(y_ptr + (b * stride_yb + j * stride_yl)[:, None] + offs_n[None, :] * stride_yn, best, mask=mask)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Autotuning spaces
 # ----------------------------------------------------------------------------------------------------
@@ -239,6 +260,20 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     return y
 
 
+def max_pool_forward(x: torch.Tensor, pool: int) -> torch.Tensor:
+    """y (B, L // pool, N) = MaxPool1d(pool) of channels-last x (B, L, N) (fixed tiles: a copy-like kernel)."""
+    B, L, N = x.shape
+    LO = L // pool
+    y = torch.empty((B, LO, N), device=x.device, dtype=x.dtype)
+    if B * LO == 0 or N == 0:
+        return y
+    bm, bn = (32, 32) if INTERPRET else (32, 128)
+    launch(_max_pool_kernel, (triton.cdiv(B * LO, bm), triton.cdiv(N, bn)), x, y, M=B * LO, N=N, LO=LO,
+           stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xn=x.stride(2), stride_yb=y.stride(0),
+           stride_yl=y.stride(1), stride_yn=y.stride(2), POOL=pool, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+    return y
+
+
 def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=False,
                        config: Config | None = None) -> torch.Tensor:
     """dw (k, C, N) fp32, dw[t, c, n] = sum_{b, l} x[b, l + t, c] * dz[b, l, n], for dz (B, L_out, N) and
@@ -325,6 +360,11 @@ def _backward(ctx, dy):
             None, None, None)
 
 
+def _max_pool_op(x: torch.Tensor, pool: int) -> torch.Tensor:
+    return max_pool_forward(x, pool)
+
+
+_max_pool_call = register_op("tk::max_pool1d_channels_last", _max_pool_op)
 _conv1d_backward_call = register_op("tk::conv1d_backward", _conv1d_backward_op)
 _conv1d_call = register_op("tk::conv1d", _conv1d_op, setup_context=_setup_context, backward=_backward)
 
@@ -383,3 +423,16 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     values): each tap's (C_in, C_out) slice is a row-major matrix, the kernel's B tiles read it coalesced.
     Differentiable (the gradient flows back to ``weight``)."""
     return weight.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+
+
+def max_pool1d_cl(x: torch.Tensor, pool: int = 3) -> torch.Tensor:
+    """Inference: MaxPool1d(pool, stride=pool) over the length of a channels-last x (B, L, C) ->
+    (B, L // pool, C) (the Triton per-op path's pool; the fused path pools in the conv epilogue)."""
+    check_tensor("x", x, ndim=3, dtypes=DTYPES)
+    if not isinstance(pool, int) or isinstance(pool, bool) or pool < 1:
+        raise ValueError(f"pool must be a positive int, got {pool!r}")
+    if x.shape[1] < pool:
+        raise ValueError(f"x has length {x.shape[1]} < pool {pool}: the pooled output would be empty")
+    if needs_grad(x):
+        raise ValueError("max_pool1d_cl is an inference kernel: call it under torch.no_grad()")
+    return _max_pool_call(x, int(pool))
