@@ -1,7 +1,10 @@
 """LayerNorm forward and every gradient (dx, dw, db) against float64, row and long-row (segmented)
-kernels, 1-D and 2-D normalized shapes, strided inputs, no-affine variants; the fused
-LayerNorm -> ReLU -> MaxPool1d inference kernel; modules; errors (CPU interpreter); bf16, the
-acceptance and Char-CNN sizes and torch.compile on the GPU."""
+kernels (chosen through ``config=``), 1-D and 2-D normalized shapes, strided inputs, no-affine
+variants; the fused LayerNorm -> ReLU -> MaxPool1d inference kernel; the generated view/stride matrix
+(x, weight, bias, and dy of the backward launcher); extreme values (a large mean with a tiny variance,
+large offsets) against torch's own fp32 error; NaN through the fused epilogue; empty dims; modules;
+errors (CPU interpreter); bf16, the acceptance and Char-CNN sizes, the view matrix at long-row sizes
+and torch.compile on the GPU."""
 import math
 import pytest
 import torch
@@ -9,17 +12,30 @@ import torch.nn.functional as F
 
 from models.layers import LayerNorm, LayerNormReLUMaxPool
 from triton_kernels import layernorm as LN
-from triton_kernels.testing import assert_close, rel_err
+from triton_kernels.runtime import Config
+from triton_kernels.testing import assert_close, rel_err, tolerance
 
 from .conftest import DEVICE
+from .view_matrix import Arg, ViewCase, check_case, view_cases
 
 
-def _check(x, shape, affine=True, bias=True, dtype=None, eps=1e-5):
+def _config(path: str | None, D: int) -> Config | None:
+    """The kernel path by config: the row kernels, or the long-row (segmented) kernels with a chunk short
+    enough that a test row spans at least two chunks (a short one, so the interpreter does not take
+    hundreds of steps); None: the size-chosen, tuned path."""
+    if path == "row":
+        return Config({"BLOCK_M": 2, "PER_SM": 2}, 4, 1)
+    if path == "long":
+        return Config({"BLOCK_D": 16 if D <= 32 else 32 if D <= 128 else 256}, 4, 1)
+    return None
+
+
+def _check(x, shape, affine=True, bias=True, dtype=None, eps=1e-5, path=None):
     dtype = dtype or x.dtype
     x = x.detach().requires_grad_()
     w = (torch.randn(shape, device=x.device, dtype=x.dtype) * 0.5 + 1).requires_grad_() if affine else None
     b = (torch.randn(shape, device=x.device, dtype=x.dtype)).requires_grad_() if (affine and bias) else None
-    y = LN.layer_norm(x, shape, w, b, eps)
+    y = LN.layer_norm(x, shape, w, b, eps, config=_config(path, math.prod(shape)))
     assert y.shape == x.shape and y.dtype == x.dtype
     leaves = [t.detach().double().cpu().requires_grad_() if t is not None else None for t in (x, w, b)]
     ref = F.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps)
@@ -39,22 +55,20 @@ def _check(x, shape, affine=True, bias=True, dtype=None, eps=1e-5):
 
 
 @pytest.fixture(params=["row", "long"])
-def variant(request, monkeypatch):
-    if request.param == "long":  # force the segmented long-row kernels on small rows
-        monkeypatch.setattr(LN, "MAX_ROW_D", 8)
-        monkeypatch.setattr(LN, "INTERPRET_LONG_BLOCK_D", 16)
+def variant(request):
+    """The kernel path (see _config): the long-row kernels run on small rows through config=."""
     return request.param
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("M,D", [(1, 3), (5, 17), (33, 64), (4, 1000)])
 def test_forward_backward(M, D, dtype, variant):
-    _check((torch.randn(M, D, device=DEVICE) * 2 + 3).to(dtype), (D,))
+    _check((torch.randn(M, D, device=DEVICE) * 2 + 3).to(dtype), (D,), path=variant)
 
 
 @pytest.mark.parametrize("shape,normalized", [((3, 16, 21), (16, 21)), ((2, 3, 5, 7), (5, 7)), ((4, 9), (4, 9))])
 def test_two_dim_normalized_shape(shape, normalized, variant):
-    _check(torch.randn(*shape, device=DEVICE), normalized)
+    _check(torch.randn(*shape, device=DEVICE), normalized, path=variant)
 
 
 @pytest.mark.parametrize("which", ["params_only", "x_only"])
@@ -65,7 +79,7 @@ def test_partial_gradients(which, variant):
     b = torch.randn(3, 19, device=DEVICE)
     grad_x, grad_p = which == "x_only", which == "params_only"
     xs, ws, bs = (t.clone().requires_grad_(r) for t, r in ((x, grad_x), (w, grad_p), (b, grad_p)))
-    y = LN.layer_norm(xs, (3, 19), ws, bs)
+    y = LN.layer_norm(xs, (3, 19), ws, bs, config=_config(variant, 57))
     g = torch.randn_like(y)
     y.backward(g)
     ref = [t.double().requires_grad_(r) for t, r in ((x, grad_x), (w, grad_p), (b, grad_p))]
@@ -78,7 +92,7 @@ def test_partial_gradients(which, variant):
 
 @pytest.mark.parametrize("affine,bias", [(False, False), (True, False)])
 def test_without_affine_or_bias(affine, bias, variant):
-    _check(torch.randn(6, 45, device=DEVICE), (45,), affine=affine, bias=bias)
+    _check(torch.randn(6, 45, device=DEVICE), (45,), affine=affine, bias=bias, path=variant)
 
 
 def test_rows_of_one_element():
@@ -90,20 +104,13 @@ def test_rows_of_one_element():
     assert torch.equal(x.grad, torch.zeros_like(x)) and w.grad.abs().item() < 1e-6 and b.grad.item() == 7
 
 
-def test_strided_inputs(variant):
-    base = torch.randn(20, 90, device=DEVICE) * 3 + 1
-    _check(base[::2, 10:70], (60,))                          # row stride 180
-    _check(torch.randn(30, 12, device=DEVICE).t(), (30,))    # column stride 12 (copied once)
-    _check(torch.randn(4, 6, 10, device=DEVICE).transpose(0, 1), (10,))
-
-
 def test_large_mean_small_variance(variant):
     # catastrophic-cancellation guard: with mean 1e3 and std 1e-2 a sum-of-squares variance would be
     # garbage; centred (Chan) statistics are as accurate as torch's own fp32 LayerNorm
     x = torch.randn(4, 300, device=DEVICE) * 1e-2 + 1e3
     ref = F.layer_norm(x.double(), (300,))
     torch_err = rel_err(F.layer_norm(x, (300,)), ref)
-    assert rel_err(LN.layer_norm(x, (300,)), ref) <= max(2 * torch_err, 1e-5)
+    assert rel_err(LN.layer_norm(x, (300,), config=_config(variant, 300)), ref) <= max(2 * torch_err, 1e-5)
 
 
 @pytest.mark.parametrize("pool", [3, 2])
@@ -151,6 +158,211 @@ def test_layernorm_module_matches_nn():
     assert isinstance(m, torch.nn.LayerNorm)
 
 
+# ------------------------------------------------------------------------------- view/stride matrix
+def _ln_args(kind: str, size: str):
+    """(args, normalized_shape): x 2-D with a 1-D weight / bias (stride 0 from one element when expanded),
+    or x 3-D over a (C, L) normalized shape whose weight is expanded along C (reshape copies it) and whose
+    bias is expanded from one element. "long" sizes (D = 20000 > MAX_ROW_D) take the long-row kernels on
+    the size-chosen path."""
+    if kind == "2d":
+        D = 24 if size == "tiny" else 20000
+        return ({"x": Arg((3, D), broadcast=(0,)), "weight": Arg((D,), broadcast=(0,)),
+                 "bias": Arg((D,), broadcast=(0,))}, (D,))
+    C, L = (3, 8) if size == "tiny" else (4, 5000)
+    return ({"x": Arg((2, C, L), broadcast=(0,)), "weight": Arg((C, L), broadcast=(0,)),
+             "bias": Arg((C, L), broadcast=(0, 1))}, (C, L))
+
+
+def view_case(arg: str, layout: str, dtype_name: str, kind: str, size: str, path: str | None) -> None:
+    """layer_norm with one of x / weight / bias laid out as ``layout``: y and every gradient vs float64."""
+    args, normalized = _ln_args(kind, size)
+    config = _config(path, math.prod(normalized))
+    check_case(ViewCase(arg, layout), args,
+               lambda x, weight, bias: LN.layer_norm(x, normalized, weight, bias, config=config),
+               lambda x, weight, bias: F.layer_norm(x, normalized, weight, bias),
+               dtype=getattr(torch, dtype_name), device=DEVICE)
+
+
+def _pool_args(size: str):
+    C, L = (3, 12) if size == "tiny" else (8, 3000)
+    return {"x": Arg((2, C, L), broadcast=(0,), grad=False), "weight": Arg((C, L), broadcast=(0,), grad=False),
+            "bias": Arg((C, L), broadcast=(0, 1), grad=False)}
+
+
+def pool_view_case(arg: str, layout: str, dtype_name: str, size: str, config_blocks: tuple | None) -> None:
+    """layer_norm_relu_maxpool with one of x / weight / bias laid out as ``layout`` vs float64.
+    config_blocks: (BLOCK_D, BLOCK_O) or None for the default tiling."""
+    config = Config({"BLOCK_D": config_blocks[0], "BLOCK_O": config_blocks[1]}, 4, 1) if config_blocks else None
+
+    def ref(x, weight, bias):
+        return F.max_pool1d(F.relu(F.layer_norm(x, x.shape[1:], weight, bias)), 3, 3)
+
+    check_case(ViewCase(arg, layout), _pool_args(size),
+               lambda x, weight, bias: LN.layer_norm_relu_maxpool(x, weight, bias, pool=3, config=config), ref,
+               dtype=getattr(torch, dtype_name), device=DEVICE)
+
+
+def backward_view_case(layout: str, dtype_name: str, size: str, path: str | None) -> None:
+    """The backward launcher with dy laid out as ``layout`` (x, weight and the statistics from the forward
+    launcher): dx, dw, db vs float64."""
+    dtype = getattr(torch, dtype_name)
+    M, D = (4, 24) if size == "tiny" else (3, 20000)
+    config = _config(path, D)
+    x = (torch.randn(M, D, device=DEVICE) * 2 + 1).to(dtype)
+    w = (torch.randn(D, device=DEVICE) + 1).to(dtype)
+    b = torch.randn(D, device=DEVICE).to(dtype)
+    _, mean, rstd = LN.layer_norm_forward(x, w, b, 1e-5, True, config)
+    x64, w64, b64 = (t.detach().cpu().double().requires_grad_() for t in (x, w, b))
+
+    def ours(dy):
+        return LN.layer_norm_backward(dy, x, w, mean, rstd, True, True, True, config)
+
+    def ref(dy):
+        return torch.autograd.grad(F.layer_norm(x64, (D,), w64, b64), (x64, w64, b64), dy)
+
+    check_case(ViewCase("dy", layout), {"dy": Arg((M, D), broadcast=(0,), grad=False)}, ours, ref, dtype=dtype,
+               device=DEVICE)
+
+
+LN_CASES = {kind: view_cases(_ln_args(kind, "tiny")[0]) for kind in ("2d", "3d")}
+POOL_CASES = view_cases(_pool_args("tiny"))
+DY_CASES = [c for c in view_cases({"dy": Arg((4, 24), broadcast=(0,))}) if c.arg]
+
+
+# the row kernels in fp32 and fp16, the long-row kernels (the same strides, other code) in fp32
+PATH_DTYPES = [("row", "float32"), ("row", "float16"), ("long", "float32")]
+
+
+@pytest.mark.parametrize("path,dtype_name", PATH_DTYPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("kind,case", [(k, c) for k, cases in LN_CASES.items() for c in cases],
+                         ids=lambda v: str(v))
+def test_view_matrix(kind, case, path, dtype_name):
+    view_case(case.arg, case.layout, dtype_name, kind, "tiny", path)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_pool_view_matrix(case, dtype_name):
+    pool_view_case(case.arg, case.layout, dtype_name, "tiny", (32, 16))
+
+
+@pytest.mark.parametrize("path,dtype_name", PATH_DTYPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("case", DY_CASES, ids=str)
+def test_backward_view_matrix(case, path, dtype_name):
+    backward_view_case(case.layout, dtype_name, "tiny", path)
+
+
+# ------------------------------------------------------------------------------- extreme values
+def _errors_vs_torch(ours, torch32, ref64):
+    """(our relative error, the bound max(2 x torch's fp32 error, the fp32 table tolerance))."""
+    return rel_err(ours, ref64), max(2 * rel_err(torch32, ref64), tolerance(torch.float32))
+
+
+@pytest.mark.parametrize("offset,spread", [(1e4, 1e-3), (1e5, 1e-2), (1e5, 1.0)])
+def test_large_mean_tiny_variance(offset, spread, variant):
+    """Rows offset + spread * noise (the mean ~1e4-1e5 times the spread): y, dx, dw, db within 2x torch's
+    own fp32 error -- and, since the shifted statistics lose nothing, within the fp32 table tolerance
+    even where torch's error is larger (its backward on such rows is off by ~1e-2)."""
+    M, D = 4, 300
+    x = (offset + spread * torch.randn(M, D, device=DEVICE)).requires_grad_()
+    w = (torch.randn(D, device=DEVICE) * 0.5 + 1).requires_grad_()
+    b = torch.randn(D, device=DEVICE).requires_grad_()
+    leaves = {"ours": (x, w, b)}
+    leaves["torch"] = tuple(t.detach().clone().requires_grad_() for t in (x, w, b))
+    leaves["ref"] = tuple(t.detach().cpu().double().requires_grad_() for t in (x, w, b))
+    g = torch.randn(M, D, device=DEVICE)
+    outs = {"ours": LN.layer_norm(x, (D,), w, b, config=_config(variant, D)),
+            "torch": F.layer_norm(leaves["torch"][0], (D,), *leaves["torch"][1:]),
+            "ref": F.layer_norm(leaves["ref"][0], (D,), *leaves["ref"][1:])}
+    for k, out in outs.items():
+        out.backward(g.double().cpu() if k == "ref" else g)
+    results = [("y", outs["ours"], outs["torch"], outs["ref"])]
+    for i, name in enumerate(("dx", "dw", "db")):
+        results.append((name, leaves["ours"][i].grad, leaves["torch"][i].grad, leaves["ref"][i].grad))
+    for name, ours, theirs, ref in results:
+        err, bound = _errors_vs_torch(ours, theirs, ref)
+        assert err <= bound, f"{name}: {err:.3e} > max(2 x torch's {rel_err(theirs, ref):.3e}, table)"
+        assert err <= tolerance(torch.float32), f"{name}: {err:.3e} (torch's fp32: {rel_err(theirs, ref):.3e})"
+
+
+@pytest.mark.parametrize("offset,spread", [(1e4, 1e-3), (1e5, 1.0)])
+def test_fused_large_mean_tiny_variance(offset, spread):
+    x = offset + spread * torch.randn(2, 4, 30, device=DEVICE)
+    w, b = torch.randn(4, 30, device=DEVICE), torch.randn(4, 30, device=DEVICE)
+
+    def f(x, w, b):
+        return F.max_pool1d(F.relu(F.layer_norm(x, (4, 30), w, b)), 3, 3)
+
+    with torch.no_grad():
+        y = LN.layer_norm_relu_maxpool(x, w, b, config=Config({"BLOCK_D": 16, "BLOCK_O": 16}, 4, 1))
+    err, bound = _errors_vs_torch(y, f(x, w, b), f(x.double(), w.double(), b.double()))
+    assert err <= bound and err <= tolerance(torch.float32), f"{err:.3e} (bound {bound:.1e})"
+
+
+# ------------------------------------------------------------------------------- NaN, inf, empty
+def _same_specials(y, ref):
+    """NaN and inf where torch has them, the finite values within the fp32 tolerance."""
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)), "NaN pattern differs from torch's"
+    assert torch.equal(torch.isinf(y), torch.isinf(ref)) and torch.equal(y[torch.isinf(y)], ref[torch.isinf(ref)])
+    finite = torch.isfinite(ref)
+    assert_close(y[finite], ref[finite].double(), torch.float32)
+
+
+@pytest.mark.parametrize("where", ["x", "weight", "bias", "bias_inf"])
+def test_fused_nan_and_inf_like_torch(where):
+    """torch's relu keeps NaN and max_pool1d propagates it: a NaN tap makes its pooled output NaN (a NaN
+    in x makes its whole sample NaN); +-inf biases go through the max and the relu as in torch."""
+    x = torch.randn(3, 4, 30, device=DEVICE)
+    w, b = torch.randn(4, 30, device=DEVICE), torch.randn(4, 30, device=DEVICE)
+    if where == "x":
+        x[1, 2, 5] = float("nan")
+    elif where == "weight":
+        w[1, 7] = float("nan")
+        w[3, 29] = float("nan")
+    elif where == "bias":
+        b[0, 0] = float("nan")
+        b[2, 13] = float("nan")
+    else:
+        b[0, 4] = float("inf")
+        b[2, 10:12] = float("-inf")
+        b[3, 0:3] = float("-inf")  # a whole window of -inf: max -inf, relu 0
+    with torch.no_grad():
+        y = LN.layer_norm_relu_maxpool(x, w, b, config=Config({"BLOCK_D": 16, "BLOCK_O": 16}, 4, 1))
+    _same_specials(y, F.max_pool1d(F.relu(F.layer_norm(x, (4, 30), w, b)), 3, 3))
+
+
+def test_nan_propagates_like_torch(variant):
+    x = torch.randn(4, 40, device=DEVICE)
+    w, b = torch.randn(40, device=DEVICE), torch.randn(40, device=DEVICE)
+    x[1, 3] = float("nan")
+    x[2, 0] = float("inf")
+    w[5] = float("nan")
+    _same_specials(LN.layer_norm(x, (40,), w, b, config=_config(variant, 40)), F.layer_norm(x, (40,), w, b))
+
+
+@pytest.mark.parametrize("shape,normalized", [((0, 5), (5,)), ((3, 0), (0,)), ((2, 0, 4), (4,)),
+                                              ((2, 3, 0), (3, 0))])
+def test_empty_like_torch(shape, normalized, variant):
+    x = torch.randn(shape, device=DEVICE, requires_grad=True)
+    w = torch.randn(normalized, device=DEVICE, requires_grad=True)
+    b = torch.randn(normalized, device=DEVICE, requires_grad=True)
+    y = LN.layer_norm(x, normalized, w, b, config=_config(variant, 8))
+    theirs = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    ref = F.layer_norm(theirs[0], normalized, theirs[1], theirs[2])
+    assert y.shape == ref.shape and y.dtype == ref.dtype
+    y.sum().backward()
+    ref.sum().backward()
+    for t, r in zip((x, w, b), theirs):
+        assert t.grad.shape == r.grad.shape and torch.equal(t.grad, r.grad)
+
+
+def test_fused_empty_batch_like_torch():
+    x = torch.randn(0, 3, 7, device=DEVICE)
+    with torch.no_grad():
+        y = LN.layer_norm_relu_maxpool(x, torch.randn(3, 7), torch.randn(3, 7))
+    assert y.shape == F.max_pool1d(F.relu(F.layer_norm(x, (3, 7))), 3, 3).shape
+
+
 @pytest.mark.parametrize("bad,match", [
     (lambda x: LN.layer_norm(x, (7,)), "trailing dims must equal"),
     (lambda x: LN.layer_norm(x.double(), (6,)), "x has dtype"),
@@ -164,6 +376,12 @@ def test_layernorm_module_matches_nn():
     (lambda x: LN.layer_norm_relu_maxpool(x[None, :, :2]), "length 2 < pool 3"),
     (lambda x: LN.layer_norm_relu_maxpool(x[None].requires_grad_()), "inference kernel"),
     (lambda x: LayerNormReLUMaxPool([6]), "normalized_shape must be \\[C, L\\]"),
+    (lambda x: LN.layer_norm(x, (6,), config={"BLOCK_D": 16}), "config must be"),
+    (lambda x: LN.layer_norm(x, (6,), config=Config({"BLOCK_D": 16, "BLOCK_M": 2})), "config must name"),
+    (lambda x: LN.layer_norm(x, (6,), config=Config({"BLOCK_D": 12})), "power of two"),
+    (lambda x: LN.layer_norm(x, (6,), config=Config({"PER_SM": 0})), "positive int"),
+    (lambda x: LN.layer_norm_relu_maxpool(x[None], config=Config({"BLOCK_M": 2})), "config must name"),
+    (lambda x: LN.layer_norm_forward(x.t(), None, None, 1e-5, False), "unit column stride"),
 ])
 def test_bad_input_raises(bad, match):
     x = torch.randn(4, 6)
@@ -214,3 +432,40 @@ def test_gpu_compile_fullgraph():
     xp = torch.randn(8, 16, 60, device="cuda")
     with torch.no_grad():
         assert_close(torch.compile(pool, fullgraph=True)(xp), pool(xp).double(), torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", ["tiny", "long"])
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("kind,case", [(k, c) for k, cases in LN_CASES.items() for c in cases],
+                         ids=lambda v: str(v))
+def test_gpu_view_matrix(kind, case, dtype_name, size, isolated):
+    isolated("tests.test_layernorm:view_case", case.arg, case.layout, dtype_name, kind, size, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", ["tiny", "long"])
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_gpu_pool_view_matrix(case, dtype_name, size, isolated):
+    isolated("tests.test_layernorm:pool_view_case", case.arg, case.layout, dtype_name, size, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", ["tiny", "long"])
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", DY_CASES, ids=str)
+def test_gpu_backward_view_matrix(case, dtype_name, size, isolated):
+    backward_view = "tests.test_layernorm:backward_view_case"
+    isolated(backward_view, case.layout, dtype_name, size, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", [None, "long"])
+def test_gpu_large_mean_tiny_variance(path):
+    for offset, spread in ((1e4, 1e-3), (1e5, 1.0)):
+        x = offset + spread * torch.randn(64, 4096, device="cuda")
+        ref = F.layer_norm(x.double(), (4096,))
+        err, bound = _errors_vs_torch(LN.layer_norm(x, (4096,), config=_config(path, 4096)), F.layer_norm(x, (4096,)),
+                                      ref)
+        assert err <= bound, f"{err:.3e} > {bound:.1e}"

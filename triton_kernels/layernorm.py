@@ -1,10 +1,14 @@
 """LayerNorm over the trailing dims (any normalized_shape, e.g. [8192] or Char-CNN's [256, 1008]),
 forward and backward, and a fused LayerNorm([C, L]) -> ReLU -> MaxPool1d(k, stride=k) inference kernel.
 
-The input is viewed as rows x (M, D), D = prod(normalized_shape); math in fp32:
-    mean = sum(x) / D,  var = sum((x - mean)^2) / D,  rstd = 1 / sqrt(var + eps)
-    xhat = (x - mean) * rstd,  y = xhat * w + b
-Backward, with g = dy * w:
+The input is viewed as rows x (M, D), D = prod(normalized_shape); math in fp32. Every row is first
+shifted by its own first value (x - x0 is exact for values within a factor of two of each other, so a
+large common offset costs no precision, e.g. rows of 1e4 + 1e-3 * noise):
+    x0 = x[0],  xs = x - x0,  mean_s = sum(xs) / D,  var = sum((xs - mean_s)^2) / D,  rstd = 1 / sqrt(var + eps)
+    xhat = (xs - mean_s) * rstd,  y = xhat * w + b
+The statistics saved for the backward are (mean_s, rstd): the mean of the *shifted* row (the mean of x
+is x0 + mean_s), so the backward recomputes xhat = ((x - x0) - mean_s) * rstd exactly as the forward
+did, re-reading x0 from x. Backward, with g = dy * w:
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (per row)
     dw = sum_rows(dy * xhat),  db = sum_rows(dy)             (per column)
 
@@ -14,20 +18,30 @@ Tilings:
   pid, pid + P, ..., writes dx, and accumulates its dw / db partial sums in registers; it stores one
   (2, D) partial per program and `_sum_rows_kernel` adds the P partials -- no atomics.
 * Long rows (e.g. 256 x 1008 = 258048 values): each row is cut into S segments so that M * S programs
-  fill the GPU. The stats kernel gives each segment's (mean, M2) (Chan's parallel variance, merged
-  chunk by chunk), and the consumer kernels merge the S partials of their row before normalising their
-  segment. The backward reduces the two row sums per segment the same way; then one kernel over
-  (column tile, row group) programs reads x and dy once more, writes dx and accumulates the group's
-  dw / db partials in registers, and `_sum_rows_kernel` adds the few group partials.
+  fill the GPU. The stats kernel gives each segment's (mean, M2) of the shifted values (Chan's parallel
+  variance, merged chunk by chunk), and the consumer kernels merge the S partials of their row before
+  normalising their segment. The backward reduces the two row sums per segment the same way; then one
+  kernel over (column tile, row group) programs reads x and dy once more, writes dx and accumulates the
+  group's dw / db partials in registers, and `_sum_rows_kernel` adds the few group partials.
 * LayerNorm -> ReLU -> MaxPool1d over x (B, C, L): the long-row stats kernel, then one kernel whose
   programs each cover a segment of the (C, L // k) output: for every output it loads the k taps,
-  normalises them, takes the max and then the ReLU (relu(max) = max(relu)), and stores it.
+  normalises them, takes the max and then the ReLU (relu(max) = max(relu)), and stores it. The max
+  and the ReLU keep NaN, as torch's max_pool1d and relu do.
+A launcher's ``config`` chooses the path explicitly (see ``check_config``): a config naming BLOCK_D runs
+the long-row kernels with chunks of BLOCK_D, one naming BLOCK_M / PER_SM the row kernels.
+
 Inputs fp32 / fp16 / bf16; weight and bias any of those (or None); outputs in the input dtype,
-dw / db in the parameters' dtype. Rows may have any stride; within a row the layout must be dense
-(otherwise the input is copied once).
+dw / db in the parameters' dtype. Strides: weight and bias are indexed with their stride (any, 0
+included) once flattened to (D,) -- ``reshape`` copies a 2-D parameter only when its layout cannot be
+flattened to one stride (e.g. a transposed one, or one expanded along one dim only); the fused kernel
+indexes a (C, L) weight / bias with both strides. x and dy are read with any row stride; within a row
+they must be dense, otherwise the launchers copy them once (``_rows`` for x, ``layer_norm_backward``
+for dy). Outputs and the saved statistics are the launchers' own contiguous buffers. Empty batches or
+an empty normalized shape give empty results (and zero / empty gradients), as torch.
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Optional, Sequence
 
@@ -52,12 +66,12 @@ INTERPRET_LONG_BLOCK_D = 256
 @triton.jit
 def _ln_fwd_row_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr,
-    M, D, stride_xm, stride_ym, eps,
+    M, D, stride_xm, stride_ym, stride_w, stride_b, eps,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_STATS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """y = LayerNorm(x) for BLOCK_M whole rows. x, y: (M, D), unit column stride; w, b: (D,);
-    mean, rstd: (M,) fp32, stored when the backward will need them."""
+    """y = LayerNorm(x) for BLOCK_M whole rows. x, y: (M, D), unit column stride; w, b: (D,) with
+    strides stride_w / stride_b; mean (of x - x0), rstd: (M,) fp32, stored when the backward needs them."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
@@ -66,39 +80,39 @@ def _ln_fwd_row_kernel(
     mask = rmask[:, None] & cmask[None, :]
     r64 = rows[:, None].to(tl.int64)
     x = tl.load(x_ptr + r64 * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    # shift by the row's first value before summing: x - x0 is exact for nearby values, so a large
-    # mean does not cost precision (shifted-data variance)
+    # shift by the row's first value before summing (see the module docstring)
     x0 = tl.load(x_ptr + rows.to(tl.int64) * stride_xm, mask=rmask, other=0.0).to(tl.float32)
     xs = tl.where(mask, x - x0[:, None], 0.0)
     mean_s = tl.sum(xs, axis=1) / D
     xc = tl.where(mask, xs - mean_s[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / D + eps)
-    mean = x0 + mean_s
     y = xc * rstd[:, None]
     if HAS_W:
-        y = y * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.load(w_ptr + cols * stride_w, mask=cmask, other=0.0).to(tl.float32)[None, :]
     if HAS_B:
-        y = y + tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        y = y + tl.load(b_ptr + cols * stride_b, mask=cmask, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + r64 * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
     if STORE_STATS:
-        tl.store(mean_ptr + rows, mean, mask=rmask)
+        tl.store(mean_ptr + rows, mean_s, mask=rmask)
         tl.store(rstd_ptr + rows, rstd, mask=rmask)
 
 
 @triton.jit
 def _load_dy_xhat(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_xm, stride_dym, cols, cmask):
-    """Row `row` on `cols`: dy, xhat = (x - mean) * rstd (0 outside the row), and the row's rstd (fp32)."""
+    """Row `row` on `cols`: dy, xhat = ((x - x0) - mean_s) * rstd (0 outside the row), and the row's
+    rstd (fp32); x0 = x[row, 0] is the forward's shift, mean_s the mean it saved."""
     x = tl.load(x_ptr + row * stride_xm + cols, mask=cmask, other=0.0).to(tl.float32)
+    x0 = tl.load(x_ptr + row * stride_xm).to(tl.float32)
     dy = tl.load(dy_ptr + row * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
     rstd = tl.load(rstd_ptr + row)
-    xhat = tl.where(cmask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+    xhat = tl.where(cmask, ((x - x0) - tl.load(mean_ptr + row)) * rstd, 0.0)
     return dy, xhat, rstd
 
 
 @triton.jit
 def _ln_bwd_row_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, part_ptr,
-    M, D, stride_xm, stride_dym, stride_dxm,
+    M, D, stride_xm, stride_dym, stride_dxm, stride_w,
     HAS_W: tl.constexpr, NEED_DX: tl.constexpr, NEED_PARTS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Rows pid, pid + P, ...: dx, plus this program's dw / db partials -> part (P, 2, D) fp32."""
@@ -108,7 +122,7 @@ def _ln_bwd_row_kernel(
     cmask = cols < D
     w = 1.0
     if HAS_W:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols * stride_w, mask=cmask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     row64 = pid.to(tl.int64) - nprog
@@ -155,9 +169,9 @@ def _sum_rows_kernel(part_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _ln_stats_kernel(x_ptr, pmean_ptr, pm2_ptr, D, stride_xm, SEG, S, BLOCK_D: tl.constexpr):
-    """Program (row, s): mean and M2 = sum (x - mean)^2 of x[row, s*SEG : (s+1)*SEG] -> (M, S) buffers.
-    Values are shifted by the row's first value x0 (the stored means are of x - x0); chunks of BLOCK_D
-    are merged with Chan's formula (no cancellation)."""
+    """Program (row, s): mean and M2 = sum (xs - mean)^2 of xs = x - x0 on x[row, s*SEG : (s+1)*SEG]
+    -> (M, S) buffers (x0 = x[row, 0], the row's shift); chunks of BLOCK_D are merged with Chan's
+    formula (no cancellation)."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     cols = tl.arange(0, BLOCK_D)
@@ -186,36 +200,37 @@ def _ln_stats_kernel(x_ptr, pmean_ptr, pm2_ptr, D, stride_xm, SEG, S, BLOCK_D: t
 
 
 @triton.jit
-def _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, x0, BLOCK_S: tl.constexpr):
-    """mean and rstd of a row from its S segment partials (segment s holds min(SEG, D - s*SEG) values;
-    partial means are of x - x0)."""
+def _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S: tl.constexpr):
+    """mean_s (the mean of x - x0) and rstd of a row from its S segment partials (segment s holds
+    min(SEG, D - s*SEG) values)."""
     offs = tl.arange(0, BLOCK_S)
     smask = offs < S
     pm = tl.load(pmean_ptr + row * S + offs, mask=smask, other=0.0)
     pq = tl.load(pm2_ptr + row * S + offs, mask=smask, other=0.0)
     ns = tl.where(smask, tl.minimum(D - offs * SEG, SEG), 0).to(tl.float32)
     mean = tl.sum(ns * pm, axis=0) / D
-    d = pm - mean
+    d = tl.where(smask, pm - mean, 0.0)
     m2 = tl.sum(pq + ns * d * d, axis=0)
     rstd = 1.0 / tl.sqrt(m2 / D + eps)
-    return mean + x0, rstd
+    return mean, rstd
 
 
 @triton.jit
 def _ln_fwd_apply_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, pmean_ptr, pm2_ptr, mean_ptr, rstd_ptr,
-    D, stride_xm, stride_ym, eps, SEG, S,
+    D, stride_xm, stride_ym, stride_w, stride_b, eps, SEG, S,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_STATS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
-    """Program (row, s): merge the row's statistics and normalise segment s of the row."""
+    """Program (row, s): merge the row's statistics and normalise segment s of the row,
+    y = ((x - x0) - mean_s) * rstd * w + b."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     x0 = tl.load(x_ptr + row * stride_xm).to(tl.float32)
-    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, x0, BLOCK_S)
+    mean_s, rstd = _merge_stats(pmean_ptr, pm2_ptr, row, D, SEG, S, eps, BLOCK_S)
     if STORE_STATS:
         if s == 0:
-            tl.store(mean_ptr + row, mean)
+            tl.store(mean_ptr + row, mean_s)
             tl.store(rstd_ptr + row, rstd)
     cols = tl.arange(0, BLOCK_D)
     start = s * SEG
@@ -224,23 +239,25 @@ def _ln_fwd_apply_kernel(
         c = off + cols
         mask = c < end
         x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
-        y = (x - mean) * rstd
+        y = ((x - x0) - mean_s) * rstd
         if HAS_W:
-            y = y * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+            y = y * tl.load(w_ptr + c * stride_w, mask=mask, other=0.0).to(tl.float32)
         if HAS_B:
-            y = y + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+            y = y + tl.load(b_ptr + c * stride_b, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_ptr + row * stride_ym + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _ln_bwd_stats_kernel(
     x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, pc1_ptr, pc2_ptr,
-    D, stride_xm, stride_dym, SEG, S, HAS_W: tl.constexpr, BLOCK_D: tl.constexpr,
+    D, stride_xm, stride_dym, stride_w, SEG, S, HAS_W: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Program (row, s): sum(g * xhat) and sum(g) over segment s of the row (g = dy * w)."""
+    """Program (row, s): sum(g * xhat) and sum(g) over segment s of the row (g = dy * w,
+    xhat = ((x - x0) - mean_s) * rstd)."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
-    mean = tl.load(mean_ptr + row)
+    x0 = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+    mean_s = tl.load(mean_ptr + row)
     rstd = tl.load(rstd_ptr + row)
     cols = tl.arange(0, BLOCK_D)
     a1 = tl.zeros((BLOCK_D,), dtype=tl.float32)
@@ -253,8 +270,8 @@ def _ln_bwd_stats_kernel(
         x = tl.load(x_ptr + row * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(dy_ptr + row * stride_dym + c, mask=mask, other=0.0).to(tl.float32)
         if HAS_W:
-            g = g * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-        a1 += tl.where(mask, g * (x - mean) * rstd, 0.0)
+            g = g * tl.load(w_ptr + c * stride_w, mask=mask, other=0.0).to(tl.float32)
+        a1 += tl.where(mask, g * ((x - x0) - mean_s) * rstd, 0.0)
         a2 += g
     tl.store(pc1_ptr + row * S + s, tl.sum(a1, axis=0))
     tl.store(pc2_ptr + row * S + s, tl.sum(a2, axis=0))
@@ -263,7 +280,7 @@ def _ln_bwd_stats_kernel(
 @triton.jit
 def _ln_bwd_tile_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, pc1_ptr, pc2_ptr, part_ptr,
-    M, D, stride_xm, stride_dym, stride_dxm, S, ROWS_PER_GROUP,
+    M, D, stride_xm, stride_dym, stride_dxm, stride_w, S, ROWS_PER_GROUP,
     HAS_W: tl.constexpr, NEED_DX: tl.constexpr, NEED_PARTS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
@@ -278,7 +295,7 @@ def _ln_bwd_tile_kernel(
     offs = tl.arange(0, BLOCK_S)
     w = 1.0
     if HAS_W:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols * stride_w, mask=cmask, other=0.0).to(tl.float32)
     dw = tl.zeros((BLOCK_D,), dtype=tl.float32)
     db = tl.zeros((BLOCK_D,), dtype=tl.float32)
     r_start = gid * ROWS_PER_GROUP
@@ -302,17 +319,19 @@ def _ln_bwd_tile_kernel(
 @triton.jit
 def _ln_relu_pool_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, pmean_ptr, pm2_ptr,
-    L, LO, D, stride_xb, stride_yb, eps, SEG, S, OSEG, NO,
+    L, LO, D, stride_xb, stride_yb, stride_wc, stride_wl, stride_bc, stride_bl, eps, SEG, S, OSEG, NO,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, POOL: tl.constexpr,
     BLOCK_O: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """Program (b, s): outputs o in [s*OSEG, (s+1)*OSEG) of the flattened (C, LO) output of sample b:
-    y[b, c, j] = relu(max_{k < POOL} LN(x)[b, c, POOL*j + k]),  c = o // LO, j = o % LO.
-    x: (B, C, L) dense per sample (D = C * L); w, b: (C, L); y: (B, C, LO) dense per sample."""
+    y[b, c, j] = relu(max_{k < POOL} LN(x)[b, c, POOL*j + k]),  c = o // LO, j = o % LO,
+    LN(x) = ((x - x0) - mean_s) * rstd * w + b. x: (B, C, L) dense per sample (D = C * L); w, b: (C, L)
+    with strides (stride_wc, stride_wl) / (stride_bc, stride_bl); y: (B, C, LO) dense per sample.
+    The max and the ReLU propagate NaN (torch's max_pool1d and relu do)."""
     bid = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     x0 = tl.load(x_ptr + bid * stride_xb).to(tl.float32)
-    mean, rstd = _merge_stats(pmean_ptr, pm2_ptr, bid, D, SEG, S, eps, x0, BLOCK_S)
+    mean_s, rstd = _merge_stats(pmean_ptr, pm2_ptr, bid, D, SEG, S, eps, BLOCK_S)
     offs = tl.arange(0, BLOCK_O)
     start = s * OSEG
     end = tl.minimum(start + OSEG, NO)
@@ -321,17 +340,18 @@ def _ln_relu_pool_kernel(
         mask = o < end
         c = o // LO
         j = o - c * LO
-        base = c * L + j * POOL
         best = tl.full((BLOCK_O,), -float("inf"), tl.float32)
         for k in tl.static_range(POOL):
-            x = tl.load(x_ptr + bid * stride_xb + base + k, mask=mask, other=0.0).to(tl.float32)
-            v = (x - mean) * rstd
+            t = j * POOL + k
+            x = tl.load(x_ptr + bid * stride_xb + c * L + t, mask=mask, other=0.0).to(tl.float32)
+            v = ((x - x0) - mean_s) * rstd
             if HAS_W:
-                v = v * tl.load(w_ptr + base + k, mask=mask, other=0.0).to(tl.float32)
+                v = v * tl.load(w_ptr + c * stride_wc + t * stride_wl, mask=mask, other=0.0).to(tl.float32)
             if HAS_B:
-                v = v + tl.load(b_ptr + base + k, mask=mask, other=0.0).to(tl.float32)
-            best = tl.maximum(best, v)
-        tl.store(y_ptr + bid * stride_yb + o, tl.maximum(best, 0.0).to(y_ptr.dtype.element_ty), mask=mask)
+                v = v + tl.load(b_ptr + c * stride_bc + t * stride_bl, mask=mask, other=0.0).to(tl.float32)
+            best = tl.maximum(best, v, propagate_nan=tl.PropagateNan.ALL)
+        y = tl.where(best < 0.0, 0.0, best)  # relu that keeps NaN (NaN < 0 is false)
+        tl.store(y_ptr + bid * stride_yb + o, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -360,6 +380,42 @@ _fwd_tuner = register_tuner(Autotuner("layernorm_fwd_row", _ln_fwd_row_kernel, _
 _bwd_tuner = register_tuner(Autotuner("layernorm_bwd_row", _ln_bwd_row_kernel, _bwd_configs(1 << 13),
                                       interpret_config=Config({"PER_SM": 2}, 4, 1)))
 
+_ROW_KEYS = frozenset({"BLOCK_M", "PER_SM"})
+_LONG_KEYS = frozenset({"BLOCK_D"})
+_POOL_KEYS = frozenset({"BLOCK_D", "BLOCK_O"})
+
+
+def check_config(config: Optional[Config], fused_pool: bool = False) -> None:
+    """A launch config. LayerNorm: either the row kernels' (BLOCK_M: rows per forward program, PER_SM:
+    backward programs per SM; a missing one takes its default, 1 / 2) or the long-row kernels' (BLOCK_D:
+    the chunk length). The fused LN -> ReLU -> MaxPool kernel (``fused_pool``): BLOCK_D (statistics
+    chunk) and / or BLOCK_O (output chunk). Blocks are powers of two, PER_SM a positive int. Raise a
+    ValueError naming ``config`` otherwise."""
+    if config is None:
+        return
+    if not isinstance(config, Config):
+        raise ValueError(f"config must be a triton_kernels.runtime.Config or None, got {type(config).__name__}")
+    keys = set(config.kwargs)
+    allowed = (_POOL_KEYS,) if fused_pool else (_ROW_KEYS, _LONG_KEYS)
+    if not keys or not any(keys <= a for a in allowed):
+        raise ValueError(f"config must name keys of one of {[sorted(a) for a in allowed]}, got {sorted(keys)}")
+    for k, v in config.kwargs.items():
+        block = k.startswith("BLOCK")
+        if not isinstance(v, int) or v < 1 or (block and v & (v - 1)):
+            raise ValueError(f"config's {k} must be a positive {'power of two' if block else 'int'}, got {v!r}")
+
+
+def _use_long(config: Optional[Config], D: int) -> bool:
+    """The long-row (segmented) kernels: when the config names BLOCK_D, else when a row does not fit."""
+    if config is not None:
+        return "BLOCK_D" in config.kwargs
+    return next_power_of_2(D) > MAX_ROW_D
+
+
+def _row_config(config: Optional[Config], key: str, default: int) -> Config:
+    """The row-kernel config ``{key: ...}`` taken from a user config (its warps and stages included)."""
+    return Config({key: config.kwargs.get(key, default)}, config.num_warps, config.num_stages)
+
 
 def _segments(M: int, D: int, block: int, device: torch.device) -> tuple[int, int]:
     """(SEG, S): cut each row into S segments of SEG values (a multiple of block) so M * S fills the GPU."""
@@ -368,24 +424,27 @@ def _segments(M: int, D: int, block: int, device: torch.device) -> tuple[int, in
     return seg, triton.cdiv(D, seg)
 
 
-def _long_block() -> int:
+def _long_block(config: Optional[Config] = None) -> int:
+    if config is not None and "BLOCK_D" in config.kwargs:
+        return config.kwargs["BLOCK_D"]
     return INTERPRET_LONG_BLOCK_D if INTERPRET else LONG_BLOCK_D
 
 
-def _row_stats_partials(x2: torch.Tensor, D: int):
-    """Launch the segment statistics kernel; returns (pmean, pm2, SEG, S)."""
+def _row_stats_partials(x2: torch.Tensor, D: int, bd: int):
+    """Launch the segment statistics kernel with chunks of bd; returns (pmean, pm2, SEG, S)."""
     M = x2.shape[0]
-    bd = _long_block()
     seg, S = _segments(M, D, bd, x2.device)
     pmean = torch.empty((M, S), device=x2.device, dtype=torch.float32)
     pm2 = torch.empty((M, S), device=x2.device, dtype=torch.float32)
-    _launch(_ln_stats_kernel, (M, S), x2, pmean, pm2, D, x2.stride(0), seg, S, BLOCK_D=bd, num_warps=8)
+    _launch(_ln_stats_kernel, (M, S), x_ptr=x2, pmean_ptr=pmean, pm2_ptr=pm2, D=D, stride_xm=x2.stride(0),
+            SEG=seg, S=S, BLOCK_D=bd, num_warps=8)
     return pmean, pm2, seg, S
 
 
-def _rows(x: torch.Tensor, D: int) -> torch.Tensor:
-    """x viewed as (M, D) rows with a dense row (copied once when the layout does not allow it)."""
-    x2 = x.reshape(-1, D)
+def _rows(x: torch.Tensor, M: int, D: int) -> torch.Tensor:
+    """x viewed as (M, D) rows with a dense row (copied once when the layout does not allow it). Both
+    sizes are given: -1 is ambiguous for an empty tensor."""
+    x2 = x.reshape(M, D)
     if D > 1 and x2.stride(1) != 1:
         x2 = x2.contiguous()
     return x2
@@ -395,9 +454,15 @@ def _rows(x: torch.Tensor, D: int) -> torch.Tensor:
 # Launchers on (M, D) rows
 # ----------------------------------------------------------------------------------------------------
 def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-                       eps: float, save_stats: bool):
-    """y (M, D) in x's dtype, and mean / rstd (M,) fp32 when save_stats (else empty tensors)."""
+                       eps: float, save_stats: bool, config: Optional[Config] = None):
+    """y (M, D) in x's dtype, and mean_s / rstd (M,) fp32 when save_stats (else empty tensors); mean_s is
+    the mean of x - x[:, :1] (the module docstring says why). x2: (M, D) with a unit column stride
+    (any row stride); weight, bias: (D,) of any stride. ``config``: the kernel path and tiling instead
+    of the size-chosen, tuned one (``check_config``)."""
+    check_config(config)
     M, D = x2.shape
+    if D > 1 and x2.stride(1) != 1:
+        raise ValueError(f"x2 must have a unit column stride, got strides {tuple(x2.stride())}")
     dev = x2.device
     y = torch.empty((M, D), device=dev, dtype=x2.dtype)
     mean = torch.empty((M,) if save_stats else (0,), device=dev, dtype=torch.float32)
@@ -406,72 +471,89 @@ def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: O
         return y, mean, rstd
     w = weight if weight is not None else x2
     b = bias if bias is not None else x2
+    strides = dict(stride_w=w.stride(0) if weight is not None else 0, stride_b=b.stride(0) if bias is not None else 0)
     flags = dict(HAS_W=weight is not None, HAS_B=bias is not None, STORE_STATS=save_stats)
-    if next_power_of_2(D) <= MAX_ROW_D:
+    if not _use_long(config, D):
         bd = next_power_of_2(D)
 
         def run(cfg):
-            _launch(_ln_fwd_row_kernel, (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),), x2, w, b, y, mean, rstd,
-                    M, D, x2.stride(0), y.stride(0), eps, **flags, BLOCK_D=bd, **cfg.kwargs,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            _launch(_ln_fwd_row_kernel, (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),),
+                    x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, mean_ptr=mean, rstd_ptr=rstd, M=M, D=D,
+                    stride_xm=x2.stride(0), stride_ym=y.stride(0), **strides, eps=eps, **flags, BLOCK_D=bd,
+                    **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-        if INTERPRET:
+        if config is not None:
+            cfg = _row_config(config, "BLOCK_M", 1)
+        elif INTERPRET:
             cfg = Config({"BLOCK_M": max(1, min(32, 2048 // bd))}, 4, 1)
         else:
             key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, bias is not None, save_stats)
             cfg = _fwd_tuner.pick(key, run, lambda: _fwd_configs(M, D), tracing=_is_fake(x2))
         run(cfg)
         return y, mean, rstd
-    pmean, pm2, seg, S = _row_stats_partials(x2, D)
-    bd = _long_block()
-    _launch(_ln_fwd_apply_kernel, (M, S), x2, w, b, y, pmean, pm2, mean, rstd, D, x2.stride(0), y.stride(0),
-            eps, seg, S, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S), num_warps=8)
+    bd = _long_block(config)
+    pmean, pm2, seg, S = _row_stats_partials(x2, D, bd)
+    _launch(_ln_fwd_apply_kernel, (M, S), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, pmean_ptr=pmean, pm2_ptr=pm2,
+            mean_ptr=mean, rstd_ptr=rstd, D=D, stride_xm=x2.stride(0), stride_ym=y.stride(0), **strides, eps=eps,
+            SEG=seg, S=S, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S), num_warps=8)
     return y, mean, rstd
 
 
 def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
-                        rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool):
-    """(dx or None, dw fp32 (D,) or None, db fp32 (D,) or None) for rows x2 (M, D)."""
+                        rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool,
+                        config: Optional[Config] = None):
+    """(dx or None, dw fp32 (D,) or None, db fp32 (D,) or None) for rows x2 (M, D), from the statistics
+    layer_norm_forward saved: mean_s, the mean of x - x[:, :1] (not torch's mean), and rstd. x2 as for
+    the forward; dy (M, D) of any row stride (copied once when its column stride is not 1); weight (D,)
+    of any stride. ``config`` as for the forward."""
+    check_config(config)
     M, D = x2.shape
+    if D > 1 and x2.stride(1) != 1:
+        raise ValueError(f"x2 must have a unit column stride, got strides {tuple(x2.stride())}")
     dev = x2.device
     dx = torch.empty((M, D), device=dev, dtype=x2.dtype) if need_dx else None
     need_parts = need_dw or need_db
     if M == 0 or D == 0:
         z = torch.zeros((D,), device=dev, dtype=torch.float32)
         return dx, (z if need_dw else None), (z.clone() if need_db else None)
-    if dy.stride(-1) != 1:
+    if D > 1 and dy.stride(1) != 1:
         dy = dy.contiguous()
     w = weight if weight is not None else x2
+    stride_w = w.stride(0) if weight is not None else 0
     parts = None
-    if next_power_of_2(D) <= MAX_ROW_D:
+    if not _use_long(config, D):
         bd = next_power_of_2(D)
         n_sms = num_sms(dev, default=2)
 
         def run(cfg):
             P = max(1, min(M, n_sms * cfg.kwargs["PER_SM"]))
             part = torch.empty((P, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
-            _launch(_ln_bwd_row_kernel, (P,), x2, w, dy, dx if dx is not None else x2, mean, rstd, part,
-                    M, D, x2.stride(0), dy.stride(0), dx.stride(0) if dx is not None else 0,
+            _launch(_ln_bwd_row_kernel, (P,), x_ptr=x2, w_ptr=w, dy_ptr=dy, dx_ptr=dx if dx is not None else x2,
+                    mean_ptr=mean, rstd_ptr=rstd, part_ptr=part, M=M, D=D, stride_xm=x2.stride(0),
+                    stride_dym=dy.stride(0), stride_dxm=dx.stride(0) if dx is not None else 0, stride_w=stride_w,
                     HAS_W=weight is not None, NEED_DX=need_dx, NEED_PARTS=need_parts, BLOCK_D=bd,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return part if need_parts else None
 
-        if INTERPRET:
+        if config is not None:
+            cfg = _row_config(config, "PER_SM", 2)
+        elif INTERPRET:
             cfg = Config({"PER_SM": 2}, 4, 1)
         else:
             key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, need_dx, need_parts)
             cfg = _bwd_tuner.pick(key, run, lambda: _bwd_configs(D), tracing=_is_fake(x2, dy))
         parts = run(cfg)
     else:
-        bd = _long_block()
+        bd = _long_block(config)
         pc1 = pc2 = x2  # dummies when dx is not needed
         S = 1
         if need_dx:
             seg, S = _segments(M, D, bd, dev)
             pc1 = torch.empty((M, S), device=dev, dtype=torch.float32)
             pc2 = torch.empty((M, S), device=dev, dtype=torch.float32)
-            _launch(_ln_bwd_stats_kernel, (M, S), x2, w, dy, mean, rstd, pc1, pc2, D, x2.stride(0), dy.stride(0),
-                    seg, S, HAS_W=weight is not None, BLOCK_D=bd, num_warps=8)
+            _launch(_ln_bwd_stats_kernel, (M, S), x_ptr=x2, w_ptr=w, dy_ptr=dy, mean_ptr=mean, rstd_ptr=rstd,
+                    pc1_ptr=pc1, pc2_ptr=pc2, D=D, stride_xm=x2.stride(0), stride_dym=dy.stride(0),
+                    stride_w=stride_w, SEG=seg, S=S, HAS_W=weight is not None, BLOCK_D=bd, num_warps=8)
         # dx, dw and db in one sweep over (column tile, row group) programs: enough groups to give
         # ~4 programs per SM; the (G, 2, D) partials are few (G <= M) and summed below
         n_tiles = triton.cdiv(D, bd)
@@ -479,8 +561,10 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
         rpg = triton.cdiv(M, groups)
         groups = triton.cdiv(M, rpg)
         parts = torch.empty((groups, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
-        _launch(_ln_bwd_tile_kernel, (n_tiles, groups), x2, w, dy, dx if dx is not None else x2, mean, rstd,
-                pc1, pc2, parts, M, D, x2.stride(0), dy.stride(0), dx.stride(0) if dx is not None else 0, S, rpg,
+        _launch(_ln_bwd_tile_kernel, (n_tiles, groups), x_ptr=x2, w_ptr=w, dy_ptr=dy,
+                dx_ptr=dx if dx is not None else x2, mean_ptr=mean, rstd_ptr=rstd, pc1_ptr=pc1, pc2_ptr=pc2,
+                part_ptr=parts, M=M, D=D, stride_xm=x2.stride(0), stride_dym=dy.stride(0),
+                stride_dxm=dx.stride(0) if dx is not None else 0, stride_w=stride_w, S=S, ROWS_PER_GROUP=rpg,
                 HAS_W=weight is not None, NEED_DX=need_dx, NEED_PARTS=need_parts, BLOCK_D=bd,
                 BLOCK_S=next_power_of_2(S), num_warps=4 if INTERPRET else 8)
     dw = db = None
@@ -497,40 +581,57 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
 
 
 def layer_norm_relu_maxpool_forward(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-                                    eps: float, pool: int) -> torch.Tensor:
-    """relu(max_pool1d(layer_norm(x, [C, L]), pool, pool)) for x (B, C, L); y (B, C, L // pool)."""
+                                    eps: float, pool: int, config: Optional[Config] = None) -> torch.Tensor:
+    """relu(max_pool1d(layer_norm(x, [C, L]), pool, pool)) for x (B, C, L); y (B, C, L // pool).
+    x is read with any sample stride, each sample dense (else copied once); weight / bias (C, L) are read
+    with both strides. ``config``: BLOCK_D (statistics chunk) and / or BLOCK_O (output chunk)."""
+    check_config(config, fused_pool=True)
     B, C, L = x.shape
     LO = L // pool
     D = C * L
     y = torch.empty((B, C, LO), device=x.device, dtype=x.dtype)
     if B == 0 or C * LO == 0:
         return y
-    x2 = _rows(x, D)
-    pmean, pm2, seg, S = _row_stats_partials(x2, D)
+    x2 = _rows(x, B, D)
+    pmean, pm2, seg, S = _row_stats_partials(x2, D, _long_block(config))
     NO = C * LO
-    bo = 128 if INTERPRET else 512
+    bo = config.kwargs.get("BLOCK_O") if config is not None else None
+    bo = bo or (128 if INTERPRET else 512)
     oseg, So = _segments(B, NO, bo, x.device)
-    w = weight.reshape(D) if weight is not None else x2
-    b = bias.reshape(D) if bias is not None else x2
-    _launch(_ln_relu_pool_kernel, (B, So), x2, w, b, y, pmean, pm2, L, LO, D, x2.stride(0), y.stride(0), eps,
-            seg, S, oseg, NO, HAS_W=weight is not None, HAS_B=bias is not None, POOL=pool,
-            BLOCK_O=bo, BLOCK_S=next_power_of_2(S), num_warps=4)
+    w = weight if weight is not None else x2
+    b = bias if bias is not None else x2
+    w_strides = tuple(weight.stride()) if weight is not None else (0, 0)
+    b_strides = tuple(bias.stride()) if bias is not None else (0, 0)
+    _launch(_ln_relu_pool_kernel, (B, So), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, pmean_ptr=pmean, pm2_ptr=pm2,
+            L=L, LO=LO, D=D, stride_xb=x2.stride(0), stride_yb=y.stride(0), stride_wc=w_strides[0],
+            stride_wl=w_strides[1], stride_bc=b_strides[0], stride_bl=b_strides[1], eps=eps, SEG=seg, S=S,
+            OSEG=oseg, NO=NO, HAS_W=weight is not None, HAS_B=bias is not None, POOL=pool, BLOCK_O=bo,
+            BLOCK_S=next_power_of_2(S), num_warps=4)
     return y
 
 
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
+def _config_str(config: Optional[Config]) -> str:
+    """A config as the string the torch ops carry ("" = the tuned one)."""
+    return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
+
+
+def _config_from(text: str) -> Optional[Config]:
+    return Config.from_json(json.loads(text)) if text else None
+
+
 def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
-                   save_stats: bool) -> list[torch.Tensor]:
-    y, mean, rstd = layer_norm_forward(x, weight, bias, eps, save_stats)
+                   save_stats: bool, config: str) -> list[torch.Tensor]:
+    y, mean, rstd = layer_norm_forward(x, weight, bias, eps, save_stats, _config_from(config))
     return [y, mean, rstd]
 
 
 def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
-                            rstd: torch.Tensor, need_dx: bool, need_dw: bool,
-                            need_db: bool) -> list[torch.Tensor]:
-    dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, need_dx, need_dw, need_db)
+                            rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool,
+                            config: str) -> list[torch.Tensor]:
+    dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, need_dx, need_dw, need_db, _config_from(config))
     empty = x.new_empty((0,), dtype=torch.float32)
     # outputs must not alias each other: the two halves of one buffer are cloned apart
     return [dx if dx is not None else x.new_empty((0,)),
@@ -538,16 +639,17 @@ def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[
 
 
 def _ln_relu_pool_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
-                     pool: int) -> torch.Tensor:
-    return layer_norm_relu_maxpool_forward(x, weight, bias, eps, pool)
+                     pool: int, config: str) -> torch.Tensor:
+    return layer_norm_relu_maxpool_forward(x, weight, bias, eps, pool, _config_from(config))
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, eps, save_stats = inputs
+    x, weight, bias, eps, save_stats, config = inputs
     _, mean, rstd = output
     ctx.has_w, ctx.has_b = weight is not None, bias is not None
     ctx.w_dtype = weight.dtype if weight is not None else None
     ctx.b_dtype = bias.dtype if bias is not None else None
+    ctx.config = config
     ctx.save_for_backward(x, weight, mean, rstd)
 
 
@@ -558,9 +660,9 @@ def _backward(ctx, grads):
     need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
     if mean.numel() != x.shape[0]:
         raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b)
+    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
     return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
-            db.to(ctx.b_dtype) if need_b else None, None, None)
+            db.to(ctx.b_dtype) if need_b else None, None, None, None)
 
 
 _ln_backward_call = register_op("tk::layer_norm_backward", _layer_norm_backward_op)
@@ -591,23 +693,30 @@ def _validate(x, normalized_shape, weight, bias, eps) -> tuple[int, ...]:
 
 
 def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    """torch.nn.functional.layer_norm in Triton (fp32 statistics), differentiable and compile-friendly."""
+               bias: torch.Tensor | None = None, eps: float = 1e-5, *,
+               config: Optional[Config] = None) -> torch.Tensor:
+    """torch.nn.functional.layer_norm in Triton (fp32 statistics), differentiable and compile-friendly.
+    ``config`` chooses the kernel path and tiling (``check_config``: BLOCK_D runs the long-row kernels,
+    BLOCK_M / PER_SM the row kernels); default: by row length, tuned."""
     shape = _validate(x, normalized_shape, weight, bias, eps)
+    check_config(config)
     D = math.prod(shape)
-    x2 = _rows(x, D)
+    M = math.prod(x.shape[: x.ndim - len(shape)])
+    x2 = _rows(x, M, D)
     w = weight.reshape(D) if weight is not None else None
     b = bias.reshape(D) if bias is not None else None
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    y = _ln_call(x2, w, b, float(eps), needs_grad)[0]
+    y = _ln_call(x2, w, b, float(eps), needs_grad, _config_str(config))[0]
     return y.reshape(x.shape)
 
 
 def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                            eps: float = 1e-5, pool: int = 3) -> torch.Tensor:
+                            eps: float = 1e-5, pool: int = 3, *, config: Optional[Config] = None) -> torch.Tensor:
     """Inference: relu(max_pool1d(layer_norm(x, x.shape[1:], weight, bias, eps), pool, stride=pool)).
 
     x (B, C, L) -> (B, C, L // pool). Not differentiable (use layer_norm + relu + max_pool1d to train).
+    NaN propagates as in torch (a NaN tap makes its pooled output NaN). ``config``: BLOCK_D (statistics
+    chunk) and / or BLOCK_O (output chunk).
     """
     check_tensor("x", x, ndim=3, dtypes=DTYPES)
     _validate(x, tuple(x.shape[1:]), weight, bias, eps)
@@ -618,4 +727,5 @@ def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None,
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         raise ValueError("layer_norm_relu_maxpool is an inference kernel: call it under torch.no_grad() "
                          "(or use layer_norm + relu + max_pool1d for training)")
-    return _ln_relu_pool_call(x, weight, bias, float(eps), int(pool))
+    check_config(config, fused_pool=True)
+    return _ln_relu_pool_call(x, weight, bias, float(eps), int(pool), _config_str(config))
