@@ -7,7 +7,7 @@ one-hot column. Quantisation is reversed: position j holds the (j+1)-th characte
 latest characters sit at the start; the first ``length`` (1014) such characters are kept, the rest of a
 short text is PAD. AG News writes a newline as the two characters backslash-n; the encoder turns them
 back into the newline of the alphabet. The alphabet is the paper's list, 70 entries, in which "-"
-appears twice: "-" maps to its first position, so one-hot row 60 is always zero (as in the paper's
+appears twice: "-" maps to its first position, so one-hot row 59 is always zero (as in the paper's
 70-row input).
 
 Network (length 1014, channels 256, fc 1024, 4 classes):
