@@ -343,3 +343,25 @@ def gpu_autotune_picks_a_config() -> None:
 @pytest.mark.gpu
 def test_gpu_autotune(isolated):
     isolated("tests.test_conv1d:gpu_autotune_picks_a_config")
+
+
+def test_op_suite_cases_run_through_the_harness():
+    """bench/cases/conv1d.py's interpreter cases: every backend checked against float64 and timed (status ok)."""
+    from bench.cases import conv1d as cases
+    from bench.harness import RunConfig, run_cases
+
+    built = cases.cases(tiny=True)
+    assert all(c.flops > 0 and c.bytes > 0 for c in built)
+    rows = run_cases(built, RunConfig(backends=["eager", "triton"], rounds=1, rep=1), progress=False)
+    timed = [r for r in rows if r["metric"] == "time_ms"]
+    assert len(timed) == 2 * len(built) and all(r["status"] == "ok" for r in timed), \
+        [(r["case"], r["backend"], r["status"], r["note"]) for r in timed if r["status"] != "ok"]
+
+
+def test_max_pool_channels_last():
+    x = torch.randn(3, 16, 9, device=DEVICE)[:, 1:, :]  # length 15, a strided view
+    with torch.no_grad():
+        y = CV.max_pool1d_cl(x, 3)
+    assert torch.equal(y, F.max_pool1d(x.transpose(1, 2), 3, 3).transpose(1, 2))
+    with pytest.raises(ValueError, match="pool must be"):
+        CV.max_pool1d_cl(x, 0)
