@@ -84,10 +84,15 @@ def load_text(data: str | None, eval_rows: int = 1000, seed: int = 0) -> dict:
     ds = ag_news.load(data, eval_rows=eval_rows, seed=seed)
     return {"train_texts": ds.train.texts(), "train_labels": torch.from_numpy(ds.train.labels),
             "eval_texts": ds.test.texts(), "eval_labels": torch.from_numpy(ds.test.labels),
-            "classes": ds.classes, "source": ds.source, "split_of_test": ds.split_of_test,
-            "how": (f"trained on {len(ds.train)} rows of AG News's test split, evaluated on the other {len(ds.test)} "
-                    f"(seeded split, seed {seed}; train.csv absent)") if ds.split_of_test else
-                   f"trained on AG News train.csv ({len(ds.train)} rows), evaluated on test.csv ({len(ds.test)} rows)"}
+            "classes": ds.classes, "source": ds.source, "split_of_test": ds.split_of_test, "seed": seed}
+
+
+def how_trained(data: dict, n_train: int, n_eval: int) -> str:
+    """The sentence every accuracy carries: which rows trained the weights and which evaluated them."""
+    if data["split_of_test"]:
+        return (f"trained on {n_train} rows of AG News's test split, evaluated on {n_eval} other rows of it "
+                f"(seeded class-stratified split, seed {data['seed']}; train.csv absent)")
+    return f"trained on {n_train} rows of AG News train.csv, evaluated on {n_eval} rows of test.csv"
 
 
 def save_atomic(obj, path: Path) -> None:
@@ -535,7 +540,7 @@ def train_main(argv) -> int:
         save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1, "log": log,
                      "config": config, "rng": rng}, ckpt)
     final = log[-1]
-    how = (f"{data['how']}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} lr {args.lr} halved every "
+    how = (f"{how_trained(data, n, len(x_eval))}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} lr {args.lr} halved every "
            f"{args.halve_every} epochs, {args.backend} {args.dtype}")
     prov = {"how": how, "eval_accuracy": final["eval_accuracy"], "paper_accuracy": PAPER_ACCURACY, "log": log,
             "config": config, "source": data["source"], **R.provenance()}
