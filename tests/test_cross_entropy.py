@@ -7,9 +7,11 @@ import torch.nn.functional as F
 
 from models.layers import CrossEntropyLoss
 from triton_kernels import cross_entropy as CE
+from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err, tolerance
 
 from .conftest import DEVICE
+from .view_matrix import Arg, ViewCase, check_case, view_cases
 
 
 def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
@@ -270,6 +272,152 @@ def test_unchecked_out_of_range_target_gives_nan():
     t[1] = 9
     loss = CE.cross_entropy(x, t, check_target=False, reduction="none")
     assert torch.isnan(loss[1]) and torch.isfinite(loss[[0, 2, 3]]).all()
+
+
+# ---------------------------------------------------------------------------------------------- views
+# Every argument in every layout (tests/view_matrix.py): loss and dlogits against float64, through the
+# public function (its tuned one-chunk kernel) and through the launcher with a chunked configuration
+# (13 classes in chunks of 8: the second ragged; register double-buffering on). Class weights and label
+# smoothing everywhere; rows whose target is the largest drawn class are ignored (except with an
+# expanded target, where every row would be).
+VIEW_V = 13
+CHUNKED = Config({"BLOCK_V": 8, "PER_SM": 2, "REG_DB": 1}, 4, 1)
+
+
+def _view_args(logits_grad: bool) -> dict:
+    return {"logits": Arg((11, VIEW_V), broadcast=(0,), grad=logits_grad),
+            "target": Arg((11,), broadcast=(0,), grad=False, values=f"index:{VIEW_V}"),
+            "weight": Arg((VIEW_V,), broadcast=(0,), grad=False)}
+
+
+def _positive_(weight: torch.Tensor) -> None:
+    """Class weights drawn from randn, made |w| in place through the view's base (an expanded view cannot
+    be written through): a "mean" denominator sum_i w_{t_i} of mixed signs could cancel."""
+    (weight._base if weight._base is not None else weight).abs_()
+
+
+def _ignore_index(target: torch.Tensor) -> int:
+    return -100 if target.stride(0) == 0 else int(target.max())
+
+
+def view_case(arg: str, layout: str, dtype_name: str, reduction: str, path: str, device: str = DEVICE) -> None:
+    """One (argument, layout) case: path "public" (cross_entropy + autograd: the gradient of the base
+    for a random upstream gradient) or "chunked" (cross_entropy_forward with CHUNKED: loss and the
+    gradient it returns, that of the reduced loss for an upstream gradient of 1)."""
+    kw = dict(reduction=reduction, label_smoothing=0.1)
+
+    def ref(logits, target, weight):
+        _positive_(weight)
+        kw["ignore_index"] = _ignore_index(target)
+        if path == "public":
+            return F.cross_entropy(logits, target, weight, **kw)
+        x = logits.detach().clone().requires_grad_()
+        loss = F.cross_entropy(x, target, weight, **kw)
+        return loss, torch.autograd.grad(loss.sum(), x)[0]
+
+    def fn(logits, target, weight):
+        _positive_(weight)
+        ignore = _ignore_index(target)
+        if path == "public":
+            return CE.cross_entropy(logits, target, weight, ignore_index=ignore, **kw)
+        loss, _, grad = CE.cross_entropy_forward(logits, target, weight, ignore_index=ignore, config=CHUNKED, **kw)
+        return loss, grad
+
+    check_case(ViewCase(arg, layout), _view_args(path == "public"), fn, ref, dtype=getattr(torch, dtype_name),
+               device=device)
+
+
+_VIEW_PARAMS = [(c, d, r, p) for p in ("public", "chunked") for d in ("float32", "float16") for r in CE.REDUCTIONS
+                for c in view_cases(_view_args(True)) if p == "public" or d == "float32"]
+
+
+@pytest.mark.parametrize("case,dtype_name,reduction,path", _VIEW_PARAMS, ids=lambda v: str(v))
+def test_views(case, dtype_name, reduction, path):
+    view_case(case.arg, case.layout, dtype_name, reduction, path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["public", "chunked"])
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", view_cases(_view_args(True)), ids=str)
+def test_gpu_views(case, dtype_name, reduction, path, isolated):
+    isolated("tests.test_cross_entropy:view_case", case.arg, case.layout, dtype_name, reduction, path, "cuda")
+
+
+# ---------------------------------------------------------------------------------------------- extremes
+# The reduction at extreme values, against float64, no looser than twice torch's own float32 error on
+# the same input (or the table's tolerance): logits sharing a large offset (each row +-offset + 3 randn)
+# and logits near the fp32 maximum (each row +-3e38 + 3e34 randn: the loss, up to ~1e36, is representable).
+def extreme_case(kind: str, reduction: str, weighted: bool, path: str, device: str = DEVICE) -> None:
+    M, V = 12, 37
+    sign = torch.where(torch.rand(M, 1) < 0.5, -1.0, 1.0)
+    if kind == "pm3e38":
+        logits = sign * 3e38 + 3e34 * torch.randn(M, V)
+    else:
+        logits = sign * float(kind.removeprefix("offset")) + 3.0 * torch.randn(M, V)
+    logits = logits.to(device)
+    target = torch.randint(0, V, (M,), device=device)
+    target[torch.rand(M, device=device) < 0.2] = -100
+    weight = torch.rand(V, device=device) + 0.5 if weighted else None
+    kw = dict(reduction=reduction, label_smoothing=0.1)
+    x64 = logits.double().cpu().requires_grad_()
+    ref = F.cross_entropy(x64, target.cpu(), weight.double().cpu() if weighted else None, **kw)
+    (g64,) = torch.autograd.grad(ref.sum(), x64)
+    x32 = logits.clone().requires_grad_()
+    loss32 = F.cross_entropy(x32, target, weight, **kw)
+    (g32,) = torch.autograd.grad(loss32.sum(), x32)
+    if path == "public":
+        x = logits.clone().requires_grad_()
+        loss = CE.cross_entropy(x, target, weight, **kw)
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+    else:
+        loss, _, grad = CE.cross_entropy_forward(logits, target, weight, config=CHUNKED, **kw)
+    for name, ours, torchs, expect in (("loss", loss, loss32, ref), ("dlogits", grad, g32, g64)):
+        err, torch_err = rel_err(ours, expect), rel_err(torchs, expect)
+        bound = max(2 * torch_err, tolerance(torch.float32))
+        assert err <= bound, f"{kind} {name}: relative error {err:.2e} > {bound:.1e} (torch float32: {torch_err:.1e})"
+
+
+@pytest.mark.parametrize("path", ["public", "chunked"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("kind", ["offset1e4", "offset1e5", "pm3e38"])
+def test_extreme_values(kind, reduction, weighted, path):
+    extreme_case(kind, reduction, weighted, path)
+
+
+def all_ignored_case(reduction: str, path: str, device: str = DEVICE) -> None:
+    """Every row ignored, with class weights and smoothing: torch's loss (NaN for "mean", 0 otherwise)
+    and a zero gradient."""
+    logits = torch.randn(7, 9, device=device)
+    target = torch.full((7,), 4, device=device)
+    weight = torch.rand(9, device=device) + 0.5
+    kw = dict(ignore_index=4, reduction=reduction, label_smoothing=0.2)
+    ref = F.cross_entropy(logits, target, weight, **kw)
+    if path == "public":
+        x = logits.clone().requires_grad_()
+        loss = CE.cross_entropy(x, target, weight, **kw)
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+    else:
+        loss, _, grad = CE.cross_entropy_forward(logits, target, weight, config=CHUNKED, **kw)
+    assert torch.equal(torch.isnan(loss), torch.isnan(ref))
+    assert torch.equal(torch.nan_to_num(loss), torch.nan_to_num(ref)) and torch.equal(grad, torch.zeros_like(grad))
+
+
+@pytest.mark.parametrize("path", ["public", "chunked"])
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+def test_extreme_all_rows_ignored(reduction, path):
+    all_ignored_case(reduction, path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["public", "chunked"])
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("kind", ["offset1e4", "offset1e5", "pm3e38"])
+def test_gpu_extreme_values(kind, reduction, path, isolated):
+    isolated("tests.test_cross_entropy:extreme_case", kind, reduction, True, path, "cuda")
+    isolated("tests.test_cross_entropy:all_ignored_case", reduction, path, "cuda")
 
 
 # ---------------------------------------------------------------------------------------------- GPU

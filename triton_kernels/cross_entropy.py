@@ -1,10 +1,11 @@
 """Cross-entropy over logits (M, V), forward and backward in one pass, plus the argmax-accuracy count.
 
 Per row i with target t (weights w_c, default 1; smoothing eps; W = sum_c w_c):
-    lse    = log sum_c exp(x_c)                          (online max / rescaled sum over chunks)
+    m = max_c x_c,  s = sum_c exp(x_c - m),  lse = m + log s   (online max / rescaled sum over chunks)
     loss_i = (1 - eps) * w_t * (lse - x_t)  +  (eps / V) * sum_c w_c * (lse - x_c)
-           = (1 - eps) * w_t * (lse - x_t)  +  (eps / V) * (W * lse - sum_c w_c x_c)
-which is torch's definition (nll_loss on log_softmax, plus the smoothing term of
+           = (1 - eps) * w_t * ((m - x_t) + log s)  +  (eps / V) * (sum_c w_c (m - x_c)  +  W log s)
+(the smoothing sum is taken over the shifted logits m - x_c >= 0: no cancellation when the logits share
+a large offset, and no overflow of W * lse near the fp32 maximum), which is torch's definition (nll_loss on log_softmax, plus the smoothing term of
 torch.nn.functional.cross_entropy). Rows whose target is ignore_index contribute 0 to the loss, 0 to the
 denominator and a zero gradient. Reductions: "none" -> loss_i; "sum" -> sum_i loss_i;
 "mean" -> sum_i loss_i / sum_{i not ignored} w_{t_i} (NaN when every row is ignored, as torch).
@@ -29,7 +30,7 @@ Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid
   store after a barrier, so no per-element column compare.
 * Longer rows (vocabularies up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps, per lane
   (column of the chunk), the running max, the rescaled sum of exponentials (one exp per element), the
-  first argmax and the smoothing sum -- no cross-warp reduction inside the loop, so warps stream
+  first argmax and the smoothing sum (rebased to the lane maximum as it rises) -- no cross-warp reduction inside the loop, so warps stream
   independently -- and merges the lanes once per row; sweep 2 goes over the chunks in reverse order
   (most recently read chunks first, while they are still in L2) and writes the gradient. With REG_DB
   each sweep loads chunk i + 1 into registers before reducing chunk i (register double-buffering: 15-19 %
@@ -74,18 +75,19 @@ INTERPRET_REG_DB = False  # register double-buffering in the interpreter (tests 
 # Kernels
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
-def _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT: tl.constexpr,
+def _target_weight_sum(target_ptr, weight_ptr, M, V, stride_t, stride_w, ignore_index, HAS_WEIGHT: tl.constexpr,
                        BLOCK: tl.constexpr):
-    """sum over rows i with target[i] != ignore_index of weight[target[i]] (or 1): the "mean" denominator."""
+    """sum over rows i with target[i * stride_t] != ignore_index of weight[target * stride_w] (or 1): the
+    "mean" denominator."""
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, M, BLOCK):
         i = start + offs
-        t = tl.load(target_ptr + i, mask=i < M, other=ignore_index).to(tl.int32)
+        t = tl.load(target_ptr + i.to(tl.int64) * stride_t, mask=i < M, other=ignore_index).to(tl.int32)
         valid = (t != ignore_index) & (i < M)
         if HAS_WEIGHT:
             ok = valid & (t >= 0) & (t < V)
-            w = tl.load(weight_ptr + tl.where(ok, t, 0), mask=ok, other=0.0)
+            w = tl.load(weight_ptr + tl.where(ok, t, 0) * stride_w, mask=ok, other=0.0)
             acc += tl.where(valid, w, 0.0)
         else:
             acc += tl.where(valid, 1.0, 0.0)
@@ -93,10 +95,11 @@ def _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT: t
 
 
 @triton.jit
-def _ce_denominator_kernel(target_ptr, weight_ptr, denom_ptr, M, V, ignore_index,
+def _ce_denominator_kernel(target_ptr, weight_ptr, denom_ptr, M, V, stride_t, stride_w, ignore_index,
                            HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
     """One program: denom_ptr[0] = the "mean" denominator (see _target_weight_sum)."""
-    tl.store(denom_ptr, _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT, BLOCK))
+    tl.store(denom_ptr, _target_weight_sum(target_ptr, weight_ptr, M, V, stride_t, stride_w, ignore_index,
+                                           HAS_WEIGHT, BLOCK))
 
 
 @triton.jit
@@ -129,7 +132,7 @@ def _prefetch_l2(ptr, nbytes):
 @triton.jit
 def _ce_fwd_kernel(
     logits_ptr, target_ptr, weight_ptr, grad_ptr, row_loss_ptr, part_ptr,
-    M, V, stride_lm, stride_lv, stride_gm, stride_t, ignore_index, eps,
+    M, V, stride_lm, stride_lv, stride_gm, stride_t, stride_w, ignore_index, eps,
     HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
     REDUCTION: tl.constexpr, DENOM_IN_KERNEL: tl.constexpr, STORE_ROW_LOSS: tl.constexpr,
     ONE_CHUNK: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -137,7 +140,8 @@ def _ce_fwd_kernel(
 ):
     """Loss, gradient and correct count for the rows pid, pid + P, ... (P = number of programs).
 
-    logits: (M, V) strides (stride_lm, stride_lv); target: (M,) stride stride_t; weight: (V,) fp32;
+    logits: (M, V) strides (stride_lm, stride_lv); target: (M,) stride stride_t; weight: (V,) fp32 stride
+    stride_w;
     grad: (M, V) strides (stride_gm, 1); row_loss: (M,); part: (3 P + 1,) fp32: per-program partial
     loss, weight and correct-count sums at [0, P), [P, 2 P), [2 P, 3 P), and at 3 P the "mean"
     denominator, read when the prologue kernel wrote it.
@@ -161,7 +165,8 @@ def _ce_fwd_kernel(
     scale = 1.0
     if COMPUTE_GRAD and REDUCTION == 2:
         if DENOM_IN_KERNEL:
-            denom = _target_weight_sum(target_ptr, weight_ptr, M, V, ignore_index, HAS_WEIGHT, BLOCK_T)
+            denom = _target_weight_sum(target_ptr, weight_ptr, M, V, stride_t, stride_w, ignore_index, HAS_WEIGHT,
+                                       BLOCK_T)
         else:
             denom = tl.load(part_ptr + 3 * nprog)
         scale = tl.where(denom == 0.0, 0.0, 1.0 / denom)  # every row ignored: zero gradient (as torch)
@@ -171,7 +176,7 @@ def _ce_fwd_kernel(
         wacc = tl.zeros((BLOCK_V,), dtype=tl.float32)
         for start in range(0, V, BLOCK_V):
             c = start + cols
-            wacc += tl.load(weight_ptr + c, mask=c < V, other=0.0)
+            wacc += tl.load(weight_ptr + c * stride_w, mask=c < V, other=0.0)
         w_total = tl.sum(wacc, axis=0)
 
     loss_acc = 0.0
@@ -191,7 +196,7 @@ def _ce_fwd_kernel(
         w_t = 1.0
         w_t_class = 1.0
         if HAS_WEIGHT:
-            w_t_class = tl.load(weight_ptr + t_safe)
+            w_t_class = tl.load(weight_ptr + t_safe * stride_w)
             w_t = w_t_class
         w_t = tl.where(valid, w_t, 0.0)
         x_t = tl.load(x_row + t_safe.to(tl.int64) * stride_lv).to(tl.float32)  # issued early: hides latency
@@ -213,13 +218,13 @@ def _ce_fwd_kernel(
             hit = valid & in_range & (x_t == m)
             if hit:
                 hit = tl.min(tl.where(x == m, cr, BLOCK_V), axis=0) == t
-            sx = 0.0
+            sd = 0.0  # the smoothing sum, sum_c w_c (m - x_c)
             if SMOOTH:
                 if HAS_WEIGHT:
-                    wc = tl.load(weight_ptr + cr, mask=mask, other=0.0)
-                    sx = tl.sum(tl.where(mask, x * wc, 0.0), axis=0)
+                    wc = tl.load(weight_ptr + cr * stride_w, mask=mask, other=0.0)
+                    sd = tl.sum(tl.where(mask, wc * (m_safe - x), 0.0), axis=0)
                 else:
-                    sx = tl.sum(tl.where(mask, x, 0.0), axis=0)
+                    sd = tl.sum(tl.where(mask, m_safe - x, 0.0), axis=0)
             e = tl.exp2((x - m_safe) * LOG2E)  # masked lanes: exp2(-inf) = 0
             s = tl.sum(e, axis=0)
         else:
@@ -228,7 +233,12 @@ def _ce_fwd_kernel(
             m_vec = tl.full((BLOCK_V,), NEG_INF, tl.float32)
             s_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
             i_vec = tl.zeros((BLOCK_V,), dtype=tl.int32)
-            sx_acc = tl.zeros((BLOCK_V,), dtype=tl.float32)
+            # smoothing: per lane d = sum over its classes so far of w_c (m_lane - x_c) (every term >= 0),
+            # rebased when the lane maximum rises; the lane's weight so far (with no class weights: the
+            # number of chunks seen, since only the last chunk has masked lanes)
+            d_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
+            wl_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
+            n_seen = tl.cast(0.0, tl.float32)
             if REG_DB:
                 x_nxt = tl.load(x_row + cols * stride_lv, mask=cols < V, other=NEG_INF)
             for start in range(0, V, BLOCK_V):
@@ -246,29 +256,43 @@ def _ce_fwd_kernel(
                 e = tl.exp2((lo - tl.where(hi == NEG_INF, 0.0, hi)) * LOG2E)  # both -inf: exp2(-inf) = 0
                 s_vec = tl.where(up, s_vec * e + 1.0, s_vec + e)
                 i_vec = tl.where(up, c, i_vec)
-                m_vec = hi
                 if SMOOTH:
                     if HAS_WEIGHT:
-                        wc = tl.load(weight_ptr + c, mask=mask, other=0.0)
-                        sx_acc += tl.where(mask, xc * wc, 0.0)
+                        wc = tl.load(weight_ptr + c * stride_w, mask=mask, other=0.0)
+                        w_old = wl_vec
+                        wl_vec += wc
                     else:
-                        sx_acc += tl.where(mask, xc, 0.0)
-            sx = tl.sum(sx_acc, axis=0)
+                        wc = 1.0
+                        w_old = n_seen
+                        n_seen += 1.0
+                    # zero terms are skipped, so that a -inf logit gives torch's inf rather than 0 * inf
+                    d_vec += (tl.where(hi == m_vec, 0.0, tl.where(w_old == 0.0, 0.0, w_old * (hi - m_vec)))
+                              + tl.where(mask & (xc != hi), wc * (hi - xc), 0.0))
+                m_vec = hi
             m = tl.max(m_vec, axis=0)
             # first maximal index: the smallest lane-first index among lanes holding the row maximum
             best = tl.min(tl.where(m_vec == m, i_vec, 2147483647), axis=0)
             hit = valid & (best == t)
             m_safe = tl.where(m == NEG_INF, 0.0, m)
             s = tl.sum(s_vec * tl.exp2((m_vec - m_safe) * LOG2E), axis=0)
+            sd = 0.0
+            if SMOOTH:  # merge the lanes: rebase each to the row maximum
+                if HAS_WEIGHT:
+                    wl = wl_vec
+                else:
+                    n_chunks = tl.cdiv(V, BLOCK_V)
+                    wl = tl.where(cols < V - (n_chunks - 1) * BLOCK_V, n_chunks, n_chunks - 1).to(tl.float32)
+                sd = tl.sum(d_vec + tl.where((m_vec == m) | (wl == 0.0), 0.0, wl * (m_safe - m_vec)), axis=0)
         # lse = m + log(s), but kept apart: with logits of magnitude 1e4 an fp32 lse has an ulp of ~1e-3,
         # so x - lse would lose that much; (x - m) - log(s) keeps full precision near the maximum
+        # (and the smoothing term sum_c w_c (lse - x_c) = sum_c w_c (m - x_c) + W log(s): terms >= 0, no
+        # cancellation of W lse against sum_c w_c x_c, no overflow of W lse at |x| near the fp32 maximum)
         log_s = tl.log(s)
-        lse = m_safe + log_s
 
         # ---- the row's loss and correctness
         loss = w_t * ((m_safe - x_t) + log_s)
         if SMOOTH:
-            loss = (1.0 - eps) * loss + tl.where(valid, (eps / V) * (w_total * lse - sx), 0.0)
+            loss = (1.0 - eps) * loss + tl.where(valid, (eps / V) * (sd + w_total * log_s), 0.0)
         bad = valid & (in_range == 0)  # an out-of-range target poisons its row (and the reduction)
         loss = tl.where(bad, float("nan"), loss)
         if STORE_ROW_LOSS:
@@ -322,7 +346,7 @@ def _ce_fwd_kernel(
                     g = coef_p * tl.exp2(((xc - m_safe) - log_s) * LOG2E) - tl.where(c == t, coef_t, 0.0)
                     if SMOOTH:
                         if HAS_WEIGHT:
-                            g -= coef_u * tl.load(weight_ptr + c, mask=mask, other=0.0)
+                            g -= coef_u * tl.load(weight_ptr + c * stride_w, mask=mask, other=0.0)
                         else:
                             g -= coef_u
                     tl.store(g_row + c, g.to(grad_ptr.dtype.element_ty), mask=mask)
@@ -415,6 +439,9 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
                           compute_grad: bool = True, config: Optional[Config] = None):
     """Launch the fused kernel on 2-D logits (M, V) and targets (M,).
 
+    Every layout is read in place with its strides (logits, target, weight: expanded, sliced, offset
+    views included); a weight that is not fp32 is converted (a copy). The gradient is allocated
+    contiguous.
     config: run this launch configuration instead of the tuned one (benchmarks compare variants).
 
     Returns (loss, n_correct, grad): loss 0-dim ("mean"/"sum") or (M,) ("none") in the logits dtype;
@@ -427,7 +454,10 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
     loss = torch.empty((M,) if red == 0 else (), device=dev, dtype=logits.dtype)
     correct = torch.empty((), device=dev, dtype=torch.int64)
     grad = torch.empty((M, V), device=dev, dtype=logits.dtype) if compute_grad else None
+    if weight is not None and weight.dtype != torch.float32:
+        weight = weight.to(torch.float32)
     w = weight if weight is not None else logits  # dummy pointer when there is no weight
+    stride_w = weight.stride(0) if weight is not None else 0
     smooth = label_smoothing > 0.0
     fake = _is_fake(logits, target)
     if INTERPRET:
@@ -450,7 +480,8 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
         denom_in_kernel = need_denom and M * P <= DENOM_IN_KERNEL_MAX
         part = torch.empty((3 * P + 1,), device=dev, dtype=torch.float32)  # partial sums + the denominator
         if need_denom and not denom_in_kernel:
-            _launch(_ce_denominator_kernel, (1,), target, w, part[3 * P:], M, V, ignore_index,
+            _launch(_ce_denominator_kernel, (1,), target, w, part[3 * P:], M, V, target.stride(0), stride_w,
+                    ignore_index,
                     HAS_WEIGHT=weight is not None, BLOCK=BLOCK_T, num_warps=4)
         bv = cfg.kwargs["BLOCK_V"]
         # the L2 prefetch of the next row: a GPU instruction, for contiguous rows small enough that the
@@ -459,7 +490,7 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
                     and V * logits.element_size() <= PF_MAX_BYTES)
         _launch(_ce_fwd_kernel, (P,), logits, target, w, grad if grad is not None else logits, loss, part,
                 M, V, logits.stride(0), logits.stride(1), grad.stride(0) if grad is not None else 0,
-                target.stride(0), ignore_index, float(label_smoothing),
+                target.stride(0), stride_w, ignore_index, float(label_smoothing),
                 HAS_WEIGHT=weight is not None, SMOOTH=smooth, COMPUTE_GRAD=compute_grad, REDUCTION=red,
                 DENOM_IN_KERNEL=denom_in_kernel, STORE_ROW_LOSS=red == 0, ONE_CHUNK=V <= bv,
                 BLOCK_V=bv, BLOCK_T=BLOCK_T, PREFETCH=prefetch, REG_DB=bool(cfg.kwargs.get("REG_DB", 0)),
@@ -596,7 +627,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
         x2, t2 = logits, target
     else:  # (N, C, d1, ...) -> (N * d1 * ..., C)
         x2, t2 = logits.movedim(1, -1).reshape(-1, V), target.reshape(-1)
-    w = weight.to(torch.float32).contiguous() if weight is not None else None
+    w = weight.to(torch.float32) if weight is not None else None  # any layout: read with its stride
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
     loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
                                            compute_grad)
