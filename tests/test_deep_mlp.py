@@ -73,6 +73,34 @@ def test_fused_trainer_matches_eager_adam(name):
     assert_close(tr.predict(x), ref(x).double(), torch.float32, scale=100)
 
 
+def one_step_case(name: str, B: int, device: str) -> None:
+    """One FusedTrainer step (forward, backward, Adam with the device step counter) against the same step
+    in float64 (torch.optim.Adam on a float64 copy): the update p1 - p0 within a tenth of the fp32
+    tolerance. lr is large against the parameters' ulp, so that p1 - p0 is not rounding; the update of
+    Adam's first step is about lr * sign(g), so this checks the bias corrections 1 - beta^t (in fp32 as
+    1 - exp(t log beta) they were off by 7e-6 .. 8e-5 here). The biases of a Linear before training-mode
+    BN have a zero true gradient (rounding noise in both runs) and are left out."""
+    for betas in ((0.9, 0.999), (0.5, 0.9999)):
+        m = build_model(name, seed=3, device=device)
+        ref = copy.deepcopy(m).cpu().double()
+        p0 = copy.deepcopy(ref)
+        tr = FusedTrainer(m, lr=5e-2, betas=betas, weight_decay=1e-3)
+        x, t = torch.randn(B, 14, device=device), torch.randn(B, device=device)
+        tr.step(x, t)
+        opt = torch.optim.Adam(ref.parameters(), lr=5e-2, betas=betas, weight_decay=1e-3)
+        torch.nn.functional.mse_loss(ref(x.double().cpu()), t.double().cpu()).backward()
+        opt.step()
+        names = [n for n, _ in m.named_parameters() if not n.endswith(("lin1.bias", "lin2.bias"))]
+        fused, want, start = (torch.cat([dict(mod.named_parameters())[n].detach().double().cpu().reshape(-1)
+                                         for n in names]) for mod in (m, ref, p0))
+        assert_close(fused - start, want - start, torch.float32, scale=0.1, name=f"{name} {betas}: update")
+
+
+@pytest.mark.parametrize("name", ["GloNet3", "ResNetMLP2"])
+def test_fused_trainer_one_step_matches_float64(name):
+    one_step_case(name, 33, DEVICE)
+
+
 def test_triton_backend_with_torch_optimizer_trains():
     m = build_model("GloNet4", seed=0, backend="triton")
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
@@ -86,6 +114,20 @@ def test_triton_backend_with_torch_optimizer_trains():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0]
+
+
+def test_triton_backend_refuses_input_that_requires_grad():
+    """The fused kernels compute no gradient for x: an x that requires grad is refused, naming x, rather
+    than left silently without a gradient; with grad mode off, or detached, it runs."""
+    for name in ("GloNet3", "ResNetMLP2"):
+        m = build_model(name, seed=0, backend="triton")
+        x = torch.randn(9, 14, requires_grad=True)
+        with pytest.raises(ValueError, match="x requires grad"):
+            m(x)
+        with torch.no_grad():
+            assert torch.isfinite(m(x)).all()
+        m(x.detach()).sum().backward()
+        assert all(p.grad is not None for p in m.parameters())
 
 
 def test_block_l1_norms():
@@ -179,6 +221,12 @@ def test_gpu_loss_agreement_100_steps(name):
         dev_t = ((h[:, 0] - h[:, 2]).abs() / h[:, 2]).max().item()
         dev_e = ((h[:, 1] - h[:, 2]).abs() / h[:, 2]).max().item()
         assert dev_t <= max(1e-4, 3 * dev_e), dict(triton=dev_t, eager32=dev_e)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["GloNet200", "MLP50", "ResNetMLP20"])
+def test_gpu_fused_trainer_one_step_matches_float64(name):
+    one_step_case(name, 1024, "cuda")
 
 
 @pytest.mark.gpu
