@@ -6,7 +6,8 @@ state_dict is an ordinary torch one and loads into the eager model), with a back
 * ``eager``   the modules called one by one (thousands of tiny kernels per step at depth 1000);
 * ``compile`` ``torch.compile(dynamic=False)`` of the same forward;
 * ``triton``  the fully fused kernels of ``triton_kernels/fused_mlp.py`` (forward of the whole stack in one
-              kernel, backward in one), differentiable through ``torch.ops.tk.fused_mlp``.
+              kernel, backward in one), differentiable through ``torch.ops.tk.fused_mlp`` with respect to
+              the parameters; an input that requires grad is refused (ValueError naming x).
 
 For training at full speed use :class:`FusedTrainer`: it points every parameter into one flat buffer
 (``flatten_``) and runs a step as forward kernel -> backward kernel -> fused Adam (which also reduces

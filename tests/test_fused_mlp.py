@@ -182,6 +182,7 @@ def test_layout_views_cover_buffer():
     (lambda L, x, p, r: F.fused_mlp(L, x[0], p), "x must have 2 dims"),
     (lambda L, x, p, r: F.fused_mlp(L, x[:0], p), "at least one row"),
     (lambda L, x, p, r: F.fused_mlp(L, x, p.to("meta")), "params is on meta"),
+    (lambda L, x, p, r: F.fused_mlp(L, x.requires_grad_(), p.requires_grad_()), "x requires grad"),
     (lambda L, x, p, r: F.forward(L, x, p, target=torch.randn(3)) if F.validate(L, x, p, torch.randn(3)) else None,
      "target has 3 rows"),
     (lambda L, x, p, r: F.Layout("resnet", 14, 16, 3), "must be even"),

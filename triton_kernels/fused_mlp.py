@@ -1025,7 +1025,8 @@ _fused_mlp_call = register_op("tk::fused_mlp", _fused_mlp_op, setup_context=_set
 def fused_mlp(layout: Layout, x: torch.Tensor, params: torch.Tensor, running: Optional[torch.Tensor] = None,
               training: bool = True, precision: str = "ieee") -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """y = net(x) for the network described by ``layout`` with flat ``params``; differentiable w.r.t.
-    ``params`` (x is data: no gradient) and torch.compile-friendly.
+    ``params`` and torch.compile-friendly. x is data: the kernels compute no gradient for it, so an x
+    that requires grad (with grad mode on) is refused with a ValueError rather than left without one.
 
     Returns (y (B,), batch_stats (2, n_bn, W) mean / biased variance or None). For a ResNet in training
     mode the caller updates the running statistics from batch_stats (see models/deep_mlp.py); the fused
@@ -1034,6 +1035,9 @@ def fused_mlp(layout: Layout, x: torch.Tensor, params: torch.Tensor, running: Op
     if layout.kind != "resnet":
         running = params.new_empty((0,)) if running is None else running
     validate(layout, x, params, running=running, precision=precision, training=training)
+    if torch.is_grad_enabled() and x.requires_grad:
+        raise ValueError("x requires grad, but the fused MLP computes gradients for params only: pass "
+                         "x.detach() (x is data), or use the eager backend for a gradient with respect to x")
     save = torch.is_grad_enabled() and params.requires_grad
     outs = _fused_mlp_call(x, params, running, layout.kind, layout.in_features, layout.width,
                                   layout.depth, training, precision, save)
