@@ -182,11 +182,11 @@ def test_wait_timeout_sets_flag():
 
 
 def test_strided_inputs():
-    """x a column-strided view, weight a transposed view, perm int64: read in place."""
+    """x a column-strided view, y a strided view, weight a transposed view, perm int64: read in place."""
     N, K, C, B = 21, 19, 7, 16
     big = torch.rand(N, 2 * K, device=DEVICE)
     x = big[:, ::2]
-    y = torch.randint(0, C, (N,), device=DEVICE, dtype=torch.int32)
+    y = torch.randint(0, C, (3 * N,), device=DEVICE, dtype=torch.int32)[1::3]
     w = (torch.randn(K, C, device=DEVICE) * 0.1).t()
     b = torch.randn(C, device=DEVICE) * 0.1
     perm = torch.randperm(N, device=DEVICE)
@@ -211,6 +211,70 @@ def test_huge_logits_and_ties():
                                            torch.arange(4), 1e-3)
     assert abs(loss - ref) <= 1e-5 * ref and correct == ref_correct == 1
     assert torch.isfinite(w).all() and torch.isfinite(b).all()
+
+
+def labels_case(device: str) -> None:
+    """A label outside [0, C) is refused: by the trainer before any launch (it checks its labels once),
+    by the functional step before launch when the labels are on the CPU; a label changed after the
+    trainer was built is flagged by the kernel and raised by read_stats (the trainer's one sync)."""
+    N, K, C, B = 20, 9, 5, 8
+    for bad in (C, -1):
+        x, y, w, b = _data(N, K, C, device=device)
+        y[7] = bad
+        w0 = w.clone()
+        with pytest.raises(ValueError, match=f"y holds label {bad} outside \\[0, {C}\\)"):
+            S.FusedSGDStep(w, b, x, y, B, 0.1)
+        if device == "cpu":
+            with pytest.raises(ValueError, match="y holds label"):
+                S.sgd_step(w, b, x, y, torch.arange(N), S.StepBuffers.allocate(B, device), B, 0.1)
+        assert torch.equal(w, w0)
+        y[7] = 0
+        trainer = S.FusedSGDStep(w, b, x, y, B, 0.1)
+        y[7] = bad
+        trainer.epoch()
+        with pytest.raises(ValueError, match="label outside"):
+            trainer.read_stats()
+
+
+def test_labels_out_of_range():
+    labels_case(DEVICE)
+
+
+@pytest.mark.gpu
+def test_gpu_labels_out_of_range():
+    labels_case("cuda")
+
+
+def fixed_point_case(device: str) -> None:
+    """Logits past the exchange's fixed-point range (|z| < 2**23; each of the S programs' partials below
+    2**23 / S) are flagged and raised by read_stats; NaN weights too; logits within it train correctly."""
+    N, K, C, B = 24, 40, 6, 12
+    x, y, w, b = _data(N, K, C, device=device)
+    perm = torch.randperm(N, device=device)
+    trainer = S.FusedSGDStep(w, b, x, y, B, 0.1, perm=perm)
+    limit = 2.0 ** 23 / trainer.programs
+    b[2] = 0.4 * limit  # within: no flag, the float64 update
+    w0, b0 = w.clone(), b.clone()
+    trainer.step()
+    trainer.read_stats()
+    _, _, _, _, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], 0.1)
+    assert_close(w, w1, torch.float32, name="W' at large logits")
+    for value, what in ((1.2 * 2.0 ** 23, "bias"), (float("nan"), "weight")):
+        x, y, w, b = _data(N, K, C, device=device)
+        (b if what == "bias" else w)[1] = value
+        trainer = S.FusedSGDStep(w, b, x, y, B, 0.1)
+        trainer.step()
+        with pytest.raises(RuntimeError, match="2\\*\\*23"):
+            trainer.read_stats()
+
+
+def test_fixed_point_limit_flagged():
+    fixed_point_case(DEVICE)
+
+
+@pytest.mark.gpu
+def test_gpu_fixed_point_limit_flagged():
+    fixed_point_case("cuda")
 
 
 def test_torch_op():

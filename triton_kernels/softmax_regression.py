@@ -25,7 +25,9 @@ for the whole run, and every step it
      2^-32), a count of contributions in the low 8.
      Integer addition is associative, so the sum is exact and independent of the order in which programs
      arrive (bitwise reproducible, unlike fp32 atomics), with an absolute resolution of S * 2^-32 on the
-     logits (|partial logits| must stay below 2^23). Rows past the batch add 0 (and their count);
+     logits. The packed value holds |logits| < 2^23: each program checks that its partial logits stay
+     below 2^23 / S (which guarantees it for their sum; NaN fails the check) and otherwise sets an
+     error flag. Rows past the batch add 0 (and their count);
   3. polls the accumulator (volatile loads, L1 bypassed) until every element's count says that all S
      programs have added theirs: the data is its own barrier, with no fence, flag or counter, and one
      L2 round trip when the others are already done (a flag or counter would need a release fence after
@@ -52,8 +54,15 @@ same launch (or graph replay) serves every step and nothing needs a host sync.
 
 In the CPU interpreter programs run one after another, so there the kernel runs with one program
 (BLOCK_K >= K+1; the count is then complete at once). The poll loop is bounded: should the programs ever
-not be co-resident, the kernel sets an error flag instead of hanging, and :meth:`FusedSGDStep.read_stats`
-raises.
+not be co-resident, the kernel sets an error flag instead of hanging.
+
+Error flags (bits of state[1], set on the device, never cleared by the kernel): ERR_TIMEOUT (a wait gave
+up), ERR_FIXED_POINT (partial logits reached 2^23 / S: the exchange would be wrong), ERR_LABEL (a label
+outside [0, C), counted by program 0 with the loss statistics). Checking them costs a host sync, so no
+step does: :meth:`StepBuffers.check` raises, and :meth:`FusedSGDStep.read_stats` (the trainer's one sync
+per epoch, when it reads the loss) calls it first. The trainer validates its labels once, on the host,
+when it is built; the label flag catches labels changed afterwards, and those of the functional
+:func:`sgd_step` with labels on the GPU (checked on the host when they are on the CPU).
 """
 from __future__ import annotations
 
@@ -71,6 +80,9 @@ BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
 FIX_SCALE = tl.constexpr(2.0 ** 40)  # fixed point of the exchange: value * 2^40, low 8 bits = count
 MAX_SPIN = 1 << 20  # polls before giving up (~1 s; only if the programs were not co-resident)
+FIX_LIMIT = tl.constexpr(2.0 ** 23)  # |logits| the exchange holds: int64(z * 2^40) must not overflow
+ERR_TIMEOUT, ERR_FIXED_POINT, ERR_LABEL = 1, 2, 4  # bits of the error flags state[1]
+_ERR_TIMEOUT, _ERR_FIXED_POINT, _ERR_LABEL = tl.constexpr(1), tl.constexpr(2), tl.constexpr(4)
 X_DTYPES = (torch.float32, torch.uint8)
 INDEX_DTYPES = (torch.int32, torch.int64)
 PRECISIONS = ("ieee", "tf32", "tf32x3")
@@ -100,10 +112,10 @@ def _batch_rows(perm_ptr, s, valid, N, B, offs_b):
 
 
 @triton.jit
-def _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, offs_k, k_ok, is_one):
+def _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, stride_yn, offs_k, k_ok, is_one):
     """X[idx, slice] in x's own dtype (BLOCK_B x BLOCK_K; the constant feature, 1 or 255 for uint8, where
     is_one; 0 in rows past the batch) and the labels y[idx]."""
-    label = tl.load(y_ptr + idx, mask=row_ok, other=0).to(tl.int32)
+    label = tl.load(y_ptr + idx * stride_yn, mask=row_ok, other=0).to(tl.int32)
     one = (row_ok[:, None] & is_one[None, :]).to(x_ptr.dtype.element_ty)
     if x_ptr.dtype.element_ty == tl.uint8:
         one = one * 255
@@ -125,12 +137,14 @@ def _dot(a, b, PRECISION: tl.constexpr, A_EXACT: tl.constexpr):
 
 
 @triton.jit
-def _row_stats(z, m, ssum, label, row_ok, offs_c):
-    """Per row: loss = m + log(sum) - z[label] and correct = [argmax z == label] (0 for rows past the batch)."""
+def _row_stats(z, m, ssum, label, row_ok, offs_c, C: tl.constexpr):
+    """Per row: loss = m + log(sum) - z[label], correct = [argmax z == label] and bad = [label outside
+    [0, C)] (all 0 for rows past the batch)."""
     z_y = tl.sum(tl.where(offs_c[None, :] == label[:, None], z, 0.0), axis=1)
     loss = tl.where(row_ok, m + tl.log(ssum) - z_y, 0.0)
     correct = ((tl.argmax(z, axis=1) == label) & row_ok).to(tl.int32)
-    return loss, correct
+    bad = (((label < 0) | (label >= C)) & row_ok).to(tl.int32)
+    return loss, correct, bad
 
 
 @triton.jit(do_not_specialize=["n_run"])  # one compiled kernel for steps and epochs (the same arithmetic)
@@ -138,16 +152,16 @@ def _sr_train_kernel(
     x_ptr, y_ptr, perm_ptr, w_ptr, b_ptr,
     state_ptr, zacc_ptr, zsnap_ptr, loss_sum_ptr, correct_sum_ptr,
     N, K, B, n_epoch_steps, n_run, lr, x_scale, max_spin,
-    stride_xn, stride_xk, stride_wc, stride_wk,
+    stride_xn, stride_xk, stride_yn, stride_wc, stride_wk,
     C: tl.constexpr, X_IS_U8: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """n_run SGD steps from the device step counter; program s owns features [s*BLOCK_K, (s+1)*BLOCK_K)
     of [W, b] (feature K is the constant 1 whose weights are b).
 
-    x_ptr: (N, K) fp32 (or uint8 pixel values, times x_scale) dataset, y_ptr: (N,) labels, perm_ptr: (N,)
-    order, w_ptr: (C, K) fp32, b_ptr: (C,) fp32 (both updated in place),
-    state_ptr: (2,) int32 [step within the epoch, error flag],
+    x_ptr: (N, K) fp32 (or uint8 pixel values, times x_scale) dataset, y_ptr: (N,) labels (stride
+    stride_yn), perm_ptr: (N,) order (contiguous), w_ptr: (C, K) fp32, b_ptr: (C,) fp32, contiguous (both
+    updated in place), state_ptr: (2,) int32 [step within the epoch, error flags (ERR_* bits)],
     zacc_ptr: (2, BLOCK_C, BLOCK_B) int64 packed logit accumulators, class-major (never cleared),
     zsnap_ptr: (2, BLOCK_C, BLOCK_B) int64: what the accumulators held at the end of the last launch,
     loss_sum_ptr: (BLOCK_B,) fp32, correct_sum_ptr: (BLOCK_B,) int32 running sums per batch row.
@@ -178,12 +192,17 @@ def _sr_train_kernel(
     base = tl.load(zsnap_ptr + z_offs, mask=zmask, other=0)
     base_next = tl.load(zsnap_ptr + BLOCK_B * BLOCK_C + z_offs, mask=zmask, other=0)
     failed = step0 * 0  # 1 once a wait timed out: later steps then do not wait either
+    # a partial logit at or past 2^23 / S (or NaN): the sum of the S partials could leave the fixed
+    # point's range. Accumulated per row over the steps (an in-thread / in-quad max), flagged at the end
+    fix_bound = FIX_LIMIT / n_programs
+    fix_over = tl.zeros([BLOCK_B], dtype=tl.int32)
+    bad_labels = tl.zeros([BLOCK_B], dtype=tl.int32)
     loss_acc = tl.load(loss_sum_ptr + offs_b)  # per-row running sums continued step by step: the same
     correct_acc = tl.load(correct_sum_ptr + offs_b)  # rounding however the steps are split into launches
 
     # software pipeline: the rows of step i+1 and the indices of step i+2 are in flight during step i
     idx, row_ok, n_rows = _batch_rows(perm_ptr, step0, n_run > 0, N, B, offs_b)
-    x, label = _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, offs_k, k_ok, is_one)
+    x, label = _batch_data(x_ptr, y_ptr, idx, row_ok, stride_xn, stride_xk, stride_yn, offs_k, k_ok, is_one)
     s_n = _next_step(step0, n_epoch_steps)
     idx_n, row_ok_n, n_rows_n = _batch_rows(perm_ptr, s_n, n_run > 1, N, B, offs_b)
     s_nn = _next_step(s_n, n_epoch_steps)
@@ -200,15 +219,18 @@ def _sr_train_kernel(
         zp = _dot(xf, wt, PRECISION, X_IS_U8)
         if X_IS_U8:
             zp = zp * x_scale
+        fix_over = tl.maximum(fix_over, tl.max(tl.where(tl.abs(zp) < fix_bound, 0, 1), axis=1))
         tl.atomic_add(zbuf, ((zp * FIX_SCALE).to(tl.int64) & -256) | 1, mask=zmask, sem="relaxed", scope="gpu")
         # issue the next step's loads (they do not depend on W) before waiting for the other programs
-        x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, stride_xn, stride_xk, offs_k, k_ok, is_one)
+        x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, stride_xn, stride_xk, stride_yn, offs_k, k_ok,
+                                   is_one)
         idx_nn, row_ok_nn, n_rows_nn = _batch_rows(perm_ptr, s_nn, i + 2 < n_run, N, B, offs_b)
         s_nn = _next_step(s_nn, n_epoch_steps)
         if pid == 0:  # statistics of the previous step, in the wait
-            loss_i, correct_i = _row_stats(z_p, m_p, ssum_p, label_p, row_ok_p, offs_c)
+            loss_i, correct_i, bad_i = _row_stats(z_p, m_p, ssum_p, label_p, row_ok_p, offs_c, C)
             loss_acc += loss_i
             correct_acc += correct_i
+            bad_labels += bad_i
         # 3. wait until every element of the batch holds all n_programs contributions (bounded)
         tot = tl.load(zbuf, mask=zmask, other=0, volatile=True)
         lacking = tl.min(tl.where(zmask, ((tot - base) & 255).to(tl.int32), n_programs)) < n_programs
@@ -218,7 +240,7 @@ def _sr_train_kernel(
             lacking = tl.min(tl.where(zmask, ((tot - base) & 255).to(tl.int32), n_programs)) < n_programs
             spins += 1
         if lacking:  # the programs were not all resident: flag it, and never wait again
-            tl.store(state_ptr + 1, 1)
+            tl.atomic_or(state_ptr + 1, _ERR_TIMEOUT)
             failed = failed + 1
         # 4. full logits (bias included) -> softmax cross-entropy gradient dz (fp32, the whole batch)
         z = ((tot - base) & -256).to(tl.float32) * (1.0 / FIX_SCALE)
@@ -235,14 +257,18 @@ def _sr_train_kernel(
         x, label, row_ok, n_rows = x_n, label_n, row_ok_n, n_rows_n
         idx_n, row_ok_n, n_rows_n = idx_nn, row_ok_nn, n_rows_nn
 
+    if tl.max(fix_over, axis=0) > 0:
+        tl.atomic_or(state_ptr + 1, _ERR_FIXED_POINT)
     tl.store(wt_ptrs, wt, mask=wt_mask)
     if (pid * BLOCK_K <= K) & (K < pid * BLOCK_K + BLOCK_K):  # the program holding the bias
         tl.store(b_ptr + offs_c, tl.sum(tl.where(is_one[:, None], wt, 0.0), axis=0), mask=c_ok)
     if pid == 0:  # every program read step0 and the snapshot before its first contribution, which
         # program 0 has seen complete; the buffers' final values: base = buffer n_run % 2, base_next the other
-        loss_i, correct_i = _row_stats(z_p, m_p, ssum_p, label_p, row_ok_p, offs_c)  # the last step's
+        loss_i, correct_i, bad_i = _row_stats(z_p, m_p, ssum_p, label_p, row_ok_p, offs_c, C)  # the last step's
         tl.store(loss_sum_ptr + offs_b, loss_acc + loss_i)
         tl.store(correct_sum_ptr + offs_b, correct_acc + correct_i)
+        if tl.max(bad_labels + bad_i, axis=0) > 0:
+            tl.atomic_or(state_ptr + 1, _ERR_LABEL)
         tl.store(zsnap_ptr + (n_run % 2) * (BLOCK_B * BLOCK_C) + z_offs, base, mask=zmask)
         tl.store(zsnap_ptr + ((n_run + 1) % 2) * (BLOCK_B * BLOCK_C) + z_offs, base_next, mask=zmask)
         tl.store(state_ptr, (step0 + n_run) % n_epoch_steps)
@@ -285,7 +311,8 @@ def block_b_for(batch_size: int) -> int:
 # Launchers
 # ----------------------------------------------------------------------------------------------------
 def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None:
-    """Check every argument of a step; raises ValueError naming the argument (no launch happens)."""
+    """Check every argument of a step; raises ValueError naming the argument (no launch happens). The
+    label values are not read here (that needs a host sync): see :func:`check_labels`."""
     check_tensor("weight", weight, ndim=2, dtypes=(torch.float32,))
     dev = weight.device
     check_tensor("bias", bias, ndim=1, dtypes=(torch.float32,), device=dev)
@@ -319,11 +346,20 @@ def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
+def check_labels(y: torch.Tensor, num_classes: int) -> None:
+    """Raise ValueError naming y if a label is outside [0, num_classes) (torch's cross-entropy raises
+    too). Reads the labels: one host sync for labels on the GPU."""
+    bad = (y < 0) | (y >= num_classes)
+    if bool(bad.any()):
+        raise ValueError(f"y holds label {int(y[bad][0])} outside [0, {num_classes}) "
+                         f"(weight has {num_classes} classes)")
+
+
 @dataclasses.dataclass
 class StepBuffers:
     """Static device state of the fused training (allocated once, zeroed; nothing is allocated per step)."""
 
-    state: torch.Tensor         # (2,) int32: [step within the epoch, error flag]
+    state: torch.Tensor         # (2,) int32: [step within the epoch, error flags (ERR_* bits)]
     loss_sum: torch.Tensor      # (BLOCK_B,) fp32: running sums of per-example losses, per batch row
     correct_sum: torch.Tensor   # (BLOCK_B,) int32: running counts of correct predictions, per batch row
     zacc: torch.Tensor          # (2, 16, BLOCK_B) int64: packed logit accumulators (value * 256 + count)
@@ -349,8 +385,19 @@ class StepBuffers:
         return StepBuffers(*(t.clone() for t in self.tensors()))
 
     def check(self) -> None:
-        """Raise if a wait for the other programs ever timed out (that launch's results are unreliable)."""
-        if int(self.state[1].item()):
+        """Raise if a launch since these buffers were allocated set an error flag (one host sync): a label
+        outside the classes (ValueError naming y), partial logits past the fixed point's range, or a wait
+        for the other programs that timed out (RuntimeError). The weights are then unreliable; the flags
+        stay set."""
+        flags = int(self.state[1].item())
+        if flags & ERR_LABEL:
+            raise ValueError("fused softmax-regression step: y holds a label outside [0, C) (C = the weight's "
+                             "rows); the weights are unreliable")
+        if flags & ERR_FIXED_POINT:
+            raise RuntimeError("fused softmax-regression step: logits past the exchange's fixed-point range, "
+                               "|logits| < 2**23 (each of the S programs' partial logits must stay below "
+                               "2**23 / S); the weights are unreliable")
+        if flags & ERR_TIMEOUT:
             raise RuntimeError("fused softmax-regression step: the wait for the other programs timed out "
                                "(programs not co-resident?); the weights are unreliable")
 
@@ -368,7 +415,7 @@ def launch(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: floa
     _launch(_sr_train_kernel, (n_programs_for(K, bk),),
             x, y, perm, weight, bias, buf.state, buf.zacc, buf.zsnap, buf.loss_sum, buf.correct_sum,
             N, K, batch_size, triton.cdiv(N, batch_size), n_run, float(lr), U8_SCALE if u8 else 1.0, max_spin,
-            x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
+            x.stride(0), x.stride(1), y.stride(0), weight.stride(0), weight.stride(1),
             C=C, X_IS_U8=u8, PRECISION=precision,
             BLOCK_B=block_b_for(batch_size), BLOCK_K=bk, BLOCK_C=BLOCK_C,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -404,7 +451,10 @@ class FusedSGDStep:
     Validates once at construction and owns static buffers, so :meth:`step` (one step) and
     :meth:`epoch` (every step of an epoch, in one persistent launch) each launch exactly one kernel,
     with no allocation and no host synchronisation: safe to capture in a CUDA graph. Loss / accuracy
-    sums stay on the device until :meth:`read_stats`.
+    sums stay on the device until :meth:`read_stats`, which also raises on the kernel's error flags
+    (a label outside [0, C), logits past the fixed point's 2**23, a timed-out wait: see the module
+    docstring). The labels are checked once, here (one host sync): a label outside [0, C) is refused
+    before any launch.
 
         trainer = FusedSGDStep(model.weight, model.bias, x_gpu, y_gpu, batch_size=128, lr=0.1)
         trainer.set_perm(torch.randperm(len(x)))
@@ -421,6 +471,7 @@ class FusedSGDStep:
             perm = torch.arange(x.shape[0] if isinstance(x, torch.Tensor) and x.ndim >= 1 else 0,
                                 dtype=torch.int32, device=getattr(x, "device", None))
         validate(weight, bias, x, y, perm, batch_size, lr, precision)
+        check_labels(y, weight.shape[0])  # once per data set, not per step
         self.weight, self.bias, self.x, self.y = weight, bias, x, y
         self.perm = perm.clone()  # static buffer: set_perm copies into it
         self.batch_size, self.lr, self.precision = batch_size, float(lr), precision
@@ -466,7 +517,8 @@ class FusedSGDStep:
             self._launch(1)
 
     def read_stats(self, reset: bool = True) -> tuple[float, int]:
-        """(sum of per-example losses, number correct) since the last reset; one host sync."""
+        """(sum of per-example losses, number correct) since the last reset; one host sync. Raises first
+        if a launch set an error flag (:meth:`StepBuffers.check`)."""
         self.buf.check()
         loss, correct = float(self.buf.loss_sum.double().sum().item()), int(self.buf.correct_sum.sum().item())
         if reset:
@@ -493,8 +545,12 @@ def _sgd_step_op(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: t
 
 def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
              buf: StepBuffers, batch_size: int, lr: float, precision: str = "ieee") -> None:
-    """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place)."""
+    """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place). Labels on
+    the CPU are checked here; on the GPU that would be a host sync per step, so the kernel flags an
+    out-of-range label instead and ``buf.check()`` raises."""
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
+    if y.device.type == "cpu" and not (torch.compiler.is_compiling() or _is_fake(y)):
+        check_labels(y, weight.shape[0])
     if tuple(buf.zacc.shape) != (2, BLOCK_C, block_b_for(batch_size)):
         raise ValueError(f"buf was allocated for another batch size: zacc {tuple(buf.zacc.shape)}")
     torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *buf.tensors(), batch_size,
