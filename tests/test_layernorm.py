@@ -359,7 +359,7 @@ def test_empty_like_torch(shape, normalized, variant):
 def test_fused_empty_batch_like_torch():
     x = torch.randn(0, 3, 7, device=DEVICE)
     with torch.no_grad():
-        y = LN.layer_norm_relu_maxpool(x, torch.randn(3, 7), torch.randn(3, 7))
+        y = LN.layer_norm_relu_maxpool(x, torch.randn(3, 7, device=DEVICE), torch.randn(3, 7, device=DEVICE))
     assert y.shape == F.max_pool1d(F.relu(F.layer_norm(x, (3, 7))), 3, 3).shape
 
 
@@ -382,6 +382,9 @@ def test_fused_empty_batch_like_torch():
     (lambda x: LN.layer_norm(x, (6,), config=Config({"PER_SM": 0})), "positive int"),
     (lambda x: LN.layer_norm_relu_maxpool(x[None], config=Config({"BLOCK_M": 2})), "config must name"),
     (lambda x: LN.layer_norm_forward(x.t(), None, None, 1e-5, False), "unit column stride"),
+    (lambda x: LN.layer_norm_forward(x, torch.ones(2, 3), None, 1e-5, False), "weight has shape"),
+    (lambda x: LN.layer_norm_backward(x[:2], x, None, torch.ones(4), torch.ones(4), True, False, False), "dy has"),
+    (lambda x: LN.layer_norm_backward(x, x, None, torch.ones(3), torch.ones(4), True, False, False), "mean must"),
 ])
 def test_bad_input_raises(bad, match):
     x = torch.randn(4, 6)

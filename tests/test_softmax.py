@@ -224,7 +224,7 @@ def test_modules_match_torch():
 @pytest.mark.parametrize("ours,theirs", [(Softmax, torch.nn.Softmax), (LogSoftmax, torch.nn.LogSoftmax)])
 def test_modules_dim_none_as_torch(ndim, ours, theirs):
     """dim=None picks the dim by torch's legacy rule (0 for 1-D and 3-D inputs, else 1), warning as torch."""
-    x = torch.randn(*(3, 4, 5, 6)[:ndim])
+    x = torch.randn(*(3, 4, 5, 6)[:ndim], device=DEVICE)
     with pytest.warns(UserWarning, match="Implicit dimension choice"):
         ref = theirs()(x)
     with pytest.warns(UserWarning, match="Implicit dimension choice"):
@@ -241,10 +241,12 @@ def test_modules_dim_none_as_torch(ndim, ours, theirs):
     (lambda: S.softmax(torch.randn(3, 4), dim=2), "dim must be"),
     (lambda: S.log_softmax([1.0, 2.0]), "x must be a torch.Tensor"),
     (lambda: S.softmax(torch.randint(0, 3, (3, 4))), "x has dtype"),
-    (lambda: S.softmax(torch.randn(3, 4), config={"BLOCK_N": 32}), "config must be"),
-    (lambda: S.softmax(torch.randn(3, 4), config=Config({"BLOCK_M": 2, "BLOCK_N": 32})), "exactly one"),
-    (lambda: S.softmax(torch.randn(3, 4), config=Config({"BLOCK_N": 24})), "power of two"),
-    (lambda: S.softmax_backward(torch.randn(3, 4), torch.randn(3, 4), config=Config({"X": 1})), "exactly one"),
+    (lambda: S.softmax(torch.randn(3, 4, device=DEVICE), config={"BLOCK_N": 32}), "config must be"),
+    (lambda: S.softmax(torch.randn(3, 4, device=DEVICE), config=Config({"BLOCK_M": 2, "BLOCK_N": 32})), "exactly one"),
+    (lambda: S.softmax(torch.randn(3, 4, device=DEVICE), config=Config({"BLOCK_N": 24})), "power of two"),
+    (lambda: S.softmax_backward(torch.randn(3, 4), torch.randn(3, 5)), "one shape"),
+    (lambda: S.softmax_backward(torch.randn(3, 4), torch.randn(3, 4), config=Config({"X": 1})),
+     "exactly one"),
 ])
 def test_bad_input_raises(bad, match):
     with pytest.raises(ValueError, match=match):

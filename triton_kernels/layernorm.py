@@ -453,6 +453,16 @@ def _rows(x: torch.Tensor, M: int, D: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 # Launchers on (M, D) rows
 # ----------------------------------------------------------------------------------------------------
+def _check_rows(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor]) -> None:
+    """The launchers' layout contract: x2 (M, D) with a unit column stride, weight / bias (D,)."""
+    if x2.ndim != 2 or (x2.shape[1] > 1 and x2.stride(1) != 1):
+        raise ValueError(f"x2 must be 2-D with a unit column stride, got shape {tuple(x2.shape)} strides "
+                         f"{tuple(x2.stride())}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != (x2.shape[1],):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({x2.shape[1]},)")
+
+
 def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                        eps: float, save_stats: bool, config: Optional[Config] = None):
     """y (M, D) in x's dtype, and mean_s / rstd (M,) fp32 when save_stats (else empty tensors); mean_s is
@@ -461,8 +471,7 @@ def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: O
     of the size-chosen, tuned one (``check_config``)."""
     check_config(config)
     M, D = x2.shape
-    if D > 1 and x2.stride(1) != 1:
-        raise ValueError(f"x2 must have a unit column stride, got strides {tuple(x2.stride())}")
+    _check_rows(x2, weight, bias)
     dev = x2.device
     y = torch.empty((M, D), device=dev, dtype=x2.dtype)
     mean = torch.empty((M,) if save_stats else (0,), device=dev, dtype=torch.float32)
@@ -505,11 +514,16 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
     """(dx or None, dw fp32 (D,) or None, db fp32 (D,) or None) for rows x2 (M, D), from the statistics
     layer_norm_forward saved: mean_s, the mean of x - x[:, :1] (not torch's mean), and rstd. x2 as for
     the forward; dy (M, D) of any row stride (copied once when its column stride is not 1); weight (D,)
-    of any stride. ``config`` as for the forward."""
+    of any stride; mean / rstd (M,) fp32 (copied when not contiguous). ``config`` as for the forward."""
     check_config(config)
     M, D = x2.shape
-    if D > 1 and x2.stride(1) != 1:
-        raise ValueError(f"x2 must have a unit column stride, got strides {tuple(x2.stride())}")
+    _check_rows(x2, weight, None)
+    if tuple(dy.shape) != (M, D):
+        raise ValueError(f"dy has shape {tuple(dy.shape)}, expected x2's {(M, D)}")
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if tuple(t.shape) != (M,) or t.dtype != torch.float32:
+            raise ValueError(f"{name} must be the forward's ({M},) float32 statistic, got {t.dtype} {tuple(t.shape)}")
+    mean, rstd = mean.contiguous(), rstd.contiguous()  # indexed as (M,) buffers: copied only when strided
     dev = x2.device
     dx = torch.empty((M, D), device=dev, dtype=x2.dtype) if need_dx else None
     need_parts = need_dw or need_db

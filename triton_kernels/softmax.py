@@ -292,6 +292,8 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False,
     """dx for (log-)softmax from the output y and the incoming gradient dy (both 2-D, same shape, any
     strides: both are read in place); dx is contiguous. ``config`` as for ``softmax_forward``."""
     check_config(config)
+    if y.ndim != 2 or dy.shape != y.shape:
+        raise ValueError(f"dy and y must be 2-D of one shape, got {tuple(dy.shape)} and {tuple(y.shape)}")
     M, N = y.shape
     dx = torch.empty((M, N), device=y.device, dtype=y.dtype)
     if M == 0 or N == 0:
