@@ -162,7 +162,7 @@ def reported_case(name: str, dtype_name: str, device: str = "cpu") -> None:
     def f64(*ts):
         return [t.detach().cpu().double().requires_grad_() for t in ts]
 
-    if name == "linear_x_slice":  # x = h[:, :9] with h 64 wide; dW = x.t() @ dZ reads x.t() (9 x M, unit stride along 9)
+    if name == "linear_x_slice":  # x = h[:, :9], h 64 wide; dW^T = x.t() @ dZ reads x.t() (9 x M) as A
         h, w, bias = _leaf(M, 64, dtype=dtype, device=device), _leaf(N, 9, dtype=dtype, device=device), \
             _leaf(N, dtype=dtype, device=device)
         h64, w64, b64 = f64(h, w, bias)

@@ -203,8 +203,8 @@ def _act_bwd_kernel(
     """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias).
 
     Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
-    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are added into an fp32
-    dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
+    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are
+    added into an fp32 dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
     """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
