@@ -319,6 +319,7 @@ def bench_args(argv) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="results directory (default results/<device>/)")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--show", action="store_true", help="print the committed GPU rows of the suite")
+    p.add_argument("--full", action="store_true", help="CPU interpreter: the full model (default: a tiny one)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     cpu = not torch.cuda.is_available()
@@ -356,7 +357,7 @@ def bench_main(argv) -> int:
     device = default_device()
     torch.backends.cuda.matmul.allow_tf32 = False  # eager fp32 is the reference: true fp32
     torch.backends.cudnn.allow_tf32 = False
-    dims = TINY_DIMS if INTERPRET else FULL_DIMS
+    dims = TINY_DIMS if INTERPRET and not args.full else FULL_DIMS
     state, dims, weights_note = load_weights(args.weights, dims, args.seed)
     eval_labels = None
     if args.synthetic:
@@ -451,6 +452,8 @@ def train_args(argv) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default=None, help="results directory for the training rows")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--full", action="store_true", help="CPU: the full model and data (default: a tiny model, "
+                                                       "16 training rows)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.epochs is None:
@@ -459,7 +462,7 @@ def train_args(argv) -> argparse.Namespace:
         a.lr = 0.01 if a.optimizer == "sgd" else 1e-3
     if a.epochs < 1 or a.batch < 1 or not a.lr > 0:
         p.error("--epochs, --batch and --lr must be positive")
-    if INTERPRET:
+    if INTERPRET and not a.full:
         a.train_limit = a.train_limit or 16
         a.eval_limit = a.eval_limit or 8
     return a
@@ -481,7 +484,7 @@ def train_main(argv) -> int:
     args = train_args(argv)
     device = default_device()
     dtype = DTYPES[args.dtype]
-    dims = TINY_DIMS if INTERPRET else FULL_DIMS
+    dims = TINY_DIMS if INTERPRET and not args.full else FULL_DIMS
     data = load_text(args.data, seed=args.seed)
     x_train, y_train = encode(data["train_texts"], dims["length"]), data["train_labels"]
     x_eval, y_eval = encode(data["eval_texts"], dims["length"]), data["eval_labels"]
@@ -540,8 +543,8 @@ def train_main(argv) -> int:
         save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1, "log": log,
                      "config": config, "rng": rng}, ckpt)
     final = log[-1]
-    how = (f"{how_trained(data, n, len(x_eval))}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} lr {args.lr} halved every "
-           f"{args.halve_every} epochs, {args.backend} {args.dtype}")
+    how = (f"{how_trained(data, n, len(x_eval))}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} "
+           f"lr {args.lr} halved every {args.halve_every} epochs, {args.backend} {args.dtype}")
     prov = {"how": how, "eval_accuracy": final["eval_accuracy"], "paper_accuracy": PAPER_ACCURACY, "log": log,
             "config": config, "source": data["source"], **R.provenance()}
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS

@@ -155,14 +155,15 @@ def _ln_relu_pool_kernel(
     KSIZE: tl.constexpr, GATHER: tl.constexpr, POOL: tl.constexpr, HAS_G: tl.constexpr, HAS_H: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
 ):
-    """Program (C_out tile, sample b, tile of BLOCK_M pooled rows j): merge the sample's statistics, then
+    """Program (C_out tile, tile of BLOCK_M pooled rows j, sample b): merge the sample's statistics, then
     for each pool phase p normalise z[b, POOL*j + p, n] with the LayerNorm's affine g, h; max over the
-    phases (NaN propagates), ReLU, store y[b, j, n]."""
+    phases (NaN propagates), ReLU, store y[b, j, n]. The sample is the fastest grid axis: programs running
+    together read the same tile of g and h (the same for every sample) and the same weight slice."""
     num_j = tl.cdiv(LO, BLOCK_M)
     pid_n = tl.program_id(0) // (B * num_j)
     rest = tl.program_id(0) % (B * num_j)
-    b = rest // num_j
-    j = (rest % num_j) * BLOCK_M + tl.arange(0, BLOCK_M)
+    b = rest % B
+    j = (rest // B) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     j_ok = j < LO
     n_ok = offs_n < N
@@ -174,9 +175,11 @@ def _ln_relu_pool_kernel(
                          stride_wn, stride_wc, stride_wt, stride_bias, KSIZE, GATHER, BLOCK_M, BLOCK_N)
         v = (v - mean) * rstd
         if HAS_G:
-            v *= tl.load(g_ptr + offs_n[None, :] * stride_gn + l[:, None] * stride_gl, mask=ok, other=0.0).to(tl.float32)
+            v *= tl.load(g_ptr + offs_n[None, :] * stride_gn + l[:, None] * stride_gl, mask=ok, other=0.0
+                         ).to(tl.float32)
         if HAS_H:
-            v += tl.load(h_ptr + offs_n[None, :] * stride_hn + l[:, None] * stride_hl, mask=ok, other=0.0).to(tl.float32)
+            v += tl.load(h_ptr + offs_n[None, :] * stride_hn + l[:, None] * stride_hl, mask=ok, other=0.0
+                         ).to(tl.float32)
         if p == 0:
             best = v
         else:
