@@ -243,6 +243,9 @@ def roofline_floor_ms(case: Case, ceilings: dict | None) -> float | None:
 # ----------------------------------------------------------------------------------------------------
 # Running cases
 # ----------------------------------------------------------------------------------------------------
+CPU_REPS = 2  # timed calls per backend on the CPU (interpreter timings are no performance figure)
+
+
 @dataclasses.dataclass
 class RunConfig:
     backends: Sequence[str] = DEFAULT_BACKENDS
@@ -351,11 +354,11 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
     for b, call in calls.items():
         if cfg.rep:
             reps[b] = cfg.rep
+        elif not is_cuda:  # CPU (interpreter): no performance figure, so no estimate; a few calls
+            reps[b] = CPU_REPS
         else:
             est = median(time_call(call, 3, device=device))
-            reps[b] = int(min(200, max(3 if not is_cuda else 10, cfg.target_ms / max(est, 1e-3))))
-            if not is_cuda:
-                reps[b] = min(reps[b], 3)
+            reps[b] = int(min(200, max(10, cfg.target_ms / max(est, 1e-3))))
     rounds = cfg.rounds if is_cuda else 1
     samples: dict[str, list[float]] = {b: [] for b in calls}
     round_medians: dict[str, list[float]] = {b: [] for b in calls}

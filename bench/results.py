@@ -1,5 +1,10 @@
 """Tidy results: one row per (suite, case, backend, metric), with provenance, written as CSV + JSON
-under results/<device>/. Every bench module writes through :func:`write_rows`."""
+under results/<device>/. Every bench module writes through :func:`write_rows`, which merges: a row
+replaces the row of the file with the same key (suite, case, params, dtype, backend, metric) and every
+other row is kept, so a filtered run (``--op X``) never loses the rows it did not measure.
+
+CPU-interpreter runs write under .local/results/cpu-interpreter/ (git-ignored): their timings are not
+performance figures and never sit beside a GPU's rows."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -17,6 +22,9 @@ from triton_kernels.runtime import INTERPRET, atomic_write_text, default_device,
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
+LOCAL = REPO / ".local"  # git-ignored: what CPU-interpreter runs write (results, training sessions, plots)
+CPU_DEVICE = "cpu-interpreter"
+KEY = ("suite", "case", "params", "dtype", "backend", "metric")
 
 COLUMNS = [
     "suite", "case", "params", "dtype", "backend", "metric", "value", "p20", "p80", "unit",
@@ -109,26 +117,103 @@ def normalise(rows: Iterable[dict], suite: str) -> list[dict]:
 
 
 def results_dir(out: str | Path | None = None) -> Path:
-    """results/<device>/ by default; `out` overrides (e.g. $OUT on the GPU box)."""
+    """results/<device>/ on a GPU; .local/results/cpu-interpreter/ (git-ignored) in the CPU interpreter;
+    `out` overrides (e.g. $OUT on the GPU box)."""
     if out is not None:
         return Path(out)
-    slug = device_slug() if not INTERPRET else "cpu-interpreter"
-    return RESULTS / slug
+    if INTERPRET:
+        return LOCAL / "results" / CPU_DEVICE
+    return RESULTS / device_slug()
 
 
-def write_rows(rows: list[dict], out: str | Path | None, suite: str, tag: str | None = None) -> Path:
-    """Write rows as <dir>/<suite>[-tag].csv and .json (atomically); returns the CSV path."""
+def local_dir(*parts: str) -> Path:
+    """A folder under .local/ (git-ignored): where CPU runs put what they make by default."""
+    return LOCAL.joinpath(*parts)
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a row: (suite, case, params, dtype, backend, metric), as strings."""
+    return tuple("" if _missing(row.get(k)) else str(row.get(k)) for k in KEY)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def _existing_rows(csv: Path) -> list[dict]:
+    """The rows already written at csv: from its JSON twin (exact types) when that parses and agrees in
+    length, else from the CSV itself."""
+    import pandas as pd
+
+    twin = csv.with_suffix(".json")
+    n_csv = None
+    if csv.exists():
+        try:
+            df = pd.read_csv(csv, dtype={"params": str, "dtype": str, "case": str, "backend": str})
+        except (ValueError, OSError, pd.errors.ParserError) as e:
+            raise ValueError(f"cannot merge into {csv}: it is not a results CSV ({e}); move it away first") from None
+        n_csv = len(df)
+    if twin.exists():
+        try:
+            rows = json.loads(twin.read_text())
+            if isinstance(rows, list) and all(isinstance(r, dict) for r in rows) and n_csv in (None, len(rows)):
+                return rows
+        except (ValueError, OSError):
+            pass
+    if n_csv is None:
+        return []
+    return [{k: (None if _missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
+    """Every old row whose key no new row has, in its place, then the new rows: a run replaces exactly the
+    rows it measured. Within ``new``, the last row of a key wins."""
+    latest = {}
+    for r in new:
+        latest[row_key(r)] = r
+    kept = [r for r in old if row_key(r) not in latest]
+    return kept + list(latest.values())
+
+
+def write_rows(rows: list[dict], out: str | Path | None, suite: str, tag: str | None = None,
+               merge: bool = True) -> Path:
+    """Write rows as <dir>/<suite>[-tag].csv and .json (atomically); returns the CSV path. With ``merge``
+    (the default) the rows already in the file stay unless a new row has their key (:func:`merge_rows`);
+    ``merge=False`` replaces the file."""
     import pandas as pd
 
     rows = normalise(rows, suite)
     d = results_dir(out)
     d.mkdir(parents=True, exist_ok=True)
     stem = suite + (f"-{tag}" if tag else "")
-    df = pd.DataFrame(rows, columns=COLUMNS)
     csv = d / f"{stem}.csv"
+    if merge:
+        old = _existing_rows(csv)
+        _refuse_mixing(old, rows, csv)
+        rows = merge_rows(old, rows)
+    rows = [{k: r.get(k) for k in COLUMNS} for r in rows]
+    df = pd.DataFrame(rows, columns=COLUMNS)
     atomic_write_text(csv, df.to_csv(index=False))
     atomic_write_text(d / f"{stem}.json", json.dumps(rows, indent=1, default=str))
     return csv
+
+
+def _refuse_mixing(old: list[dict], new: list[dict], csv: Path) -> None:
+    """CPU-interpreter rows and a GPU's rows never share a file."""
+    def kinds(rows):
+        return {str(r.get("device")) == CPU_DEVICE for r in rows if not _missing(r.get("device"))}
+
+    if len(kinds(old) | kinds(new)) > 1:
+        theirs = sorted({str(r.get("device")) for r in old if not _missing(r.get("device"))})
+        raise ValueError(f"{csv} holds rows of {', '.join(theirs)}: rows of another kind of device "
+                         f"(cpu-interpreter vs GPU) are never mixed into it; pass another --out")
+
+
+def is_cpu_interpreter(df) -> "pd.Series":  # noqa: F821
+    """Per row of a results table: whether it came from the CPU interpreter (not a performance figure)."""
+    dev = df["device"].astype(str) if "device" in df else ""
+    note = df["note"].astype(str) if "note" in df else ""
+    return (dev == CPU_DEVICE) | note.str.startswith(CPU_NOTE)
 
 
 def read_results(paths: Iterable[str | Path] | str | Path) -> "pd.DataFrame":  # noqa: F821

@@ -1,7 +1,13 @@
 """Measure the device's ceilings and draw the roofline.
 
     python -m bench.roofline --measure     copy bandwidth + GEMM peak per dtype -> results/<device>/ceilings.json
-    python -m bench.roofline --plot [CSV or DIR ...]   every case of the results as a point -> roofline.png
+    python -m bench.roofline --plot [CSV or DIR ...] [--out DIR_OR_PNG]
+                                           every case of the results as a point -> roofline.png (beside
+                                           the ceilings, or --out: a folder or a .png path)
+
+On a machine without a GPU there are no ceilings to measure: with no flags (or --plot and no sources)
+it draws the committed GPU results (results/<device>/ with a ceilings.json) into .local/plots/<device>/
+(git-ignored), never over the committed roofline.png. Only rows of the ceilings' device are drawn.
 
 Copy bandwidth counts bytes read + written of a large device-to-device copy; GEMM peaks are cuBLAS
 8192^3 products on random data (bf16, fp16, tf32, fp32 ieee). % of roofline for a case is
@@ -19,12 +25,12 @@ import torch
 from triton_kernels.runtime import INTERPRET, atomic_write_text, device_name
 
 from . import results as R
+from .cli import argument_parser, needs_gpu, run
 from .harness import median, quantile, time_call
 
 
 def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict:
-    if not torch.cuda.is_available():
-        raise SystemExit("--measure needs a CUDA GPU (ceilings are per device)")
+    needs_gpu("bench.roofline --measure", "ceilings are measured per device")
     rows = []
     numel = int(size_gb * 1e9) // 4
     src = torch.randn(numel, device="cuda")
@@ -72,7 +78,25 @@ def points(df) -> "pd.DataFrame":  # noqa: F821
     return wide.reset_index()
 
 
-def plot(sources: list[str], ceilings_path: str | None, png: str | None) -> Path:
+def committed_gpu_dirs() -> list[Path]:
+    """results/<device>/ folders with a ceilings.json (what GPU runs committed)."""
+    if not R.RESULTS.is_dir():
+        return []
+    return sorted(d for d in R.RESULTS.iterdir() if d.is_dir() and (d / "ceilings.json").exists()
+                  and not d.name.startswith("cpu"))
+
+
+def png_path(out: str | Path | None, default_dir: Path) -> Path:
+    """--out as a .png path, or a folder to put roofline.png in; else default_dir/roofline.png."""
+    if out is None:
+        return default_dir / "roofline.png"
+    out = Path(out)
+    return out if out.suffix.lower() == ".png" else out / "roofline.png"
+
+
+def plot(sources: list[str], ceilings_path: str | None, png: str | None, out: str | None = None) -> Path:
+    """Draw the roofline of the ceilings and every (case, backend) of the sources on that device; write
+    it to ``png``, else under ``out`` (folder or .png), else beside the ceilings. Returns the PNG path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,8 +114,11 @@ def plot(sources: list[str], ceilings_path: str | None, png: str | None) -> Path
                 cpath = cand
                 break
     if cpath is None or not cpath.exists():
-        raise SystemExit("no ceilings.json found: run `python -m bench.roofline --measure` on the GPU first")
+        raise SystemExit("bench.roofline: no ceilings.json beside the results: run `python -m bench.roofline "
+                         "--measure` on the GPU first, or pass --ceilings FILE")
     ceil = json.loads(cpath.read_text())
+    if len(df) and ceil.get("device") and "device" in df:
+        df = df[df["device"] == ceil["device"]]  # one device per roofline: never another's rows
     pts = points(df)
     fig, ax = plt.subplots(figsize=(9, 6))
     ai = np.logspace(-2, 4, 200)
@@ -109,34 +136,43 @@ def plot(sources: list[str], ceilings_path: str | None, png: str | None) -> Path
     ax.set_title(f"Roofline on {ceil.get('device', '?')} (copy {ceil['copy_gbps']:.0f} GB/s)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    out = Path(png) if png else cpath.parent / "roofline.png"
+    dest = Path(png) if png else png_path(out, cpath.parent)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(dest, dpi=120)
     plt.close(fig)
-    print(f"wrote {out} ({len(pts)} points)")
-    return out
+    print(f"wrote {dest} ({len(pts)} points)")
+    return dest
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--measure", action="store_true")
-    p.add_argument("--plot", nargs="*", metavar="CSV_OR_DIR")
+    p = argument_parser("bench.roofline", __doc__, full=False)
+    p.add_argument("--measure", action="store_true", help="measure this GPU's ceilings (needs a CUDA GPU)")
+    p.add_argument("--plot", nargs="*", metavar="CSV_OR_DIR", help="draw the roofline of these results")
     p.add_argument("--ceilings", default=None, help="ceilings.json to draw (default: beside the results)")
-    p.add_argument("--png", default=None)
-    p.add_argument("--out", default=None)
+    p.add_argument("--png", default=None, help="the PNG to write (default: --out, else beside the ceilings)")
+    p.add_argument("--out", default=None, help="--measure: the results folder; --plot: a folder or a .png path")
     args = p.parse_args(argv)
-    if not args.measure and args.plot is None:
-        p.print_help()
-        return 2
     if args.measure:
-        if INTERPRET:
-            print("no GPU here: ceilings are measured on the device; nothing measured", file=sys.stderr)
-            return 1
         measure(args.out)
+    if args.plot is None and not args.measure:
+        if not INTERPRET:
+            p.print_help()
+            return 2
+        args.plot = []
     if args.plot is not None:
-        plot(args.plot, args.ceilings, args.png)
+        if args.plot or not INTERPRET:
+            plot(args.plot, args.ceilings, args.png, args.out)
+            return 0
+        dirs = committed_gpu_dirs()  # no GPU here: draw what the GPU runs committed, into .local/
+        if not dirs:
+            raise SystemExit("bench.roofline: no GPU here and no committed results/<device>/ceilings.json to draw")
+        print(f"bench.roofline: no GPU here: drawing the committed GPU results of {', '.join(d.name for d in dirs)}"
+              f" into {args.out or args.png or R.local_dir('plots')} (not over the committed roofline.png)")
+        for d in dirs:
+            plot([str(d)], args.ceilings, args.png, args.out or R.local_dir("plots", d.name))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

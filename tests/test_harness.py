@@ -136,8 +136,10 @@ def test_plot_writes_pngs(tmp_path):
             rows.append(R.make_row("unit", "c", {"N": n}, "float32", b, "time_ms", t * n, "ms"))
         rows.append(R.make_row("unit", "c", {"N": n}, "float32", "triton", "speedup_vs_eager", 2.0, "x"))
     R.write_rows(rows, tmp_path, "unit")
-    assert plot.main([str(tmp_path)]) == 0
-    assert (tmp_path / "speedup_vs_eager.png").exists() and (tmp_path / "latency_c_float32.png").exists()
+    out = tmp_path / "figures"
+    assert plot.main([str(tmp_path), "--out", str(out)]) == 0
+    assert (out / "speedup_vs_eager.png").exists() and (out / "latency_c_float32.png").exists()
+    assert not list(tmp_path.glob("*.png"))  # --out is where they go, nowhere else
 
 
 def test_roofline_points_and_plot(tmp_path):
@@ -151,6 +153,80 @@ def test_roofline_points_and_plot(tmp_path):
     assert len(pts) == 1 and abs(pts["intensity"].iloc[0] - 700e12 / 300e9) < 1e-6
     png = roofline.plot([str(tmp_path)], None, None)
     assert png.exists()
+
+
+def test_roofline_plot_honours_out(tmp_path):
+    """`bench.roofline --plot DIR --out X` writes X (a .png path, or a folder), never beside the ceilings."""
+    from bench import roofline
+
+    src = tmp_path / "results"
+    src.mkdir()
+    (src / "ceilings.json").write_text(json.dumps({"device": "GPU-X", "copy_gbps": 3000, "gemm_tflops": {"bf16": 800}}))
+    R.write_rows([{**R.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", m, v, u), "device": "GPU-X"}
+                  for m, v, u in (("tflops", 700, "TFLOP/s"), ("gbps", 300, "GB/s"))], src, "unit")
+    assert roofline.main(["--plot", str(src), "--out", str(tmp_path / "mine.png")]) == 0
+    assert roofline.main(["--plot", str(src), "--out", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "mine.png").exists() and (tmp_path / "figs" / "roofline.png").exists()
+    assert not (src / "roofline.png").exists()
+
+
+def _row(case, value, params=None, device=None, metric="time_ms"):
+    r = R.make_row("unit", case, params or {"N": 8}, "float32", "triton", metric, value, "ms")
+    return {**r, "device": device} if device else r
+
+
+def test_write_rows_merges_by_key(tmp_path):
+    """A filtered run replaces exactly the rows it measured (same suite, case, params, dtype, backend,
+    metric) and keeps every other row of the file."""
+    R.write_rows([_row("a", 1.0), _row("b", 2.0), _row("b", 3.0, {"N": 16})], tmp_path, "unit")
+    R.write_rows([_row("b", 20.0), _row("c", 4.0)], tmp_path, "unit")
+    df = R.read_results(tmp_path / "unit.csv")
+    got = {(r.case, r.params): r.value for r in df.itertuples()}
+    assert got == {("a", '{"N": 8}'): 1.0, ("b", '{"N": 8}'): 20.0, ("b", '{"N": 16}'): 3.0, ("c", '{"N": 8}'): 4.0}
+    twin = json.loads((tmp_path / "unit.json").read_text())
+    assert {(r["case"], r["params"]): r["value"] for r in twin} == got  # the JSON twin says the same
+    R.write_rows([_row("z", 9.0)], tmp_path, "unit", merge=False)  # replace on purpose
+    assert list(R.read_results(tmp_path / "unit.csv")["case"]) == ["z"]
+
+
+def test_write_rows_merges_from_the_csv_alone(tmp_path):
+    R.write_rows([_row("a", 1.0), _row("b", 2.0)], tmp_path, "unit")
+    (tmp_path / "unit.json").unlink()
+    R.write_rows([_row("b", 5.0)], tmp_path, "unit")
+    df = R.read_results(tmp_path / "unit.csv")
+    assert dict(zip(df["case"], df["value"])) == {"a": 1.0, "b": 5.0}
+
+
+def test_cpu_and_gpu_rows_never_share_a_file(tmp_path):
+    R.write_rows([_row("a", 1.0, device="NVIDIA H100 80GB HBM3")], tmp_path, "unit")
+    with pytest.raises(ValueError, match="never mixed"):
+        R.write_rows([_row("a", 9.0, device=R.CPU_DEVICE)], tmp_path, "unit")
+    assert R.read_results(tmp_path / "unit.csv")["value"].tolist() == [1.0]
+
+
+def test_cpu_results_go_under_an_ignored_folder():
+    from triton_kernels.runtime import INTERPRET
+
+    d = R.results_dir()
+    assert (d == R.LOCAL / "results" / "cpu-interpreter") if INTERPRET else (d.parent == R.RESULTS)
+    assert ".local/" in (R.REPO / ".gitignore").read_text().split()
+
+
+def test_interpreter_warnings_are_filtered_by_message_only():
+    import tomllib
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli.quiet_interpreter_warnings()
+        for message, module in (("invalid value encountered in divide", "triton.runtime.interpreter"),
+                                ("overflow encountered in exp", "triton.runtime.interpreter"),
+                                ("invalid value encountered in divide", "mine"),
+                                ("something else", "triton.runtime.interpreter")):
+            warnings.warn_explicit(message, RuntimeWarning, "f.py", 1, module=module)
+    assert [(str(w.message)) for w in caught] == ["invalid value encountered in divide", "something else"]
+    ini = tomllib.loads((R.REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert f"ignore:{cli.INTERPRETER_WARNINGS}:RuntimeWarning:{cli.INTERPRETER_MODULE}" in ini["filterwarnings"]
 
 
 def test_same_backend_twice_is_its_own_row():

@@ -84,12 +84,14 @@ def accuracy_case(M: int, V: int, dtype: torch.dtype) -> Case:
                 graph_ok=False)
 
 
-def cases(quick: bool = False, dtypes=None, **_) -> list[Case]:
-    from triton_kernels.runtime import INTERPRET
+def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None) -> list[Case]:
+    from . import is_tiny, of_rank, shape_dtypes
 
     keep = (lambda dt: dtypes is None or dt in dtypes)
     f32, bf16 = torch.float32, torch.bfloat16
-    if INTERPRET:
+    if shapes:  # exactly these MxV shapes: loss and gradient
+        return [ce_case(M, V, dt) for M, V in of_rank(shapes, 2) for dt in shape_dtypes(dtypes)]
+    if is_tiny(tiny):
         out = [ce_case(33, 100, f32), ce_case(9, 3000, f32, label_smoothing=0.1, ignore_frac=0.2),
                ce_case(17, 10, f32, backward=False), accuracy_case(64, 10, f32)]
         return [c for c in out if keep(c.dtype)]

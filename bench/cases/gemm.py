@@ -90,19 +90,20 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
     )
 
 
-def cases(quick: bool = False, shapes=None, dtypes=None) -> list[Case]:
-    from triton_kernels.runtime import INTERPRET
+def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case]:
+    from . import is_tiny, keep_dtypes, of_rank, shape_dtypes
 
     out: list[Case] = []
-    if shapes:  # exactly the shapes asked for, as plain matmuls
-        for s in shapes:
-            M, N, K = (s + s + s)[:3] if len(s) < 3 else s[:3]
-            for dt in dtypes or [torch.bfloat16]:
+    if shapes:  # exactly the shapes asked for, as plain matmuls: MxNxK, or N for N^3
+        for s in of_rank(shapes, 1, 3):
+            M, N, K = s * 3 if len(s) == 1 else s
+            for dt in shape_dtypes(dtypes):
                 out.append(matmul_case(M, N, K, dt))
         return out
-    if INTERPRET:
-        return [matmul_case(33, 17, 40, torch.float32), matmul_case(64, 64, 64, torch.float16),
-                linear_case(37, 29, 23, torch.float32, "relu"), linear_case(16, 24, 8, torch.float32, "gelu", True)]
+    if is_tiny(tiny):
+        return keep_dtypes([matmul_case(33, 17, 40, torch.float32), matmul_case(64, 64, 64, torch.float16),
+                            linear_case(37, 29, 23, torch.float32, "relu"),
+                            linear_case(16, 24, 8, torch.float32, "gelu", True)], dtypes)
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     # the acceptance shapes
     out += [matmul_case(8192, 8192, 8192, bf16), linear_case(4096, 8704, 1024, bf16, "relu"),

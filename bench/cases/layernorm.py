@@ -110,12 +110,15 @@ def ln_relu_maxpool_case(B: int, C: int, L: int, dtype: torch.dtype, pool: int =
                 flops=float(10 * B * C * L), bytes=float(es * (B * C * L + B * C * (L // pool) + 2 * C * L)))
 
 
-def cases(quick: bool = False, dtypes=None, **_) -> list[Case]:
-    from triton_kernels.runtime import INTERPRET
+def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None) -> list[Case]:
+    from . import is_tiny, of_rank, shape_dtypes
 
     keep = (lambda dt: dtypes is None or dt in dtypes)
     f32, bf16 = torch.float32, torch.bfloat16
-    if INTERPRET:
+    if shapes:  # exactly these MxD shapes (rows x normalised width): forward and backward
+        return [layernorm_case(M, (D,), dt, mode) for M, D in of_rank(shapes, 2) for dt in shape_dtypes(dtypes)
+                for mode in ("fwd", "bwd")]
+    if is_tiny(tiny):
         out = [layernorm_case(33, (100,), f32), layernorm_case(17, (64,), f32, "bwd"),
                layernorm_case(9, (8, 40), f32, "fwdbwd"), ln_relu_maxpool_case(2, 8, 63, f32)]
         return [c for c in out if keep(c.dtype)]

@@ -70,15 +70,17 @@ def softmax_case(M: int, N: int, dtype: torch.dtype, mode: str = "fwd", log: boo
                 backward=mode != "fwd", graph_ok=mode != "fwdbwd")
 
 
-def cases(quick: bool = False, dtypes=None, **_) -> list[Case]:
-    from triton_kernels.runtime import INTERPRET
+def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None) -> list[Case]:
+    from . import is_tiny, keep_dtypes, of_rank, shape_dtypes
 
     keep = (lambda dt: dtypes is None or dt in dtypes)
     f32, bf16 = torch.float32, torch.bfloat16
-    if INTERPRET:
-        return [c for c in (softmax_case(33, 100, f32), softmax_case(17, 300, f32, "bwd"),
-                            softmax_case(9, 64, f32, "fwdbwd", log=True), softmax_case(2, 17000, f32))
-                if keep(c.dtype)]
+    if shapes:  # exactly these MxN shapes: forward and backward
+        return [softmax_case(M, N, dt, mode) for M, N in of_rank(shapes, 2) for dt in shape_dtypes(dtypes)
+                for mode in ("fwd", "bwd")]
+    if is_tiny(tiny):
+        return keep_dtypes([softmax_case(33, 100, f32), softmax_case(17, 300, f32, "bwd"),
+                            softmax_case(9, 64, f32, "fwdbwd", log=True), softmax_case(2, 17000, f32)], dtypes)
     out = []
     for M, N in ((16384, 8192), (65536, 1024)):  # acceptance sizes
         for dt in (f32, bf16):
