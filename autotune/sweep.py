@@ -5,20 +5,27 @@
 Layouts name how A and B are stored: n = row-major as used (A (M,K), B (K,N)), t = stored transposed
 (A as (K,M), B as (N,K) -- nn.Linear's weight). Each config is checked against float64 before it is timed;
 the table ends with the best config per (shape, layout) and what the tuner would pick.
+
+In the CPU interpreter the default is one tiny shape (40x24x33, float32, the interpreter's one config);
+--shapes are honoured when they are small enough to finish in about a minute (else --full, which
+prints an estimate first); bfloat16 is refused there (the interpreter has no bfloat16 dot).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
 from bench import results as R
-from bench.cli import DTYPES, parse_shapes
+from bench.cli import DTYPES, argument_parser, cpu_notice, guard_cpu, interpreter_seconds, parse_shapes, run
 from bench.harness import median, quantile, time_call
 from triton_kernels import gemm as G
 from triton_kernels.runtime import INTERPRET
 from triton_kernels.testing import rel_err, tolerance
+
+
+GPU_SHAPES, GPU_DTYPE = "4096x1024x8704", "bfloat16"
+CPU_SHAPES, CPU_DTYPE = [(40, 24, 33)], "float32"
 
 
 def _operands(M, N, K, dtype, layout, device):
@@ -69,26 +76,50 @@ def sweep(shapes, dtype, layouts, act="none", rep=20, configs=None) -> list[dict
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="4096x1024x8704", help="MxNxK[,...]")
-    p.add_argument("--dtype", default="bfloat16")
+    p = argument_parser("autotune.sweep", __doc__)
+    p.add_argument("--shapes", default=None, help=f"MxNxK[,...] (default {GPU_SHAPES}; CPU interpreter "
+                                                  f"{'x'.join(map(str, CPU_SHAPES[0]))})")
+    p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                   help=f"default {GPU_DTYPE} ({CPU_DTYPE} in the CPU interpreter)")
     p.add_argument("--layouts", default="nn,nt")
     p.add_argument("--act", default="none", choices=G.ACTIVATIONS)
     p.add_argument("--rep", type=int, default=20)
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="default results/<device>/ (CPU: .local/results/cpu-interpreter/)")
     args = p.parse_args(argv)
-    shapes = parse_shapes(args.shapes) if not INTERPRET else [(40, 24, 33)]
-    dtype = DTYPES[args.dtype] if not INTERPRET else torch.float32  # the interpreter has no bf16
-    rows = sweep(shapes, dtype, args.layouts.split(","), args.act, args.rep)
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    bad = [x for x in layouts if len(x) != 2 or set(x) - {"n", "t"}]
+    if bad:
+        p.error(f"--layouts: each layout is two letters of n/t (nn, nt, tn, tt), got {','.join(bad)}")
+    if INTERPRET:
+        shapes = parse_shapes(args.shapes or (GPU_SHAPES if args.full else None)) or CPU_SHAPES
+        if any(len(s) != 3 for s in shapes):
+            p.error("--shapes: each shape is MxNxK")
+        dtype = DTYPES[args.dtype or CPU_DTYPE]
+        if dtype == torch.bfloat16:
+            raise SystemExit("autotune.sweep: the CPU interpreter has no bfloat16 dot; pass --dtype float32 or "
+                             "float16 here (bfloat16 on a GPU)")
+        what = f"{', '.join('x'.join(map(str, s)) for s in shapes)} {str(dtype)[6:]}, layouts {','.join(layouts)}"
+        if args.shapes or args.full:
+            est = interpreter_seconds(sum(2 * m * n * k for m, n, k in shapes), calls=len(layouts) * (args.rep + 2))
+            guard_cpu(est, what, args.full, "autotune.sweep")
+        if not args.full:
+            cpu_notice("autotune.sweep", what + " (the interpreter's one config)")
+    else:
+        shapes = parse_shapes(args.shapes or GPU_SHAPES)
+        dtype = DTYPES[args.dtype or GPU_DTYPE]
+    rows = sweep(shapes, dtype, layouts, args.act, args.rep)
     import pandas as pd
 
     df = pd.DataFrame(rows)
     t = df[df["metric"] == "tflops"].copy()
+    if INTERPRET:
+        print(f"({R.CPU_NOTE}: every figure below)")
     if not t.empty:
         t["value"] = pd.to_numeric(t["value"])
         t["params"] = t["params"].str.replace(r'[{}"]', "", regex=True)
         with pd.option_context("display.width", 220, "display.max_colwidth", 160, "display.max_rows", 200):
-            print(t.sort_values("value", ascending=False)[["params", "backend", "value"]].to_string(index=False))
+            print(t.sort_values("value", ascending=False)[["params", "backend", "value"]]
+                  .rename(columns={"value": "TFLOP/s"}).to_string(index=False))
     bad = df[df["status"] != "ok"]
     if len(bad):
         print(f"{len(bad)} configs failed or were wrong:", bad["status"].value_counts().to_dict())
@@ -98,4 +129,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

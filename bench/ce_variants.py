@@ -16,10 +16,13 @@ ceilings.json. --graph: also each dtype's fastest variant replayed from a CUDA g
 the host). --op: the registered op forward + backward as bench.ops times it (`cross_entropy` +
 `torch.autograd.grad`, the tuner's choice; TRITON_PLAYGROUND_VERBOSE=1 prints every trial).
 Predictions, written before the first run, are printed beside the measurements.
+
+In the CPU interpreter the default is a dry run of the script at 8x5000 float32 (3 timed calls per
+variant; no performance figure); --shapes there must finish in about a minute (else --full, which prints
+an estimate first).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -27,10 +30,13 @@ import torch
 from triton_kernels import cross_entropy as CE
 from triton_kernels.runtime import INTERPRET, Config, default_device, next_power_of_2
 
+from .cli import argument_parser, cpu_notice, guard_cpu, interpreter_seconds, parse_shapes, run
 from .harness import load_ceilings, median, quantile, time_call
-from .results import make_row, write_rows
+from .results import CPU_NOTE, make_row, write_rows
 
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+GPU_DEFAULTS = {"shapes": "8192x32000", "dtypes": "float32,bfloat16", "rep": 60}
+CPU_DEFAULTS = {"shapes": "8x5000", "dtypes": "float32", "rep": 3}  # a dry run of the script
 ROW = "row"  # BLOCK_V = the row (next power of two): the whole row in registers
 
 
@@ -149,17 +155,41 @@ def timed(fn, rep: int) -> tuple[float, float, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="8192x32000")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap = argument_parser("bench.ce_variants", __doc__)
+    ap.add_argument("--shapes", default=None, help=f"MxV[,...] (default {GPU_DEFAULTS['shapes']}; CPU interpreter "
+                                                   f"{CPU_DEFAULTS['shapes']})")
+    ap.add_argument("--dtypes", default=None, help=f"default {GPU_DEFAULTS['dtypes']} (CPU interpreter: "
+                                                   f"{CPU_DEFAULTS['dtypes']})")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--rep", type=int, default=60)
+    ap.add_argument("--rep", type=int, default=None, help=f"timed calls per variant (default {GPU_DEFAULTS['rep']}; "
+                                                          f"CPU interpreter {CPU_DEFAULTS['rep']})")
     ap.add_argument("--op", action="store_true", help="also time the registered op forward+backward (tuned)")
     ap.add_argument("--graph", action="store_true", help="also time each dtype's fastest variant from a CUDA graph")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    tiny = INTERPRET and not args.full
+    explicit = args.shapes is not None
+    for k, v in (CPU_DEFAULTS if tiny else GPU_DEFAULTS).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        ap.error(f"--variants: unknown {','.join(unknown)}; known: {','.join(VARIANTS)}")
+    try:
+        dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    except AttributeError:
+        ap.error(f"--dtypes: expected e.g. float32,bfloat16, got {args.dtypes!r}")
+    shapes = parse_shapes(args.shapes)
+    if any(len(s) != 2 for s in shapes):
+        ap.error("--shapes: each shape is MxV")
     if INTERPRET:
-        print("ce_variants: CPU interpreter -- a dry run of the script, no performance figures", file=sys.stderr)
+        what = f"{args.shapes} {args.dtypes}, {len(args.variants.split(','))} variants"
+        if explicit or args.full:
+            est = interpreter_seconds(nbytes=sum(2 * m * v * 4 for m, v in shapes),
+                                      calls=len(dtypes) * len(VARIANTS) * (args.rep + 4))
+            guard_cpu(est, what, args.full, "bench.ce_variants")
+        if not args.full:
+            cpu_notice("bench.ce_variants", f"a dry run of the script at {what}, {args.rep} timed calls each")
     ceil = load_ceilings() or {}
     copy_gbps = ceil.get("copy_gbps") or 3019.0
     rows, table = [], []
@@ -168,10 +198,10 @@ def main(argv=None) -> int:
         rows.append(make_row("ce_variants", case, params, dtype, backend, metric, value, unit, p20, p80, err,
                              status, note))
 
-    for shape in args.shapes.split(","):
-        M, V = (int(s) for s in shape.lower().split("x"))
-        for dname in args.dtypes.split(","):
-            dtype = getattr(torch, dname)
+    for M, V in shapes:
+        shape = f"{M}x{V}"
+        for dtype in dtypes:
+            dname = str(dtype).replace("torch.", "")
             x, t = make_inputs(M, V, dtype)
             ref = reference(x, t)
             nbytes = 2 * M * V * x.element_size()
@@ -262,6 +292,8 @@ def main(argv=None) -> int:
         print(f"rows: {path}")
     hdr = (f"{'shape':11s} {'dtype':8s} {'variant':20s} {'ms':>7s} {'p20':>7s} {'p80':>7s} {'GB/s':>6s} "
            f"{'%copy':>5s} {'pred':>5s} {'grad err':>8s} {'correct':>11s} poisoned status")
+    if INTERPRET:
+        print(f"({CPU_NOTE}: every time and rate below)")
     print(hdr)
     for r in table:
         pred = f"{r[8]:.2f}" if r[8] is not None else "-"
@@ -272,4 +304,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -23,8 +23,10 @@ A variant whose test accuracy is more than 0.3 points from eager's gets status "
 --precision and --x-dtype apply to the Triton rungs only (the eager rungs train on float32 X with ieee
 fp32 matmuls): uint8 X holds the pixel values 0..255 (x = x_u8 / 255, a quarter of the bytes to gather).
 
---quick: 2 epochs; in the CPU interpreter also a small real-format subset (1024 train / 512 test
-examples); CUDA-graph variants are then "unsupported" and no time is a performance figure.
+--quick: 2 epochs. In the CPU interpreter the default is tiny (2 epochs on the first 1024 train / 512
+test examples, about a minute); --full trains on the whole data set there (an estimate is printed
+first); CUDA-graph variants are "unsupported" and no time is a performance figure. --download fetches
+MNIST into .data/mnist first (skipped when it is there).
 """
 from __future__ import annotations
 
@@ -43,10 +45,13 @@ from models.softmax_regression import GRAPH_VARIANTS, VARIANTS, SoftmaxRegressio
 from triton_kernels.testing import rel_err
 
 from . import results as R
+from .cli import argument_parser, cpu_notice, guard_cpu, run
 from .harness import quantile
 
 SUITE = "mnist"
 ACC_TOLERANCE_POINTS = 0.3
+CPU_TRAIN, CPU_TEST, CPU_EPOCHS = 1024, 512, 2  # the CPU interpreter's default subset
+INTERPRETER_STEP_S = 0.15  # rough: one fused step of batch 128 in the CPU interpreter (for --full's estimate)
 
 # Figures quoted beside ours (ms per epoch, batch 128).
 SEED_STUDY = {
@@ -62,10 +67,13 @@ SEED_STUDY = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argument_parser("bench.mnist", __doc__.split("\n\n")[0], raw=False)
     p.add_argument("--data", default=None, help="directory with the MNIST IDX files (default .data/mnist, "
                                                 "then ../shared/data/mnist)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default 10; --quick 2)")
+    p.add_argument("--download", action="store_true", help="fetch MNIST into .data/mnist first (skipped when "
+                                                           "present)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default 10; --quick and the CPU "
+                                                            "interpreter 2)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
@@ -77,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fp32 dot precision of the Triton variants (eager matmuls stay ieee fp32)")
     p.add_argument("--x-dtype", default="float32", choices=("float32", "uint8"),
                    help="dtype of the data set on the device for the Triton variants")
-    p.add_argument("--quick", action="store_true", help="2 epochs; tiny subset in the CPU interpreter")
+    p.add_argument("--quick", action="store_true", help="2 epochs")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/)")
     p.add_argument("--show", action="store_true", help="print the committed GPU results instead of running")
     p.add_argument("--no-write", action="store_true", help="print only")
@@ -90,13 +98,16 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--variants: unknown {bad}; known: {', '.join(VARIANTS)}")
     else:
         a.variants = list(VARIANTS)
+    a.tiny = INTERPRET and not a.full
     if a.epochs is None:
-        a.epochs = 2 if a.quick else 10
-    if a.quick and INTERPRET:
-        a.train_limit = a.train_limit or 1024
-        a.test_limit = a.test_limit or 512
+        a.epochs = CPU_EPOCHS if (a.quick or a.tiny) else 10
+    if a.tiny:
+        a.train_limit = a.train_limit or CPU_TRAIN
+        a.test_limit = a.test_limit or CPU_TEST
     if a.epochs < 1 or a.batch < 1 or not a.lr > 0:
         p.error("--epochs, --batch and --lr must be positive")
+    if a.download and a.data:
+        p.error("--download fetches into .data/mnist; leave out --data")
     a.log_every = a.log_every or a.epochs
     return a
 
@@ -225,7 +236,7 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
 def print_table(results: list[dict], args, device) -> None:
     print(f"\nMNIST softmax regression, batch {args.batch}, lr {args.lr}, {args.epochs} epochs, "
           f"Triton dot precision {args.precision}, Triton x {args.x_dtype}, "
-          f"{device_name(device)}" + ("  [CPU interpreter: times are NOT performance figures]" if INTERPRET else ""))
+          f"{device_name(device)}" + (f"  [{R.CPU_NOTE}]" if INTERPRET else ""))
     hdr = f"{'variant':<20} {'epoch ms':>10} {'p20-p80':>17} {'device ms':>9} {'total s':>8} {'test acc':>8} " \
           f"{'vs fp64':>9} {'status':<12} reference"
     print(hdr)
@@ -243,12 +254,31 @@ def print_table(results: list[dict], args, device) -> None:
                   + (f"  ({r['note'][:80]})" if r.get("note") else ""))
 
 
+def data_root(args) -> str | None:
+    """--data, or with --download the folder bench.data.fetch puts MNIST in (fetched if missing)."""
+    if not args.download:
+        return args.data
+    from bench.data.fetch import fetch  # (imported only when asked for)
+
+    return str(fetch("mnist", R.REPO / ".data"))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.show:
         from .cli import show
 
         return show("mnist", None)
+    args.data = data_root(args)
+    if INTERPRET:
+        n_triton = sum(1 for v in args.variants if v.startswith("triton") and v not in GRAPH_VARIANTS)
+        steps = (args.train_limit or 60000) // args.batch * args.epochs
+        if args.tiny:
+            cpu_notice("bench.mnist", f"{args.epochs} epochs on {args.train_limit} train / {args.test_limit} test "
+                                      f"examples, about a minute")
+        else:
+            guard_cpu(steps * INTERPRETER_STEP_S * max(n_triton, 1), f"{args.epochs} epochs x {steps // args.epochs} "
+                      f"steps x {len(args.variants)} variants", True, "bench.mnist")
     device = default_device()
     pin = device.type == "cuda"
     train = mnist_data.load_split("train", args.data, limit=args.train_limit, pin_memory=pin)
@@ -285,4 +315,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -38,7 +38,6 @@ aliasing, fp64 scalars under torch.compile, no n_run specialisation; weights una
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -48,6 +47,8 @@ import torch
 
 from triton_kernels import softmax_regression as S  # (first: the interpreter switch before triton loads)
 from triton_kernels.runtime import device_name
+
+from .cli import argument_parser, needs_gpu, run
 from triton_kernels.testing import rel_err
 
 MODES = ("graph-epoch", "persistent", "graph-step", "python-step")
@@ -124,7 +125,7 @@ def measure(x, y, batch: int, lr: float, cfg, precision: str, epochs: int, modes
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argument_parser("bench.mnist_step_variants", __doc__.split("\n\n")[0], full=False, raw=False)
     p.add_argument("--data", default=None)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.1)
@@ -136,9 +137,8 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="also one epoch vs float64 per row")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return 1
+    needs_gpu("bench.mnist_step_variants", "it times CUDA graphs and CUDA events; bench.mnist runs the same "
+                                           "trainers in the CPU interpreter")
     from bench.data import mnist as mnist_data
 
     try:
@@ -186,4 +186,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

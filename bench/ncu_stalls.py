@@ -13,7 +13,6 @@ uses the loaded value.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import csv
 import io
@@ -25,6 +24,8 @@ from pathlib import Path
 
 from triton_kernels.runtime import atomic_write_text
 
+from .cli import argument_parser, run
+
 ALL = "Warp Stall Sampling (All Samples)"
 
 
@@ -32,7 +33,9 @@ def export_source(report: Path) -> str:
     """The report's per-instruction source page (SASS) as CSV text, through the ncu command line."""
     ncu = shutil.which("ncu")
     if ncu is None:
-        raise SystemExit("ncu is not on the PATH: export the source page elsewhere and pass the CSV")
+        raise SystemExit("bench.ncu_stalls: reading an .ncu-rep needs Nsight Compute (ncu, on a CUDA GPU machine) on "
+                         "the PATH; export its source page there (ncu -i R --page source --csv --print-source sass) "
+                         "and pass the CSV")
     out = subprocess.run([ncu, "-i", str(report), "--page", "source", "--csv", "--print-source", "sass"],
                          capture_output=True, text=True, check=True)
     return out.stdout
@@ -96,11 +99,14 @@ def summarise(instrs: list[dict], top: int = 15) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", type=Path, help="an .ncu-rep report, or its source page exported as CSV")
+    p = argument_parser("bench.ncu_stalls", __doc__, full=False)
+    p.add_argument("source", type=Path, nargs="?", help="an .ncu-rep report, or its source page exported as CSV")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
+    if a.source is None:
+        raise SystemExit("bench.ncu_stalls needs a CUDA GPU's Nsight Compute report (REPORT.ncu-rep, made with ncu "
+                         "--section SourceCounters) or its source page exported as CSV; nothing to read")
     if not a.source.exists():
         p.error(f"source: {a.source} does not exist")
     text = export_source(a.source) if a.source.suffix == ".ncu-rep" else a.source.read_text()
@@ -119,4 +125,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

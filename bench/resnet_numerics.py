@@ -31,10 +31,12 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 
 import torch
 
 from bench import sgemm as sgemm_bench
+from bench.cli import argument_parser, needs_gpu, run
 from bench.results import provenance
 from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model
@@ -252,7 +254,7 @@ def once(name, data, dev, fwd, bwd, B=1024):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argument_parser("bench.resnet_numerics", __doc__, full=False)
     p.add_argument("--depths", default="10,100")
     p.add_argument("--time-depths", default="10,100,1000")
     p.add_argument("--steps", type=int, default=100)
@@ -265,6 +267,8 @@ def main(argv=None):
     p.add_argument("--precisions", default="ieee", help="dot precisions (tilings)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    needs_gpu("bench.resnet_numerics", "it compares the fused kernels with eager fp32 on the device; the CPU test "
+                                       "tests/test_resnet_numerics.py runs its trajectories in the interpreter")
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -300,4 +304,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -6,7 +6,10 @@
     python -m bench.sgemm --suite depth    [--backend triton] [--epochs 200] [--models GloNet,ResNetMLP,MLP]
                                            [--depths 10,24,50,100,200,600,1000]
     python -m bench.sgemm --suite steptime [--depths ...] [--backends eager,triton,triton+graph] [--steps 100]
-    add --quick for a CPU / interpreter smoke run (tiny data subset, 1 epoch, depths 2 and 4).
+    add --quick for a smoke run (tiny data subset, 1 epoch, depths 2 and 4; --suite train without
+    --model trains GloNet4). In the CPU interpreter every suite defaults to that smoke configuration
+    (about a minute); --full runs the real sizes there (an estimate is printed first). --download
+    fetches the UCI SGEMM data into .data/sgemm first (skipped when it is there).
 
 Training (one model = one session): MSE loss, Adam (L2 weight decay as torch.optim.Adam), batches of
 --batch rows from a seeded per-epoch permutation of the training split (the last partial batch is
@@ -15,7 +18,8 @@ test MSE at the end. The data: bench/data/sgemm.py (target ln(mean run time), st
 statistics; 80/10/10 seeded split); MSEs are in standardised target units (``test_mse``) and in the
 target's own units (``test_mse_log``: squared error of ln(ms)).
 
-Each session writes ``training_results/<Model>/session_<N>/``: config.json, parameters.pt (the final
+Each session writes ``<results-dir>/<Model>/session_<N>/`` (default training_results/; smoke runs -- --quick, or the CPU
+interpreter's default -- go to .local/training_results/, git-ignored): config.json, parameters.pt (the final
 state_dict), metrics.csv (per epoch) + metrics.json (summary, per-block L1 norms), curves.png,
 l1_norms.png, report.pdf; checkpoint.pt (git-ignored) after every epoch, written atomically;
 ``--resume`` continues the latest session of that model from its checkpoint.
@@ -46,6 +50,9 @@ from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model, canonical_name, parse_name
 from triton_kernels.runtime import INTERPRET, atomic_write_text, default_device, device_name
 
+from .cli import argument_parser, cpu_notice, guard_cpu, run
+from .results import CPU_NOTE, local_dir
+
 SUITE = "sgemm"
 REPO = Path(__file__).resolve().parents[1]
 TRAINING_RESULTS = REPO / "training_results"
@@ -58,23 +65,27 @@ CHAOS_FACTOR = 3.0  # see loss_agreement
 SEED_MSE = {"GloNet": {d: "0.021-0.022" for d in DEPTHS}, "ResNetMLP": {10: "0.018", 1000: "0.048"}}
 SEED_TIME_S = {"GloNet": {1000: 289.0}, "ResNetMLP": {1000: 675.0}}
 SEED_STEP_MS = {"GloNet": {1000: 228.0}, "ResNetMLP": {1000: 405.0}}  # eager, one H100 today
+SMOKE_MODEL = "GloNet4"                     # --suite train without --model, in a smoke run
+SMOKE = {"epochs": 1, "depths": [2, 4], "steps": 3}   # a smoke run (--quick)
+SMOKE_INTERPRETER = {"max_rows": 240, "batch": 32, "depths": [2]}  # ... in the CPU interpreter (about a minute)
+INTERPRETER_LAYER_ROW_S = 2e-3  # rough: one layer of one row of a fused training step in the CPU interpreter
 
 
 # ----------------------------------------------------------------------------------------------------
 # Arguments
 # ----------------------------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argument_parser("bench.sgemm", __doc__.split("\n\n")[0], raw=False)
     p.add_argument("--suite", choices=("train", "depth", "steptime", "report"), default="train",
                    help="report: the depth study's tables from the finished sessions under --results-dir")
     p.add_argument("--model", default=None, help="e.g. GloNet1000, ResNetMLP100, MLP10 (--suite train)")
     p.add_argument("--models", default=",".join(STUDY_MODELS), help="model families for the suites")
     p.add_argument("--depths", default=None, help=f"comma-separated depths (default {','.join(map(str, DEPTHS))})")
-    p.add_argument("--epochs", type=int, default=None, help="default 200 (--quick: 1)")
+    p.add_argument("--epochs", type=int, default=None, help="default 200 (smoke run: 1)")
     p.add_argument("--backend", choices=("eager", "compile", "triton"), default="triton")
     p.add_argument("--backends", default=None, help="steptime: comma-separated harness backends")
     p.add_argument("--graph", action="store_true", help="triton: replay each training step from a CUDA graph")
-    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=None, help="default 1024 (smoke run in the interpreter: 32)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.0, help="L2 regularisation (added to the gradient)")
     p.add_argument("--width", type=int, default=16, choices=(16, 32, 64))
@@ -82,20 +93,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", choices=sgemm_data.TARGETS, default="log")
     p.add_argument("--data", default=None, help="SGEMM csv(.gz) or directory (default .data/sgemm, "
                                                 "then ../shared/data/sgemm)")
+    p.add_argument("--download", action="store_true", help="fetch the SGEMM data into .data/sgemm first "
+                                                           "(skipped when present)")
     p.add_argument("--max-rows", type=int, default=None, help="use a seeded subset of N rows")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the latest session from its checkpoint")
-    p.add_argument("--results-dir", default=str(TRAINING_RESULTS), help="where session folders go")
+    p.add_argument("--results-dir", default=None, help="where session folders go (default training_results/; "
+                                                       "smoke runs: .local/training_results/)")
     p.add_argument("--steps", type=int, default=None, help="steptime: steps of the loss-agreement check (100)")
     p.add_argument("--compile-max-depth", type=int, default=100, help="steptime: compile only up to this depth")
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny subset, 1 epoch, depths 2,4")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny subset, 1 epoch, depths 2,4 (--suite "
+                                                        f"train: {SMOKE_MODEL} unless --model)")
     p.add_argument("--out", default=None, help="rows directory (default results/<device>/)")
     p.add_argument("--show", action="store_true", help="print the committed GPU results instead of running")
     p.add_argument("--no-write", action="store_true", help="rows: print only")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
+    a.tiny = INTERPRET and not a.full
+    a.smoke = a.quick or a.tiny
     if a.suite == "train" and not a.model and not a.show:
-        p.error("--model is required (e.g. --model GloNet1000), or use --suite depth / steptime")
+        if not a.smoke:
+            p.error("--model is required (e.g. --model GloNet1000), or use --quick, --suite depth / steptime")
+        a.model = SMOKE_MODEL
     if a.model:
         try:
             parse_name(a.model)
@@ -108,21 +127,29 @@ def parse_args(argv=None) -> argparse.Namespace:
         except ValueError:
             p.error(f"--models: unknown family {m!r} (GloNet, ResNetMLP, MLP)")
     if a.depths:
-        a.depths = [int(d) for d in a.depths.split(",")]
+        try:
+            a.depths = [int(d) for d in a.depths.split(",")]
+        except ValueError:
+            p.error(f"--depths: expected comma-separated integers, got {a.depths!r}")
     else:
-        a.depths = [2, 4] if a.quick else list(DEPTHS)
+        a.depths = list((SMOKE_INTERPRETER if INTERPRET else SMOKE)["depths"]) if a.smoke else list(DEPTHS)
     if a.epochs is None:
-        a.epochs = 1 if a.quick else 200
-    if a.quick and a.max_rows is None and INTERPRET:
-        a.max_rows = 1500
-    if a.quick and INTERPRET and a.batch == 1024:
-        a.batch = 64
+        a.epochs = SMOKE["epochs"] if a.smoke else 200
+    interpreter_smoke = a.smoke and INTERPRET
+    if a.max_rows is None and interpreter_smoke:
+        a.max_rows = SMOKE_INTERPRETER["max_rows"]
+    if a.batch is None:
+        a.batch = SMOKE_INTERPRETER["batch"] if interpreter_smoke else 1024
     if a.steps is None:
-        a.steps = 3 if (a.quick or INTERPRET) else 100
+        a.steps = SMOKE["steps"] if (a.smoke or INTERPRET) else 100
     if a.batch < 2:
         p.error("--batch must be >= 2")
     if a.graph and not torch.cuda.is_available():
         a.graph = False  # no CUDA graphs in the interpreter
+    if a.download and a.data:
+        p.error("--download fetches into .data/sgemm; leave out --data")
+    if a.results_dir is None:
+        a.results_dir = str(local_dir("training_results") if a.smoke else TRAINING_RESULTS)
     return a
 
 
@@ -290,6 +317,7 @@ def train_session(args, name: str, backend: str | None = None, progress: bool = 
         "steps_per_epoch": steps, "block_weight_l1": blocks_w, "block_output_l1": blocks_out,
         "blocks_used_99pct_output_l1": _blocks_for_fraction(blocks_out, 0.99),
         "session": str(sdir.relative_to(root.parent) if sdir.is_relative_to(root.parent) else sdir),
+        "device": config["device"],
     }
     torch.save(model.state_dict(), sdir / "parameters.pt")
     _write_metrics(sdir, history, summary)
@@ -354,7 +382,9 @@ def _plots(sdir: Path, name, config, history, summary):
     ax.set_yscale("log")
     ax.set_xlabel("epoch")
     ax.set_ylabel("MSE (standardised target)")
-    ax.set_title(f"{name} [{config['backend']}]: test MSE {summary['test_mse']:.4f}")
+    cpu = config.get("device") == "cpu-interpreter"
+    ax.set_title(f"{name} [{config['backend']}]: test MSE {summary['test_mse']:.4f}"
+                 + (f"\n({CPU_NOTE})" if cpu else ""), fontsize=10 if cpu else None)
     ax.legend()
     fig1.tight_layout()
     fig1.savefig(sdir / "curves.png", dpi=110)
@@ -374,7 +404,7 @@ def _plots(sdir: Path, name, config, history, summary):
 
     with PdfPages(sdir / "report.pdf") as pdf:
         fig0 = plt.figure(figsize=(8.27, 11.69))
-        lines = [f"SGEMM depth study: {name}", ""]
+        lines = [f"SGEMM depth study: {name}", *([f"({CPU_NOTE}: smoke run)"] if cpu else []), ""]
         lines += [f"{k}: {v}" for k, v in config.items() if k != "data"]
         lines += ["", "data:"] + [f"  {k}: {v}" for k, v in config.get("data", {}).items()]
         lines += ["", "results:"] + [f"  {k}: {v:.6g}" if isinstance(v, float) else f"  {k}: {v}"
@@ -409,6 +439,7 @@ def suite_report(args) -> list[dict]:
         cfg = f.parent / "config.json"
         c = json.loads(cfg.read_text()) if cfg.exists() else {}
         s["device"] = c.get("device", "")
+        s["config"] = c
         s["provenance"] = dict(c.get("provenance") or {}, device=c.get("device", ""), torch=c.get("torch", ""),
                                triton=c.get("triton", ""))
         if "median_epoch_s" not in s and (f.parent / "metrics.csv").exists():  # sessions written before it existed
@@ -426,6 +457,9 @@ def suite_report(args) -> list[dict]:
     args.models = sorted({parse_name(s["model"])[0].__name__ for s in summaries})
     args.backend = ",".join(sorted({s["backend"] for s in summaries}))
     args.epochs = ",".join(str(e) for e in sorted({s["epochs"] for s in summaries}))
+    batches = sorted({s["config"].get("batch") for s in summaries if s["config"].get("batch")})
+    if batches:  # the tables' title says the sessions' batch, not this command's default
+        args.batch = batches[0] if len(batches) == 1 else ",".join(map(str, batches))
     return _depth_rows(summaries, args)
 
 
@@ -441,16 +475,21 @@ def _depth_rows(summaries, args) -> list[dict]:
     for s in summaries:
         s["steady_train_time_s"] = s.get("median_epoch_s", float("nan")) * s.get("epochs", 0)
         cls, depth = parse_name(s["model"])
-        params = {"model": cls.__name__, "depth": depth, "width": args.width, "batch": args.batch,
-                  "epochs": s.get("epochs", args.epochs), "target": args.target, "precision": args.precision}
+        c = s.get("config") or {}  # a session's own settings, where the report read them
+        params = {"model": cls.__name__, "depth": depth, "width": c.get("width", args.width),
+                  "batch": c.get("batch", args.batch), "epochs": s.get("epochs", args.epochs),
+                  "target": c.get("target", args.target), "precision": c.get("precision", args.precision)}
         backend = s.get("backend", args.backend)
         where = s.get("device") or ("cpu (eager)" if backend == "eager" and not torch.cuda.is_available() else "")
-        note = "cpu-interpreter smoke run, tiny subset" if (INTERPRET and backend == "triton") else f"trained on {where}"
+        # labelled by where the session trained, not where this report runs
+        interpreted = where == "cpu-interpreter"
+        note = "cpu-interpreter smoke run, tiny subset" if interpreted else f"trained on {where}"
         for metric, key, unit in (("test_mse", "test_mse", "mse"), ("test_mse_target_units", "test_mse_target_units", "mse"),
                                   ("train_time_s", "train_time_s", "s"),
                                   ("steady_train_time_s", "steady_train_time_s", "s"),
                                   ("blocks_used_99pct", "blocks_used_99pct_output_l1", "blocks")):
-            row = R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit, note=note)
+            row = R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit)
+            row["note"] = (f"{CPU_NOTE}; " if interpreted and unit == "s" else "") + note
             if s.get("provenance"):  # rebuilt from a session: where it trained, not where the report ran
                 row.update({k: s["provenance"].get(k, "") for k in ("device", "sm_count", "torch", "triton", "cuda",
                                                                    "driver", "git_commit")})
@@ -508,6 +547,9 @@ def depth_tables(summaries, args) -> str:
                 f"depth {d}: {100 * _mass_share(s['block_output_l1'], 15):.0f}% / "
                 f"{_tail_level(s['block_output_l1'], 15):.2f}" for d, s in glo)]
     devices = sorted({s.get("device") for s in summaries if s.get("device")}) or [device_name()]
+    if "cpu-interpreter" in devices:
+        out = [f"**{CPU_NOTE}**: a CPU-interpreter smoke run on a data subset; its times and MSEs are no "
+               "study result.", ""] + out
     out += ["", f"Device: {', '.join(devices)}. MSE units: the target ln(mean run time) standardised with train "
             "statistics; test_mse_target_units in metrics.json is in (ln ms)^2."]
     return "\n".join(out) + "\n"
@@ -602,7 +644,7 @@ def suite_steptime(args) -> list[dict]:
     data = sgemm_data.load(args.data, target=args.target, seed=args.seed, max_rows=args.max_rows, device=device)
     rows: list[dict] = []
     cfg = H.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
-                      target_ms=200.0)
+                      target_ms=200.0, rep=2 if INTERPRET else None)
     for name in _family_depths(args):  # agreement, then timing, then save: one model at a time
         cls, depth = parse_name(name)
         B = min(args.batch, len(data.train))
@@ -653,6 +695,44 @@ def _lazy(factory):
     return fn
 
 
+def estimate_s(args) -> float:
+    """Rough CPU-interpreter time of the run: fused training steps cost ~ depth x rows (eager is cheap)."""
+    rows = (args.max_rows or 241600) * 0.8
+    if args.suite == "train":
+        names = [args.model]
+    else:
+        names = _family_depths(args)
+    depth = sum(parse_name(n)[1] for n in names)
+    if args.suite == "steptime":
+        return depth * args.batch * INTERPRETER_LAYER_ROW_S * (2 * args.steps + 8)
+    if args.backend != "triton":
+        return 0.0
+    return depth * rows * args.epochs * INTERPRETER_LAYER_ROW_S
+
+
+def steptime_lines(rows: list[dict]) -> list[str]:
+    """The step-time suite's table: a header, then one line per time, speedup and loss check."""
+    out = [f"{'model':>10} {'depth':>5} {'backend':>14} {'metric':>24} {'value':>10} status"]
+    if INTERPRET:
+        out.insert(0, f"({CPU_NOTE}: every time below)")
+    for r in rows:
+        if r["metric"] in ("time_ms", "speedup_vs_eager") or r["metric"].startswith("loss_rel"):
+            p = json.loads(r["params"])
+            v = r["value"]
+            out.append(f"{p['model']:>10} {p['depth']:>5} {r['backend']:>14} {r['metric']:>24} "
+                       f"{'-' if v is None else f'{v:.4g}':>10} {r['status']}")
+    return out
+
+
+def data_path(args) -> str | None:
+    """--data, or with --download the folder bench.data.fetch puts the SGEMM data in (fetched if missing)."""
+    if not args.download:
+        return args.data
+    from bench.data.fetch import fetch  # (imported only when asked for)
+
+    return str(fetch("sgemm", REPO / ".data"))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.show:
@@ -661,18 +741,24 @@ def main(argv=None) -> int:
         return show("sgemm", None)
     from . import results as R
 
+    args.data = data_path(args)
+    if INTERPRET and args.suite != "report":
+        what = {"train": f"{args.model}", "depth": f"{len(_family_depths(args))} models",
+                "steptime": f"{len(_family_depths(args))} models"}[args.suite]
+        what += f", {args.epochs} epoch(s)" if args.suite != "steptime" else f", {args.steps} check steps"
+        what += f", {args.max_rows or 'all'} rows, batch {args.batch}"
+        if args.tiny:
+            cpu_notice("bench.sgemm", f"--suite {args.suite}: {what}; sessions in {args.results_dir}"
+                       if args.suite != "steptime" else f"--suite steptime: {what}")
+        else:
+            guard_cpu(estimate_s(args), f"--suite {args.suite}: {what}", True, "bench.sgemm")
     if args.suite == "train":
         s = train_session(args, args.model, progress=not args.no_progress)
         print(json.dumps({k: v for k, v in s.items() if not isinstance(v, list)}, indent=1))
         return 0
     rows = {"depth": suite_depth, "report": suite_report}.get(args.suite, suite_steptime)(args)
     if args.suite == "steptime":
-        for r in rows:
-            if r["metric"] in ("time_ms", "speedup_vs_eager") or r["metric"].startswith("loss_rel"):
-                p = json.loads(r["params"])
-                v = r["value"]
-                print(f"{p['model']:>10} {p['depth']:>5} {r['backend']:>14} {r['metric']:>24} "
-                      f"{'-' if v is None else f'{v:.4g}':>10} {r['status']}")
+        print("\n".join(steptime_lines(rows)))
     if not args.no_write:
         path = R.write_rows(rows, args.out, SUITE, tag=args.suite)
         print(f"wrote {len(rows)} rows to {path}")
@@ -680,4 +766,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

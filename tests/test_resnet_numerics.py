@@ -1,7 +1,9 @@
 """bench.resnet_numerics on the CPU (interpreter, tiny shapes): the loss trajectories, including the
 row-permutation baseline, run for both families and report what the study's notes quote."""
 import pytest
+import torch
 
+from bench import cli
 from bench import resnet_numerics as RN
 from bench.data import sgemm as S
 
@@ -27,3 +29,10 @@ def test_trajectories_report_permutation_baseline(data, name, device):
 def test_trajectories_without_permutation(data, device):
     rows = RN.trajectories("ResNetMLP4", data, 1, device, B=16, permuted=False)
     assert "eager32_vs_eager32_permuted" not in rows[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without a GPU")
+def test_command_says_it_needs_a_gpu(capsys):
+    assert cli.run(RN.main, []) == 1
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and "bench.resnet_numerics needs a CUDA GPU" in err
