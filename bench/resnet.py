@@ -1,0 +1,551 @@
+"""ResNet-18/34 on CIFAR-10: the studies' training recipe and tooling, one command.
+
+    python -m bench.resnet --model resnet18 --epochs 30 --batch-size 512 --lr 0.4 --optimizer sgd-nesterov \\
+        --amp bf16 --label-smoothing 0.1 --warmup 200 --backend triton --out-dir runs/r18 [--data DIR | --synthetic]
+    torchrun --nproc-per-node 4 -m bench.resnet ...            (DDP: NCCL on GPUs, gloo on CPUs)
+
+Modes (one per call; the default trains):
+    (train)            epochs of training with evaluation after each; rows: test_acc, epoch_s, step_ms, ...
+    --bench-steps N    the training step alone, timed per backend in one process (--backend eager,compile,triton),
+                       every backend from the same weights on the same batches; rows: step_ms, speedups, the
+                       loss curves' largest difference from eager's
+    --sweep-workers    DataLoader workers (the CPU data path) vs images/s; rows and the best count
+    --scaling          per-GPU batch sizes under the current torchrun world size (bench.resnet_tools)
+    --scaling-report   strong/weak scaling efficiency from the rows of several --scaling runs
+
+Data: real CIFAR-10 (bench.data.cifar10: the python / binary batches or the WebP shards; --data DIR or
+the default search) or --synthetic (random images, same shapes); every row says which ("data" param).
+--data-path gpu keeps the training set on the device and augments there (random crop, pad 4, + flip);
+--data-path cpu uses a DataLoader with --workers processes (default: gpu on a GPU, cpu otherwise).
+
+Checkpoints (rank 0, written atomically into --out-dir): last.pt every --save-every steps and at each
+epoch end (full state: model, optimizer, scheduler, scaler, RNG states, position in the epoch, partial
+epoch sums, history), best.pt (full state at the best test accuracy), final.pt (weights only).
+--resume PATH|auto continues a run with identical dynamics (the data order is a function of seed and
+epoch, so the position in the epoch is all the sampler needs).
+
+Profiling: --run-profiler writes a Chrome trace (torch.profiler) of steps --warmup-iters .. +--profile-steps
+to --trace-file-name and stops; --profile-one-step brackets step --profile-iter with cudaProfilerStart/Stop
+and an NVTX range "train_step" (for `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi`)
+and stops after it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from triton_kernels.runtime import INTERPRET, device_name  # (the interpreter switch before triton loads)
+from models.resnet import BACKENDS, resnet
+
+from . import resnet_data as D
+from . import results as R
+from .harness import quantile
+
+SUITE = "resnet"
+OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam")
+DEFAULT_LR = {"sgd": 0.1, "sgd-nesterov": 0.1, "adagrad": 0.01, "adadelta": 1.0, "adam": 1e-3}
+AMP = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+STUDY_EPOCH_S = 18.07  # one V100, batch 512 (the profiling study's figure), quoted beside ours
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    a = p.add_argument
+    a("--model", default="resnet18", choices=("resnet18", "resnet34"))
+    a("--epochs", type=int, default=30)
+    a("--batch-size", type=int, default=512, help="global batch (split over DDP processes)")
+    a("--lr", type=float, default=None, help="peak learning rate (default per optimizer: %s)" % DEFAULT_LR)
+    a("--optimizer", default="sgd", choices=OPTIMIZERS)
+    a("--momentum", type=float, default=0.9)
+    a("--weight-decay", type=float, default=5e-4)
+    a("--data", default=None, help="CIFAR-10 directory (python/binary batches or WebP shards)")
+    a("--synthetic", action="store_true", help="random images of CIFAR-10's shapes (timing only)")
+    a("--train-limit", type=int, default=None, help="use the first N training images (after shuffling)")
+    a("--test-limit", type=int, default=None)
+    a("--data-path", choices=("gpu", "cpu"), default=None, help="default: gpu on a GPU, cpu otherwise")
+    a("--workers", type=int, default=4, help="DataLoader workers of the cpu data path")
+    a("--out-dir", default=None, help="checkpoints, history and rows (default: results/<device>/ for rows only)")
+    a("--amp", nargs="?", const="bf16", default="none", choices=tuple(AMP), help="autocast dtype (--amp = bf16)")
+    a("--label-smoothing", type=float, default=0.0)
+    a("--warmup", type=int, default=0, help="linear warmup steps, then cosine decay to 0")
+    a("--seed", type=int, default=0)
+    a("--resume", default=None, help="checkpoint to continue from, or 'auto' (<out-dir>/last.pt if present)")
+    a("--save-every", type=int, default=0, help="write <out-dir>/last.pt every N steps and each epoch end")
+    a("--eval-every", type=int, default=1, help="evaluate every N epochs (and after the last)")
+    a("--target-acc", type=float, default=94.0, help="report the wall time to this test accuracy (%%)")
+    a("--no-batch-norm", action="store_true")
+    a("--widths", default="64,128,256,512", help="channels of the four stages (smaller: tests, CPU smoke runs)")
+    a("--backend", default="eager", help=f"one of {BACKENDS}; --bench-steps takes a comma-separated list")
+    a("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
+    a("--no-channels-last", action="store_true", help="NCHW activations (channels_last is used on GPUs only: "
+      "torch's CPU convolutions are very slow in it at small widths)")
+    a("--profile-one-step", action="store_true")
+    a("--warmup-iters", type=int, default=10, help="steps before a profiled / timed step")
+    a("--profile-iter", type=int, default=None, help="global step profiled by --profile-one-step (default: warmup-iters)")
+    a("--run-profiler", action="store_true")
+    a("--profile-steps", type=int, default=5)
+    a("--trace-file-name", default=None, help="Chrome trace of --run-profiler (default <out-dir>/trace.json)")
+    a("--bench-steps", type=int, default=0, help="time the training step: N timed steps per backend (per batch "
+      "size with --scaling)")
+    a("--bench-rounds", type=int, default=5, help="interleaved timing rounds of --bench-steps")
+    a("--sweep-workers", nargs="?", const="auto", default=None, help="worker counts, e.g. 0,2,4,8 (default: auto)")
+    a("--sweep-steps", type=int, default=40)
+    a("--scaling", nargs="?", const="32,128,512,2048,8192", default=None, help="per-GPU batch sizes")
+    a("--scaling-report", nargs="*", default=None, help="rows (CSV files or dirs) of --scaling runs")
+    a("--ddp-bf16-compress", action="store_true", help="bf16 gradient compression hook (DDP)")
+    a("--no-progress", action="store_true")
+    a("--log-every", type=int, default=50, help="progress-bar loss update every N steps (a host sync)")
+    a("--debug-kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL after step N
+    args = p.parse_args(argv)
+    if args.lr is None:
+        args.lr = DEFAULT_LR[args.optimizer]
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    bad = [b for b in backends if b not in BACKENDS]
+    if bad or not backends:
+        p.error(f"--backend: unknown {bad}; known: {', '.join(BACKENDS)}")
+    if len(backends) > 1 and not args.bench_steps:
+        p.error("several --backend values are for --bench-steps only")
+    args.backends = backends
+    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
+        p.error("--epochs, --batch-size and --lr must be positive")
+    try:
+        args.widths = tuple(int(w) for w in args.widths.split(","))
+    except ValueError:
+        p.error(f"--widths: expected four integers, got {args.widths!r}")
+    if len(args.widths) != 4 or min(args.widths) < 1:
+        p.error(f"--widths: expected four positive integers, got {args.widths}")
+    args.channels_last = not args.no_channels_last and torch.cuda.is_available()
+    if args.profile_iter is None:
+        args.profile_iter = args.warmup_iters
+    return args
+
+
+# --------------------------------------------------------------------------------------------------
+# Processes, model, optimiser
+# --------------------------------------------------------------------------------------------------
+class Dist:
+    """rank / world / device of this process; starts torch.distributed under torchrun (NCCL on CUDA,
+    gloo on the CPU)."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(self.local_rank)
+        self.device = torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
+        if self.world > 1 and not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("nccl" if cuda else "gloo")
+        self.main = self.rank == 0
+
+    def all_sum(self, *values: torch.Tensor) -> list[torch.Tensor]:
+        if self.world > 1:
+            for v in values:
+                torch.distributed.all_reduce(v)
+        return list(values)
+
+    def close(self) -> None:
+        if self.world > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def new_model(args, backend: str = "eager"):
+    return resnet(args.model, no_batch_norm=args.no_batch_norm, backend=backend, widths=args.widths)
+
+
+def build_model(args, backend: str, device, dist: Dist | None = None):
+    """(raw model, the callable to train: DDP and torch.compile wrappers applied)."""
+    model = new_model(args, backend).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    wrapped = model
+    if dist is not None and dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        wrapped = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None,
+                      gradient_as_bucket_view=True, static_graph=True)
+        if args.ddp_bf16_compress:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    if backend.endswith("compile"):
+        wrapped = torch.compile(wrapped, **({"mode": args.compile_mode} if args.compile_mode else {}))
+    return model, wrapped
+
+
+def build_optimizer(args, params):
+    kw = {"lr": args.lr, "weight_decay": args.weight_decay}
+    if args.optimizer in ("sgd", "sgd-nesterov"):
+        return torch.optim.SGD(params, momentum=args.momentum, nesterov=args.optimizer == "sgd-nesterov", **kw)
+    return {"adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta, "adam": torch.optim.Adam}[args.optimizer](
+        params, **kw)
+
+
+def warmup_cosine(total_steps: int, warmup: int):
+    """LambdaLR factor: linear from 1/warmup to 1 over ``warmup`` steps, then cosine to 0 at ``total_steps``."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return factor
+
+
+class Trainer:
+    """One training step (autocast, GradScaler for fp16, scheduler per step) and the evaluation."""
+
+    def __init__(self, args, model, forward, device, total_steps: int) -> None:
+        self.model, self.forward, self.device = model, forward, device
+        self.amp = AMP[args.amp]
+        self.optimizer = build_optimizer(args, model.parameters())
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, args.warmup))
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp is torch.float16)
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+
+    def step(self, x, y):
+        """One optimiser step; returns (loss, number correct) as device tensors (no host sync)."""
+        self.model.train()
+        with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
+            out = self.forward(x)
+            loss = self.criterion(out, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        return loss.detach(), (out.detach().argmax(1) == y).sum()
+
+    @torch.no_grad()
+    def evaluate(self, x, y, batch: int = 1000):
+        """(loss sum, correct) over a test shard; eval mode (running statistics)."""
+        self.model.eval()
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.int64)
+        for s in range(0, len(x), batch):
+            with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
+                out = self.model(x[s:s + batch])
+            loss_sum += torch.nn.functional.cross_entropy(out.float(), y[s:s + batch], reduction="sum")
+            correct += (out.argmax(1) == y[s:s + batch]).sum()
+        self.model.train()
+        return loss_sum, correct
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------------
+def atomic_save(obj, path: Path) -> None:
+    """torch.save to a temporary file in the same folder, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def full_state(trainer: Trainer, progress: dict, args) -> dict:
+    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.scheduler.state_dict(), "scaler": trainer.scaler.state_dict(),
+            "progress": progress, "rng": rng, "args": vars(args)}
+
+
+RESUME_MUST_MATCH = ("model", "widths", "batch_size", "optimizer", "lr", "seed", "epochs", "warmup", "no_batch_norm",
+                     "label_smoothing", "weight_decay", "momentum", "synthetic", "train_limit")
+
+
+def load_state(path: Path, trainer: Trainer, args) -> dict:
+    state = torch.load(path, map_location=trainer.device, weights_only=False)
+    saved = state.get("args", {})
+    diff = {k: (saved.get(k), getattr(args, k)) for k in RESUME_MUST_MATCH if saved.get(k) != getattr(args, k)}
+    if diff:
+        raise SystemExit(f"--resume {path}: the run was started with other settings {diff} (saved, now)")
+    trainer.model.load_state_dict(state["model"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.scaler.load_state_dict(state["scaler"])
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return state["progress"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+def fresh_progress() -> dict:
+    return {"epoch": 0, "step": 0, "global_step": 0, "best_acc": -1.0, "history": [], "train_s": 0.0,
+            "time_to_target_s": None, "accum": {"loss": 0.0, "correct": 0, "count": 0, "elapsed_s": 0.0,
+                                                "data_s": 0.0}}
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def data_path(args, device) -> str:
+    return args.data_path or ("gpu" if device.type == "cuda" else "cpu")
+
+
+def make_batches(args, data: D.Data, dist: Dist, device):
+    """fn(epoch, start_step) -> iterator of (x, y) on the device, for the chosen data path."""
+    cl = args.channels_last
+    if data_path(args, device) == "gpu":
+        loader = D.GpuLoader(data.train_images, data.train_labels, args.batch_size, args.seed, device, dist.rank,
+                             dist.world, channels_last=cl)
+        return loader.epoch
+    sampler = D.PlannedBatchSampler(len(data.train_images), args.batch_size, args.seed, dist.rank, dist.world)
+    dl = D.make_cpu_loader(data.train_images, data.train_labels, sampler, args.workers, device.type == "cuda")
+
+    def epoch(e: int, start: int):
+        sampler.set_epoch(e, start)
+        for x, y in dl:
+            x = x.to(device, non_blocking=True)
+            yield (x.contiguous(memory_format=torch.channels_last) if cl else x), y.to(device, non_blocking=True)
+    return epoch
+
+
+class StepProfiler:
+    """--run-profiler (torch.profiler Chrome trace of a few steps) and --profile-one-step (NVTX range +
+    cudaProfilerStart/Stop around one step); ``done`` tells the loop to stop."""
+
+    def __init__(self, args, device, out_dir) -> None:
+        self.args, self.device, self.done, self.prof = args, device, False, None
+        self.trace = Path(args.trace_file_name or (out_dir or Path(".")) / "trace.json")
+
+    def before(self, global_step: int) -> None:
+        a = self.args
+        if a.run_profiler and global_step == a.warmup_iters:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self.prof = torch.profiler.profile(activities=acts)
+            self.prof.__enter__()
+        if a.profile_one_step and global_step == a.profile_iter and self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            torch.cuda.nvtx.range_push("train_step")
+
+    def after(self, global_step: int) -> None:
+        a = self.args
+        if a.profile_one_step and global_step == a.profile_iter:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
+                torch.cuda.profiler.stop()
+            print(f"profiled step {global_step} (NVTX range 'train_step')", file=sys.stderr)
+            self.done = True
+        if self.prof is not None and global_step == a.warmup_iters + a.profile_steps - 1:
+            sync(self.device)
+            self.prof.__exit__(None, None, None)
+            self.trace.parent.mkdir(parents=True, exist_ok=True)
+            self.prof.export_chrome_trace(str(self.trace))
+            sort = "cuda_time_total" if self.device.type == "cuda" else "cpu_time_total"
+            print(self.prof.key_averages().table(sort_by=sort, row_limit=25))
+            print(f"Chrome trace of steps {a.warmup_iters}..{global_step} -> {self.trace}", file=sys.stderr)
+            self.prof, self.done = None, True
+
+
+def run_training(args, dist: Dist) -> int:
+    device = dist.device
+    seed_everything(args.seed)
+    data = D.load(args.data, args.synthetic, args.train_limit, args.test_limit)
+    model, forward = build_model(args, args.backends[0], device, dist)
+    steps = D.steps_per_epoch(len(data.train_images), args.batch_size)
+    if steps == 0:
+        raise SystemExit(f"--batch-size {args.batch_size} exceeds the {len(data.train_images)} training images")
+    trainer = Trainer(args, model, forward, device, steps * args.epochs)
+    out_dir = Path(args.out_dir) if args.out_dir else None
+    resume = Path(args.resume) if args.resume and args.resume != "auto" else None
+    if args.resume == "auto" and out_dir is not None and (out_dir / "last.pt").exists():
+        resume = out_dir / "last.pt"
+    progress = load_state(resume, trainer, args) if resume else fresh_progress()
+    if resume and dist.main:
+        print(f"resumed from {resume} at epoch {progress['epoch']}, step {progress['step']}", file=sys.stderr)
+    batches = make_batches(args, data, dist, device)
+    test_x, test_y = D.test_tensors(data, device, dist.rank, dist.world, args.channels_last)
+    profiler = StepProfiler(args, device, out_dir)
+    from tqdm import tqdm
+
+    bar = tqdm(total=steps * args.epochs, initial=progress["global_step"], disable=not dist.main or args.no_progress,
+               desc=f"{args.model} {args.backends[0]}", unit="step", dynamic_ncols=True)
+    wall0 = time.perf_counter()
+
+    def save(name: str) -> None:
+        if dist.main and out_dir is not None:
+            atomic_save(full_state(trainer, progress, args), out_dir / name)
+
+    for epoch in range(progress["epoch"], args.epochs):
+        acc = progress["accum"]
+        loss_sum = torch.tensor(acc["loss"], device=device)
+        correct = torch.tensor(acc["correct"], device=device)
+        count, data_s, t_epoch = acc["count"], acc["data_s"], time.perf_counter() - acc["elapsed_s"]
+        it = batches(epoch, progress["step"])
+        for step in range(progress["step"], steps):
+            t0 = time.perf_counter()
+            x, y = next(it)
+            data_s += time.perf_counter() - t0
+            profiler.before(progress["global_step"])
+            loss, n_correct = trainer.step(x, y)
+            profiler.after(progress["global_step"])
+            loss_sum += loss * len(y)
+            correct += n_correct
+            count += len(y)
+            progress["global_step"] += 1
+            progress["step"] = step + 1
+            bar.update(1)
+            if args.log_every and progress["global_step"] % args.log_every == 0:
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+            if profiler.done:
+                bar.close()
+                return 0
+            if args.save_every and progress["global_step"] % args.save_every == 0 and step + 1 < steps:
+                progress["accum"] = {"loss": loss_sum.item(), "correct": int(correct.item()), "count": count,
+                                     "elapsed_s": time.perf_counter() - t_epoch, "data_s": data_s}
+                save("last.pt")
+            if args.debug_kill_at_step == progress["global_step"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+        sync(device)
+        epoch_s = time.perf_counter() - t_epoch
+        progress["train_s"] += epoch_s
+        count_t = torch.tensor(count, device=device)
+        loss_sum, correct, count_t = dist.all_sum(loss_sum, correct, count_t)
+        record = {"epoch": epoch + 1, "train_loss": loss_sum.item() / count_t.item(),
+                  "train_acc": 100.0 * correct.item() / count_t.item(), "epoch_s": epoch_s, "data_s": data_s,
+                  "compute_s": epoch_s - data_s, "steps": steps}
+        if (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs:
+            t_sum, t_correct = trainer.evaluate(test_x, test_y)
+            n_test = torch.tensor(len(test_y), device=device)
+            t_sum, t_correct, n_test = dist.all_sum(t_sum, t_correct, n_test)
+            record.update(test_loss=t_sum.item() / n_test.item(), test_acc=100.0 * t_correct.item() / n_test.item())
+            if record["test_acc"] >= args.target_acc and progress["time_to_target_s"] is None:
+                progress["time_to_target_s"] = progress["train_s"]
+                record["wall_to_target_s"] = time.perf_counter() - wall0
+        progress["history"].append(record)
+        progress.update(epoch=epoch + 1, step=0, accum=fresh_progress()["accum"])
+        if dist.main:
+            bar.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}))
+        if record.get("test_acc", -1) > progress["best_acc"]:
+            progress["best_acc"] = record["test_acc"]
+            save("best.pt")
+        if args.save_every:
+            save("last.pt")
+    bar.close()
+    if dist.main:
+        if out_dir is not None:
+            atomic_save(model.state_dict(), out_dir / "final.pt")
+            (out_dir / "history.json").write_text(json.dumps(progress["history"], indent=1))
+        rows = training_rows(args, data, device, progress, dist)
+        path = R.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, "train"))
+        print(f"rows -> {path}", file=sys.stderr)
+    return 0
+
+
+def run_tag(args, mode: str) -> str:
+    parts = [mode, args.model, "-".join(args.backends), args.optimizer] + (["nobn"] if args.no_batch_norm else []) + \
+        (["synthetic"] if args.synthetic else [])
+    return "-".join(parts).replace("+", "_")
+
+
+def base_params(args, data_name: str, device, world: int = 1) -> dict:
+    widths = {} if args.widths == (64, 128, 256, 512) else {"widths": list(args.widths)}
+    return {**widths, "batch": args.batch_size, "data": data_name, "amp": args.amp, "channels_last": args.channels_last,
+            "data_path": data_path(args, device), "gpus": world if device.type == "cuda" else 0,
+            "processes": world, "no_batch_norm": args.no_batch_norm}
+
+
+def training_rows(args, data: D.Data, device, progress: dict, dist: Dist) -> list[dict]:
+    hist = progress["history"]
+    params = dict(base_params(args, data.name, device, dist.world), optimizer=args.optimizer, lr=args.lr,
+                  epochs=args.epochs, warmup=args.warmup, label_smoothing=args.label_smoothing, seed=args.seed,
+                  workers=args.workers, weight_decay=args.weight_decay, n_train=len(data.train_images))
+    case, backend = f"{args.model}_train_step", args.backends[0]
+
+    def row(metric, value, unit, **kw):
+        return R.make_row(SUITE, case, kw.pop("params", params), args.amp if args.amp != "none" else "float32",
+                          backend, metric, value, unit, **kw)
+
+    steady = [h["epoch_s"] for h in (hist[1:] if len(hist) > 1 else hist)]
+    out = []
+    if steady:
+        med = quantile(steady, 0.5)
+        out += [row("epoch_s", med, "s", p20=quantile(steady, 0.2), p80=quantile(steady, 0.8),
+                    note="median over epochs after the first (wall clock, data + compute)"),
+                row("step_ms", 1e3 * med / hist[-1]["steps"], "ms", note="epoch_s / steps"),
+                row("data_s", quantile([h["data_s"] for h in hist[1:] or hist], 0.5), "s",
+                    note="host time waiting for batches per epoch (median)"),
+                row("reference_epoch_s", STUDY_EPOCH_S, "s", note="study: one V100, batch 512")]
+    last_eval = [h for h in hist if "test_acc" in h]
+    if last_eval:
+        out += [row("test_acc", last_eval[-1]["test_acc"], "pct"), row("best_test_acc", progress["best_acc"], "pct"),
+                row("test_loss", last_eval[-1]["test_loss"], "nats")]
+    out += [row("train_s", progress["train_s"], "s", note="training time of all epochs (no evaluation)")]
+    if hist:
+        out.append(row("train_loss", hist[-1]["train_loss"], "nats"))
+    if progress["time_to_target_s"] is not None:
+        out.append(row("time_to_target_s", progress["time_to_target_s"], "s",
+                       note=f"training time until test accuracy >= {args.target_acc}%"))
+    for h in hist:
+        p = dict(params, epoch=h["epoch"])
+        for metric, unit in (("epoch_train_loss", "nats"), ("epoch_test_acc", "pct"), ("epoch_time_s", "s"),
+                             ("epoch_data_s", "s")):
+            key = {"epoch_train_loss": "train_loss", "epoch_test_acc": "test_acc", "epoch_time_s": "epoch_s",
+                   "epoch_data_s": "data_s"}[metric]
+            if key in h:
+                out.append(row(metric, h[key], unit, params=p))
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.scaling_report is not None:
+        from .resnet_tools import scaling_report
+
+        return scaling_report(args)
+    from bench.data.common import one_line_errors
+
+    dist = Dist()
+    try:
+        with one_line_errors():
+            if args.scaling is not None:
+                from .resnet_tools import scaling
+
+                return scaling(args, dist)
+            if args.bench_steps:
+                from .resnet_tools import bench_steps
+
+                return bench_steps(args, dist)
+            if args.sweep_workers is not None:
+                from .resnet_tools import sweep_workers
+
+                return sweep_workers(args, dist)
+            return run_training(args, dist)
+    finally:
+        dist.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""CIFAR ResNet: the model's backends against float64 and each other, state_dicts, BN folding; the data
+path (tiny files in every CIFAR-10 format, the epoch plan, GPU-resident vs DataLoader batches, DDP
+shards); bench.resnet: resume after a SIGKILL mid-epoch ends exactly like an uninterrupted run, 2-process
+gloo DDP equals one process on the same global batch, the timing / sweep / profiler / scaling modes
+(CPU, tiny widths); on the GPU, ResNet-18 in bf16 on the triton backend against eager and under
+torch.compile(fullgraph=True)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench import resnet as RN
+from bench import resnet_data as D
+from bench.data import cifar10
+from models.resnet import BatchNormAct2d, ResNet, compile_model, fold_batch_norms, resnet
+from triton_kernels.testing import assert_close, rel_err
+
+from .conftest import DEVICE
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = (4, 8, 8, 16)
+TINY_ARGS = ["--widths", "4,8,8,16", "--no-progress", "--workers", "0"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Other test processes share the CPU: torch's OpenMP threads spin-wait when oversubscribed."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _env():
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), TRITON_PLAYGROUND_AUTOTUNE="0")
+
+
+# ---------------------------------------------------------------------------------------------- model
+def _pair(**kw):
+    torch.manual_seed(0)
+    eager = ResNet((1, 1, 1, 1), widths=TINY, **kw).to(DEVICE)
+    fused = ResNet((1, 1, 1, 1), widths=TINY, backend="triton", **kw).to(DEVICE)
+    fused.load_state_dict(eager.state_dict())
+    for m in eager.modules():  # non-trivial affine parameters
+        if isinstance(m, BatchNormAct2d):
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.2)
+    fused.load_state_dict(eager.state_dict())
+    return eager, fused
+
+
+def test_triton_backend_matches_float64():
+    """Training-mode forward and every parameter gradient of the triton backend against the eager model
+    in float64; the eager model in fp32 as the bar (a relative error within 4x of torch's own)."""
+    eager, fused = _pair()
+    ref = ResNet((1, 1, 1, 1), widths=TINY).double().to(DEVICE)
+    ref.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 3, 8, 8, device=DEVICE)
+    outs = {name: m(x.double() if name == "ref" else x) for name, m in (("ref", ref), ("eager", eager), ("fused", fused))}
+    err_e, err_f = rel_err(outs["eager"], outs["ref"]), rel_err(outs["fused"], outs["ref"])
+    assert err_f <= max(4 * err_e, 1e-5), (err_f, err_e)
+    g = torch.randn_like(outs["ref"])
+    for name, out in outs.items():
+        out.backward(g.to(out.dtype))
+    for (name, p_ref), p_e, p_f in zip(ref.named_parameters(), eager.parameters(), fused.parameters()):
+        e, f = rel_err(p_e.grad, p_ref.grad), rel_err(p_f.grad, p_ref.grad)
+        assert f <= max(4 * e, 1e-5), (name, f, e)
+    for (name, b_ref), b_f in zip(ref.named_buffers(), fused.buffers()):
+        if b_ref.is_floating_point():
+            assert rel_err(b_f, b_ref) <= 1e-5, name
+        else:
+            assert torch.equal(b_f, b_ref), name
+
+
+def test_state_dicts_interchange_and_eval():
+    eager, fused = _pair()
+    assert list(eager.state_dict()) == list(fused.state_dict())
+    names = list(resnet("resnet18").state_dict())
+    assert names[:2] == ["conv1.weight", "bn1.weight"] and "layer2.0.downsample.1.running_var" in names
+    assert "fc.weight" in names and len([n for n in names if n.endswith("num_batches_tracked")]) == 20
+    assert sum(p.numel() for p in resnet("resnet18").parameters()) == 11_173_962
+    assert sum(p.numel() for p in resnet("resnet34").parameters()) == 21_282_122
+    x = torch.randn(3, 3, 8, 8, device=DEVICE)
+    eager.train()(x)  # move the running statistics away from their initial values
+    fused.load_state_dict(eager.state_dict())
+    eager.eval()
+    fused.eval()
+    with torch.no_grad():
+        assert_close(fused(x), eager(x).double(), torch.float32)
+        assert_close(fold_batch_norms(eager)(x), eager(x).double(), torch.float32)
+        assert_close(fold_batch_norms(fused)(x), eager(x).double(), torch.float32)
+
+
+def test_no_batch_norm_and_backends():
+    m = ResNet((1, 1, 1, 1), widths=TINY, no_batch_norm=True)
+    assert not any("bn" in k or "downsample.1" in k for k in m.state_dict())
+    assert m.conv1.bias is not None
+    fused = ResNet((1, 1, 1, 1), widths=TINY, no_batch_norm=True, backend="triton")
+    fused.load_state_dict(m.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    assert_close(fused(x), m(x).double(), torch.float32)
+    assert compile_model(m) is m
+    with pytest.raises(ValueError, match="backend must be one of"):
+        m.set_backend("cuda")
+    with pytest.raises(ValueError, match="name must be one of"):
+        resnet("resnet50")
+
+
+# ---------------------------------------------------------------------------------------------- data
+def _images(n, seed):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, n)
+
+
+def _write(fmt, root: Path, per_batch=4, n_test=6):
+    """A tiny CIFAR-10 in ``fmt``; returns (train images, train labels, test images, test labels)."""
+    root.mkdir(parents=True, exist_ok=True)
+    parts = [_images(per_batch, i) for i in range(5)]
+    test = _images(n_test, 9)
+    if fmt == "webp":
+        tr = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        for i in range(5):
+            cifar10.write_shard(root / f"train_{i}.webp", parts[i][0].transpose(0, 2, 3, 1), per_batch)
+        cifar10.write_shard(root / "test.webp", test[0].transpose(0, 2, 3, 1), n_test)
+        np.savez(root / "labels.npz", train_labels=tr[1].astype(np.uint8), test_labels=test[1].astype(np.uint8))
+        return (*tr, *test)
+    write = cifar10.write_python_batch if fmt == "python" else cifar10.write_binary_batch
+    suffix = "" if fmt == "python" else ".bin"
+    for i, (im, lab) in enumerate(parts):
+        write(root / f"data_batch_{i + 1}{suffix}", im, lab)
+    write(root / f"test_batch{suffix}", *test)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), *test
+
+
+def _rows_as_set(images, labels):
+    return sorted((int(lab), im.tobytes()) for im, lab in zip(images, labels))
+
+
+@pytest.mark.parametrize("fmt", ["python", "binary", "webp"])
+def test_load_tiny_files(fmt, tmp_path):
+    tr_x, tr_y, te_x, te_y = _write(fmt, tmp_path / fmt)
+    data = D.load(str(tmp_path / fmt))
+    assert data.name == "cifar10" and data.train_images.shape == (20, 3, 32, 32) and data.test_images.shape[0] == 6
+    assert _rows_as_set(data.train_images, data.train_labels) == _rows_as_set(tr_x, tr_y)  # same rows, shuffled
+    assert _rows_as_set(data.test_images, data.test_labels) == _rows_as_set(te_x, te_y)
+    assert len(D.load(str(tmp_path / fmt), train_limit=7).train_images) == 7
+    syn = D.load(synthetic=True, train_limit=10, test_limit=4)
+    assert syn.name == "synthetic" and syn.train_images.shape == (10, 3, 32, 32)
+
+
+def test_plan_and_shards():
+    a, b = D.epoch_plan(50, 3, 1), D.epoch_plan(50, 3, 1)
+    assert torch.equal(a.perm, b.perm) and torch.equal(a.crops, b.crops) and torch.equal(a.flips, b.flips)
+    assert not torch.equal(a.perm, D.epoch_plan(50, 3, 2).perm)
+    assert a.crops.min() >= 0 and a.crops.max() <= 8 and sorted(a.perm.tolist()) == list(range(50))
+    whole = D.batch_rows(a, 2, 8, 0, 1)
+    assert torch.equal(torch.cat([D.batch_rows(a, 2, 8, r, 2) for r in range(2)]), whole)
+    with pytest.raises(ValueError, match="not a multiple"):
+        D.PlannedBatchSampler(50, 9, 0, world=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_gpu_resident_batches_equal_dataloader_batches(workers):
+    """Both data paths give the same augmented batches (the plan's crops and flips), equal to a plain
+    numpy pad / crop / flip; a sampler set to a later step resumes there."""
+    images, labels = _images(40, 1)
+    gpu = D.GpuLoader(images, labels, 8, seed=5, device=DEVICE, channels_last=False)
+    sampler = D.PlannedBatchSampler(40, 8, seed=5)
+    loader = D.make_cpu_loader(images, labels, sampler, workers, pin_memory=False)
+    sampler.set_epoch(2, start_step=1)
+    cpu_batches = list(loader)
+    assert len(cpu_batches) == 4
+    plan = D.epoch_plan(40, 5, 2)
+    mean, std = np.array(D.MEAN).reshape(3, 1, 1), np.array(D.STD).reshape(3, 1, 1)
+    for step, (x_cpu, y_cpu) in enumerate(cpu_batches, start=1):
+        x_gpu, y_gpu = gpu.batch(2, step)
+        assert torch.equal(y_gpu.cpu(), y_cpu)
+        assert_close(x_gpu.cpu(), x_cpu.double(), torch.float32)
+        rows = D.batch_rows(plan, step, 8, 0, 1)
+        for j, row in enumerate(rows.tolist()):
+            img = np.pad(images[row], ((0, 0), (4, 4), (4, 4)))
+            (y0, x0), flip = plan.crops[row].tolist(), bool(plan.flips[row])
+            img = img[:, y0:y0 + 32, x0:x0 + 32][:, :, ::-1 if flip else 1]
+            assert np.allclose(x_cpu[j].numpy(), (img / 255.0 - mean) / std, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- bench.resnet
+def _train_args(out, *extra):
+    return ["--synthetic", "--train-limit", "64", "--test-limit", "32", "--batch-size", "16", "--epochs", "2",
+            "--out-dir", str(out), "--lr", "0.05", "--warmup", "3", *TINY_ARGS, *extra]
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
+    """Run A trains 2 epochs of 4 steps. Run B, the same, is SIGKILLed after step 7 (mid-epoch 2, its last
+    checkpoint at step 6); run C resumes B's folder. C ends with A's weights, buffers and metrics."""
+    common = ["--save-every", "2", "--optimizer", "sgd-nesterov", "--label-smoothing", "0.1"]
+    assert RN.main(_train_args(tmp_path / "a", *common)) == 0
+    killed = subprocess.run([sys.executable, "-m", "bench.resnet", *_train_args(tmp_path / "b", *common),
+                             "--debug-kill-at-step", "7"], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (tmp_path / "b" / "final.pt").exists()
+    state = torch.load(tmp_path / "b" / "last.pt", weights_only=False)
+    assert (state["progress"]["epoch"], state["progress"]["step"], state["progress"]["global_step"]) == (1, 2, 6)
+    assert RN.main(_train_args(tmp_path / "b", *common, "--resume", "auto")) == 0
+    a, c = (torch.load(tmp_path / d / "final.pt") for d in ("a", "b"))
+    assert list(a) == list(c) and all(torch.equal(a[k], c[k]) for k in a)
+    ha, hc = (json.loads((tmp_path / d / "history.json").read_text()) for d in ("a", "b"))
+    for ea, ec in zip(ha, hc, strict=True):
+        for k in ("train_loss", "train_acc", "test_loss", "test_acc"):
+            assert ea[k] == ec[k], (k, ea, ec)
+    best = torch.load(tmp_path / "a" / "best.pt", weights_only=False)
+    assert set(best) >= {"model", "optimizer", "scheduler", "scaler", "rng", "progress"}
+    with pytest.raises(SystemExit, match="other settings"):
+        RN.main(_train_args(tmp_path / "b", *common, "--resume", "auto", "--seed", "1"))
+
+
+def test_ddp_gloo_two_processes_equal_one(tmp_path):
+    """torchrun, 2 gloo processes x 4 images = one process x 8 images (no batch norm: its statistics
+    are per process), same weights after 3 steps."""
+    args = ["--synthetic", "--train-limit", "24", "--test-limit", "8", "--batch-size", "8", "--epochs", "1",
+            "--no-batch-norm", "--data-path", "gpu", "--lr", "0.05", *TINY_ARGS]
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          str(29500 + os.getpid() % 1000), "-m", "bench.resnet", *args, "--out-dir",
+                          str(tmp_path / "ddp")], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert RN.main(args + ["--out-dir", str(tmp_path / "one")]) == 0
+    ddp, one = (torch.load(tmp_path / d / "final.pt") for d in ("ddp", "one"))
+    for k in one:
+        assert rel_err(ddp[k], one[k]) <= 1e-5, k
+    rows = json.loads(next((tmp_path / "ddp").glob("resnet-*.json")).read_text())
+    assert json.loads(rows[0]["params"])["processes"] == 2
+
+
+def test_bench_steps_rows_and_curves(tmp_path):
+    assert RN.main(["--synthetic", "--train-limit", "64", "--batch-size", "16", "--bench-steps", "2", "--bench-rounds",
+                    "2", "--warmup-iters", "1", "--backend", "eager", "--out-dir", str(tmp_path), *TINY_ARGS]) == 0
+    rows = json.loads(next(tmp_path.glob("resnet-steps-*.json")).read_text())
+    step = [r for r in rows if r["metric"] == "step_ms"]
+    assert len(step) == 1 and step[0]["case"] == "resnet18_train_step" and step[0]["backend"] == "eager"
+    assert json.loads(step[0]["params"])["batch"] == 16 and json.loads(step[0]["params"])["data"] == "synthetic"
+    curves = json.loads(next(tmp_path.glob("*curves.json")).read_text())
+    assert len(curves["losses"]["eager"]) == 5
+
+
+def test_sweep_profiler_and_scaling_modes(tmp_path):
+    base = ["--synthetic", "--train-limit", "80", "--test-limit", "16", "--batch-size", "16", *TINY_ARGS]
+    assert RN.main(base + ["--sweep-workers", "0,1", "--sweep-steps", "2", "--out-dir", str(tmp_path)]) == 0
+    rows = json.loads(next(tmp_path.glob("resnet-workers-*.json")).read_text())
+    assert {json.loads(r["params"])["workers"] for r in rows if r["metric"] == "images_per_s"} == {0, 1}
+    assert [r for r in rows if r["metric"] == "best_workers"][0]["value"] in (0, 1)
+    trace = tmp_path / "t.json"
+    assert RN.main(base + ["--run-profiler", "--warmup-iters", "1", "--profile-steps", "1", "--trace-file-name",
+                           str(trace), "--out-dir", str(tmp_path / "p")]) == 0
+    assert "traceEvents" in json.loads(trace.read_text())
+    assert RN.main(base + ["--profile-one-step", "--warmup-iters", "1", "--out-dir", str(tmp_path / "p1")]) == 0
+    assert not (tmp_path / "p1" / "final.pt").exists()
+    assert RN.main(base + ["--scaling", "8,16", "--bench-steps", "1", "--warmup-iters", "1",
+                           "--out-dir", str(tmp_path / "s")]) == 0
+    rows = json.loads(next((tmp_path / "s").glob("resnet_ddp-*.json")).read_text())
+    assert {json.loads(r["params"])["batch_per_gpu"] for r in rows if r["metric"] == "images_per_s"} == {8, 16}
+
+
+def test_scaling_report(tmp_path):
+    from bench import results as R
+
+    rows = [R.make_row("resnet_ddp", "resnet18_ddp", {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10"},
+                       "bf16", "eager", "images_per_s", v, "inputs/s")
+            for g, b, v in ((1, 512, 1000.0), (1, 1024, 1100.0), (2, 512, 1800.0))]
+    R.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
+    assert RN.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
+    out = {r["metric"]: r["value"] for r in json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())}
+    assert out["weak_scaling_efficiency"] == pytest.approx(0.9)
+    assert out["strong_scaling_efficiency"] == pytest.approx(1800 / 2200)
+
+
+def test_bad_arguments():
+    with pytest.raises(SystemExit):
+        RN.parse_args(["--backend", "cuda"])
+    with pytest.raises(SystemExit):
+        RN.parse_args(["--backend", "eager,triton"])  # several backends are for --bench-steps
+    with pytest.raises(SystemExit):
+        RN.parse_args(["--widths", "4,8"])
+    a = RN.parse_args(["--optimizer", "adadelta", "--amp"])
+    assert a.lr == 1.0 and a.amp == "bf16"
+    f = RN.warmup_cosine(10, 2)
+    assert [round(f(s), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+def test_gpu_resnet18_triton_matches_eager_bf16():
+    torch.manual_seed(0)
+    eager = resnet("resnet18").cuda().to(memory_format=torch.channels_last)
+    fused = resnet("resnet18", backend="triton").cuda().to(memory_format=torch.channels_last)
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (64,), device="cuda")
+    losses = []
+    for m in (eager, fused):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = m(x)
+            loss = torch.nn.functional.cross_entropy(out, y)
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[0] - losses[1]) <= 2e-2 * abs(losses[0])
+    for (name, pe), pf in zip(eager.named_parameters(), fused.parameters()):
+        assert rel_err(pf.grad, pe.grad) <= 5e-2, name
+    for (name, be), bf in zip(eager.named_buffers(), fused.buffers()):
+        assert rel_err(bf, be) <= 2e-2, name
+
+
+@pytest.mark.gpu
+def test_gpu_triton_model_compiles_fullgraph():
+    torch._dynamo.reset()
+    model = resnet("resnet18", backend="triton+compile").cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(32, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
+    explain = torch._dynamo.explain(model)(x)
+    assert explain.graph_break_count == 0
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        compiled(x).float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
