@@ -267,3 +267,16 @@ def test_gpu_compile_fullgraph():
         assert torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6), k
     assert_close(bn_comp.weight.grad, bn_eager.weight.grad.double(), torch.bfloat16)
     assert torch._dynamo.explain(bn_comp)(x, res).graph_break_count == 0
+
+
+# ---------------------------------------------------------------------------------------------- op suite
+def test_op_suite_cases_run_and_check():
+    """bench/cases/batchnorm.py's interpreter cases pass the harness's float64 check on both backends."""
+    from bench import harness as H
+    from bench.cases import batchnorm as cases
+
+    for case in cases.cases():
+        rows = H.run_case(case, H.RunConfig(backends=["eager", "triton"], rep=1))
+        timed = [r for r in rows if r["metric"] == "time_ms"]
+        assert len(timed) == 2 and all(r["status"] == "ok" for r in timed), (case.label, rows)
+        assert all(r["error_vs_fp64"] <= case.tolerance() for r in timed), case.label
