@@ -15,7 +15,6 @@ max(FLOPs / peak[dtype], bytes / copy bandwidth) / measured time.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
