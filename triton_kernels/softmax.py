@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
 import triton.language as tl
 
 from .runtime import is_fake as _is_fake
-from .runtime import launch as _launch
+from .launcher import BoundKernel, bind
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -252,57 +252,85 @@ def softmax_forward(x: torch.Tensor, log: bool = False, config: Optional[Config]
     """(log-)softmax over the last dim of a 2-D tensor x of any strides (read in place, never copied);
     returns a contiguous tensor of x's dtype. ``config``: run this kernel path and tiling instead of the
     size-chosen, tuned one (see ``check_config``)."""
-    check_config(config)
     M, N = x.shape
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return y
-    args = (x, y, M, N, x.stride(0), x.stride(1), y.stride(0))
-    key = (bucket(M), bucket(N), str(x.dtype), log, x.stride(1) == 1)
-    _dispatch(_softmax_fwd_row_kernel, _softmax_fwd_looped_kernel, _fwd_row_tuner, _fwd_loop_tuner,
-              args, key, M, N, log, _is_fake(x), config)
+    _launch_planned(_FORWARD, (x, y, M, N, x.stride(0), x.stride(1), y.stride(0)),
+                    M, N, x.dtype, x.dtype, log, x.stride(1) == 1, config)
     return y
-
-
-def _dispatch(row_kernel, looped_kernel, row_tuner, loop_tuner, args, key, M, N, log, fake, config) -> None:
-    """Launch the row kernel (a whole row in registers) when the row fits, else the looped one, each
-    with its tuner's config for ``key``; a given ``config`` chooses the kernel (BLOCK_M: row, BLOCK_N:
-    looped) and its tiling."""
-    looped = "BLOCK_N" in config.kwargs if config is not None else next_power_of_2(N) > MAX_FUSED_N
-    if not looped:
-        bn = next_power_of_2(N)
-
-        def run(cfg):
-            grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),)
-            _launch(row_kernel, grid, *args, LOG=log, BLOCK_N=bn, **cfg.kwargs,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-        cfg = config or _pick(row_tuner, key, run, lambda: _row_configs(M, N), _interpret_row_config(N), fake)
-    else:
-        def run(cfg):
-            _launch(looped_kernel, (M,), *args, LOG=log, **cfg.kwargs,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-        cfg = config or _pick(loop_tuner, key, run, _looped_configs(), _INTERPRET_LOOPED, fake)
-    run(cfg)
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool = False,
                      config: Optional[Config] = None) -> torch.Tensor:
     """dx for (log-)softmax from the output y and the incoming gradient dy (both 2-D, same shape, any
     strides: both are read in place); dx is contiguous. ``config`` as for ``softmax_forward``."""
-    check_config(config)
     if y.ndim != 2 or dy.shape != y.shape:
         raise ValueError(f"dy and y must be 2-D of one shape, got {tuple(dy.shape)} and {tuple(y.shape)}")
     M, N = y.shape
     dx = torch.empty((M, N), device=y.device, dtype=y.dtype)
     if M == 0 or N == 0:
         return dx
-    args = (dy, y, dx, M, N, dy.stride(0), dy.stride(1), y.stride(0), y.stride(1), dx.stride(0))
-    key = (bucket(M), bucket(N), str(y.dtype), str(dy.dtype), log, dy.stride(1) == 1)
-    _dispatch(_softmax_bwd_row_kernel, _softmax_bwd_looped_kernel, _bwd_row_tuner, _bwd_loop_tuner,
-              args, key, M, N, log, _is_fake(dy, y), config)
+    _launch_planned(_BACKWARD, (dy, y, dx, M, N, dy.stride(0), dy.stride(1), y.stride(0), y.stride(1), dx.stride(0)),
+                    M, N, y.dtype, dy.dtype, log, dy.stride(1) == 1, config)
     return dx
+
+
+class _Plan(NamedTuple):
+    """A kernel bound to its config (launcher.bind) and the rows each program takes (0: one row per
+    program, the looped kernel)."""
+
+    kernel: BoundKernel
+    rows: int
+
+
+# One plan per (direction, shape bucket, row block, dtypes, log, layout), found once (tuner or cache);
+# every later call is a dict lookup and a direct launch.
+_FORWARD = ("forward", _softmax_fwd_row_kernel, _softmax_fwd_looped_kernel, _fwd_row_tuner, _fwd_loop_tuner)
+_BACKWARD = ("backward", _softmax_bwd_row_kernel, _softmax_bwd_looped_kernel, _bwd_row_tuner, _bwd_loop_tuner)
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _launch_planned(direction, args, M, N, dtype, grad_dtype, log, unit_stride, config) -> None:
+    block_n = next_power_of_2(N)
+    key = (direction[0], bucket(M), block_n if block_n <= MAX_FUSED_N else 0, dtype, grad_dtype, log, unit_stride)
+    plan = _PLANS.get(key) if config is None else None
+    if plan is None:
+        plan = _make_plan(direction, key, args, M, N, block_n, config)
+    plan.kernel.launch((triton.cdiv(M, plan.rows),) if plan.rows else (M,), *args)
+
+
+def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
+    """The row kernel (whole rows in registers) when the row fits, else the looped one, with the
+    tuner's config for this key; a given ``config`` chooses the kernel (BLOCK_M: row, BLOCK_N: looped)
+    and its tiling. Plans found while torch.compile traces are not kept (nothing could be timed)."""
+    check_config(config)
+    name, row_kernel, looped_kernel, row_tuner, loop_tuner = direction
+    log = key[5]
+    looped = "BLOCK_N" in config.kwargs if config is not None else block_n > MAX_FUSED_N
+    kernel, constexprs = (looped_kernel, {"LOG": log}) if looped else (row_kernel, {"LOG": log, "BLOCK_N": block_n})
+
+    def plan_for(cfg: Config) -> _Plan:
+        bound = bind(kernel, **constexprs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return _Plan(bound, 0 if looped else cfg.kwargs["BLOCK_M"])
+
+    def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
+        plan = plan_for(cfg)
+        plan.kernel.launch((triton.cdiv(M, plan.rows),) if plan.rows else (M,), *args)
+
+    tracing = _is_fake(args[0])
+    if config is None:
+        dtypes = (str(key[3]),) if name == "forward" else (str(key[3]), str(key[4]))
+        tune_key = (bucket(M), bucket(N), *dtypes, log, key[6])
+        if looped:
+            config = _pick(loop_tuner, tune_key, run, _looped_configs(), _INTERPRET_LOOPED, tracing)
+        else:
+            config = _pick(row_tuner, tune_key, run, lambda: _row_configs(M, N), _interpret_row_config(N), tracing)
+        plan = plan_for(config)
+        if not tracing:
+            _PLANS[key] = plan
+        return plan
+    return plan_for(config)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -347,6 +375,8 @@ def _validate(x, dim, config) -> int:
 
 def _apply(x: torch.Tensor, dim: int, log: bool, config: Optional[Config]) -> torch.Tensor:
     dim = _validate(x, dim, config)
+    if dim == 1 and x.ndim == 2:  # already rows x N: no reshapes
+        return _softmax_call(x, log, _config_str(config))
     xt = x.movedim(dim, -1) if dim != x.ndim - 1 else x
     shape = xt.shape
     # rows x N with both sizes spelled out (-1 is ambiguous when N == 0); a view when the layout
