@@ -4,7 +4,7 @@ MPI scatter / compute / gather, with NCCL on GPUs and gloo on the CPU.
 
     torchrun --nproc-per-node 4 -m bench.char_cnn_dp [--batch 512] [--shards 8] [--rounds 5]
              [--backend triton|compile|eager] [--dtype bfloat16] [--overlap both|on|off]
-             [--weights PATH] [--data DIR] [--synthetic] [--out DIR]
+             [--weights PATH] [--data DIR] [--synthetic] [--machine KIND] [--out DIR]
     (several nodes: the same command with torchrun's --nnodes / --rdzv-endpoint rendezvous)
 
 One round = ``shards`` steps; at each step every rank receives ``batch`` inputs (uint8 character
@@ -59,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="the tests' small model (length 123, 8 channels)")
     p.add_argument("--no-check", action="store_true", help="skip the single-process comparison")
     p.add_argument("--dump", default=None, help="root: save gathered and single-process logits here (.pt)")
+    p.add_argument("--machine", default=None, help="the machine kind, recorded in every row's params "
+                                                  "(e.g. nvidia-h200-x4)")
     p.add_argument("--out", default=None)
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--seed", type=int, default=0)
@@ -220,7 +222,8 @@ def _gather_stage_means(stage_ms: list, world: int, device) -> torch.Tensor | No
 
 
 def _rows(args, world, results, stages, match, note, per_round) -> list[dict]:
-    base = {"gpus": world, "batch": args.batch, "shards": args.shards, "backend": args.backend}
+    base = {"gpus": world, "batch": args.batch, "shards": args.shards, "backend": args.backend,
+            **({"machine": args.machine} if args.machine else {})}
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
     for overlap, (walls, _) in results.items():
