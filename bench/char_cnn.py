@@ -5,7 +5,7 @@ per-layer latency breakdown; and the training that makes the weights.
     python -m bench.char_cnn [--batches 64,128,256,512,1024,2048] [--dtype bfloat16]
                              [--backends eager,compile,triton,triton+graph] [--ladder-batch 512]
                              [--no-ladder] [--no-layers] [--weights PATH] [--data DIR] [--synthetic]
-                             [--repeat 5] [--out DIR] [--show]
+                             [--repeat 5] [--out DIR] [--tag NAME] [--show]
     python -m bench.char_cnn train [--epochs 30] [--batch 128] [--lr 0.001] [--optimizer adam|sgd]
                              [--backend eager|triton] [--weights PATH] [--checkpoint PATH] [--restart]
 
@@ -328,6 +328,7 @@ def bench_args(argv) -> argparse.Namespace:
     p.add_argument("--eval-rows", type=int, default=None, help="eval rows for agreement (default all 1,000; CPU 6)")
     p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--out", default=None, help="results directory (default results/<device>/)")
+    p.add_argument("--tag", default=None, help="write char_cnn-<tag>.csv (default char_cnn.csv)")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--show", action="store_true", help="print the committed GPU rows of the suite")
     p.add_argument("--full", action="store_true", help="CPU interpreter: the full model (default: a tiny one)")
@@ -391,7 +392,7 @@ def bench_main(argv) -> int:
                                  ref.alphabet_size)
     models = {}
     rows: list[dict] = []
-    save = (lambda: None) if args.no_write else (lambda: R.write_rows(rows, args.out, SUITE))
+    save = (lambda: None) if args.no_write else (lambda: R.write_rows(rows, args.out, SUITE, tag=args.tag))
     print(f"Char-CNN on {device_name(device)}: {note}" + (f"  [{R.CPU_NOTE}]" if INTERPRET else ""), flush=True)
     for dtype, batch, backends in plan(args):
         if dtype not in models:
