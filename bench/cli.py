@@ -292,7 +292,7 @@ def print_table(rows: list[dict], title: str, committed: bool = False) -> None:
 def show(suite: str, out: str | None) -> int:
     """Print the committed GPU results of a suite (for CPU-only machines)."""
     root = Path(out) if out else R.RESULTS
-    files = sorted(p for p in root.rglob(f"{suite}*.csv") if "cpu-interpreter" not in p.parts and "history" not in p.parts)
+    files = sorted(p for p in root.rglob(f"{suite}*.csv") if "cpu-interpreter" not in p.parts and "runs" not in p.parts)
     if not files:
         print(f"no committed GPU results for suite {suite!r} under {root}")
         return 1

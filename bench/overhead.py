@@ -28,7 +28,7 @@ from torch import nn
 from triton_kernels.runtime import INTERPRET, default_device
 
 from . import results as R
-from .cli import parser
+from .cli import parser, run
 
 SUITE = "overhead"
 
@@ -267,7 +267,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0], "bench.overhead")
     p.add_argument("--calls", type=int, default=None, help="calls per timing round (default 2000; CPU 5)")
     args = p.parse_args(argv)
     if args.show:
@@ -295,4 +295,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run(main))

@@ -33,7 +33,7 @@ COLUMNS = [
 ]
 STATUSES = ("ok", "wrong", "oom", "compile-error", "unsupported", "error")
 CPU_NOTE = "cpu-interpreter, not a performance figure"
-_TIMED_UNITS = ("ms", "s", "TFLOP/s", "GB/s", "%", "x", "inputs/s")
+_TIMED_UNITS = ("ms", "us", "s", "TFLOP/s", "GB/s", "%", "x", "inputs/s")
 
 
 @functools.lru_cache(maxsize=1)
@@ -217,14 +217,16 @@ def is_cpu_interpreter(df) -> "pd.Series":  # noqa: F821
 
 
 def read_results(paths: Iterable[str | Path] | str | Path) -> "pd.DataFrame":  # noqa: F821
-    """Concatenate results CSVs (files or directories searched recursively)."""
+    """Concatenate results CSVs (files, or directories searched recursively except their runs/)."""
     import pandas as pd
 
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files: list[Path] = []
     for p in map(Path, paths):
-        files.extend(sorted(p.rglob("*.csv")) if p.is_dir() else [p])
+        # a directory: its current rows, not the superseded runs kept under runs/
+        files.extend(sorted(f for f in p.rglob("*.csv") if "runs" not in f.relative_to(p).parts)
+                     if p.is_dir() else [p])
     frames = [pd.read_csv(f) for f in files if f.suffix == ".csv"]
     frames = [f for f in frames if set(["suite", "metric", "value"]).issubset(f.columns)]
     if not frames:

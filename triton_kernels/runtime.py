@@ -321,6 +321,7 @@ class Autotuner:
         self._memory: dict[Any, Config] = {}  # in-process choices, by raw key (its string if unhashable)
         self.trials: dict[str, list[dict]] = {}  # key -> [{config, ms}] for every config tried
         self.events: list[tuple[str, str]] = []  # (key, "hit" | "tuned" | "memory") log for reports
+        self.picks = 0  # calls of pick(): a launcher's steady state makes none (its launch plan is kept)
         self._source_hash = self._hash_source(kernel, self.configs)
 
     # -- keys ---------------------------------------------------------------------------------------
@@ -350,15 +351,17 @@ class Autotuner:
     # -- the main entry -----------------------------------------------------------------------------
     def pick(self, key: Any, run: Callable[[Config], Any],
              configs: Sequence[Config] | Callable[[], Sequence[Config]] | None = None,
-             tracing: bool = False) -> Config:
+             tracing: bool = False, interpret_config: Config | None = None) -> Config:
         """The config for ``key``; ``run(cfg)`` launches the kernel once with ``cfg`` (used for timing).
 
         ``tracing``: the inputs are fake (torch.compile is tracing the op), so nothing can be timed:
         a remembered or cached config is used if there is one, else the first candidate (candidates
         are ordered best-guess first). The same holds when $TRITON_PLAYGROUND_AUTOTUNE=0.
+        ``interpret_config``: the config to run under the interpreter for this key (default: the tuner's).
         """
+        self.picks += 1
         if INTERPRET:
-            return self.interpret_config
+            return interpret_config or self.interpret_config
         mk = self._memory_key(key)
         cfg = self._memory.get(mk)  # the hot path: one dict lookup per launch
         if cfg is not None:

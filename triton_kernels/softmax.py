@@ -42,7 +42,7 @@ import triton.language as tl
 
 from .runtime import is_fake as _is_fake
 from .launcher import BoundKernel, bind
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
+from .runtime import Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Longest row (rounded up to a power of two) handled by the one-block-per-row kernels; longer rows
@@ -215,9 +215,7 @@ _bwd_loop_tuner = register_tuner(Autotuner("softmax_bwd_looped", _softmax_bwd_lo
 
 
 def _pick(tuner: Autotuner, key, run, configs, interp_cfg: Config, fake: bool) -> Config:
-    if INTERPRET:
-        return interp_cfg
-    return tuner.pick(key, run, configs, tracing=fake)
+    return tuner.pick(key, run, configs, tracing=fake, interpret_config=interp_cfg)
 
 
 def check_config(config: Optional[Config]) -> None:
