@@ -291,11 +291,12 @@ def _bn_bwd_dx_kernel(
 # ----------------------------------------------------------------------------------------------------
 # Layout: every tensor of one call shares the (N, HW, C) strides of the output
 # ----------------------------------------------------------------------------------------------------
-def _pixel_strides(t: torch.Tensor) -> Optional[tuple[int, int, int]]:
-    """(stride_n, stride_hw, stride_c) of a 4-D tensor whose H and W flatten into one stride, else None.
-    The stride of a dim of size 1 is irrelevant and reported as 0, so equal triples address alike."""
+def _pixel_strides(t: torch.Tensor, strides: Optional[tuple] = None) -> Optional[tuple[int, int, int]]:
+    """(stride_n, stride_hw, stride_c) of a 4-D tensor (or of ``strides`` for its shape) whose H and W
+    flatten into one stride, else None. The stride of a dim of size 1 is irrelevant and reported as 0,
+    so equal triples address alike."""
     N, C, H, W = t.shape
-    sn, sc, sh, sw = t.stride()
+    sn, sc, sh, sw = strides if strides is not None else t.stride()
     if H == 1 or W == 1:
         shw = sw if H == 1 else sh
     elif sh == W * sw:
@@ -440,7 +441,7 @@ def _prepare(x: torch.Tensor, *others: Optional[torch.Tensor]):
     """([x, *others] in one layout, its memory format, the geometry): x is copied once when it is not
     dense (channels_last or NCHW), each other tensor when its pixel strides differ from x's."""
     fmt = _memory_format(x)
-    ref = _pixel_strides(torch.empty_strided(x.shape, _dense_strides(tuple(x.shape), fmt), device="meta"))
+    ref = _pixel_strides(x, _dense_strides(tuple(x.shape), fmt))
     if _pixel_strides(x) != ref:
         x = x.contiguous(memory_format=fmt)
     out = [x] + [_in_layout(t, ref, fmt) if t is not None else None for t in others]
