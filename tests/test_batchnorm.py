@@ -45,7 +45,7 @@ def _check(shape, dtype, fmt, relu, use_res, momentum=0.1, scale=1.0):
     F.batch_norm(x.detach().float(), rm32, rv32, None, None, True, momentum, 1e-5)
     for name, ours, r64, r32 in (("running_mean", rm, rm64, rm32), ("running_var", rv, rv64, rv32)):
         assert_close(ours, r64, torch.float32 if dtype == torch.float32 else dtype, name=name)
-        assert rel_err(ours, r32) <= 1e-6, name
+        assert rel_err(ours, r32) <= 1e-5, name
     g = torch.randn_like(y)
     y.backward(g)
     ref.backward(g.cpu().double())

@@ -345,10 +345,10 @@ class _Geometry:
 # ----------------------------------------------------------------------------------------------------
 # Autotuning spaces: tiles of 2048-8192 values, BLOCK_C up to 128 channels (channels_last rows)
 # ----------------------------------------------------------------------------------------------------
-def _tile_shapes(geo: _Geometry) -> list[tuple[int, int]]:
+def _tile_shapes(geo: _Geometry, sizes=(4096, 8192, 2048)) -> list[tuple[int, int]]:
     block_c = min(next_power_of_2(geo.C), 128)
     out = []
-    for elems in (4096, 8192, 2048):
+    for elems in sizes:
         block_m = max(1, min(elems // block_c, next_power_of_2(geo.HW)))
         if (block_m, block_c) not in out:
             out.append((block_m, block_c))
@@ -360,8 +360,9 @@ def _stream_configs(geo: _Geometry) -> list[Config]:
 
 
 def _reduce_configs(geo: _Geometry) -> list[Config]:
+    # two fp32 accumulators per tile element live in registers: tiles of at most 4096 values
     return [Config({"BLOCK_M": m, "BLOCK_C": c, "PER_SM": p}, w, 1)
-            for m, c in _tile_shapes(geo)[:2] for p in (4, 2) for w in (4, 8)]
+            for m, c in _tile_shapes(geo, (4096, 2048)) for p in (4, 2) for w in (4, 8)]
 
 
 # the interpreter pays per program, not per value: few large tiles; a reduction still splits into several
