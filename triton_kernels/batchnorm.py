@@ -360,9 +360,10 @@ def _stream_configs(geo: _Geometry) -> list[Config]:
 
 
 def _reduce_configs(geo: _Geometry) -> list[Config]:
-    # two fp32 accumulators per tile element live in registers: tiles of at most 4096 values
-    return [Config({"BLOCK_M": m, "BLOCK_C": c, "PER_SM": p}, w, 1)
-            for m, c in _tile_shapes(geo, (4096, 2048)) for p in (4, 2) for w in (4, 8)]
+    # two fp32 accumulators per tile element live in registers: tiles of at most 4096 values; stages > 1
+    # let Triton issue the next tile's loads before the current one is summed
+    return [Config({"BLOCK_M": m, "BLOCK_C": c, "PER_SM": p}, w, st)
+            for m, c in _tile_shapes(geo, (4096, 2048)) for p, w, st in ((4, 4, 1), (4, 8, 1), (2, 4, 3), (4, 4, 3))]
 
 
 # the interpreter pays per program, not per value: few large tiles; a reduction still splits into several
