@@ -57,18 +57,19 @@ def _inputs(M, V, dtype=torch.float32, scale=3.0, device=DEVICE, ignore_frac=0.2
     return logits, target
 
 
-@pytest.fixture(params=["one_chunk", "chunked", "chunked_db"])
+@pytest.fixture(params=["one_chunk", "chunked_db"])
 def variant(request, monkeypatch):
     if request.param != "one_chunk":  # force several chunks per row on small vocabularies
         monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 8)
-    # chunked_db: the sweeps load chunk i + 1 into registers before reducing chunk i
+    # chunked_db: the sweeps load chunk i + 1 into registers before reducing chunk i (the chunked sweep
+    # without double-buffering runs in test_views and test_extreme_values: config CHUNKED)
     monkeypatch.setattr(CE, "INTERPRET_REG_DB", request.param == "chunked_db")
     return request.param
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
-@pytest.mark.parametrize("V", [2, 3, 17, 1000])
+@pytest.mark.parametrize("V", [3, 17, 1000])
 def test_loss_grad_correct(V, reduction, dtype, variant):
     if variant != "one_chunk" and V > 100:
         pytest.skip("slow in the interpreter; long rows are chunked in test_vocab_32001_chunked")
@@ -77,8 +78,7 @@ def test_loss_grad_correct(V, reduction, dtype, variant):
 
 
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
-@pytest.mark.parametrize("smoothing", [0.1, 1.0])
-@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("smoothing,weighted", [(0.1, False), (1.0, True)])  # (0.1, True): test_views
 def test_label_smoothing_and_weights(reduction, smoothing, weighted, variant):
     logits, target = _inputs(19, 37)
     weight = torch.rand(37, device=DEVICE) + 0.25 if weighted else None
@@ -96,7 +96,7 @@ def test_vocab_32001_chunked():
     _check(logits, target, label_smoothing=0.05)
 
 
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_huge_logits(reduction, variant):
     logits, target = _inputs(16, 50, scale=1e4)
     _check(logits, target, reduction=reduction, label_smoothing=0.1)
@@ -234,7 +234,7 @@ def test_module_matches_nn_and_trains():
     ref = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.1)
     assert isinstance(ours, torch.nn.CrossEntropyLoss) and list(ours.state_dict()) == list(ref.state_dict())
     lin = torch.nn.Linear(8, 4)
-    x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+    x, y = torch.randn(24, 8), torch.randint(0, 4, (24,))
     opt = torch.optim.SGD(lin.parameters(), lr=0.5)
     first = None
     for _ in range(6):
@@ -244,7 +244,7 @@ def test_module_matches_nn_and_trains():
         loss.backward()
         opt.step()
         first = first if first is not None else loss.item()
-    assert loss.item() < first and 0 <= correct.item() <= 64
+    assert loss.item() < first and 0 <= correct.item() <= 24
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -277,16 +277,19 @@ def test_unchecked_out_of_range_target_gives_nan():
 # ---------------------------------------------------------------------------------------------- views
 # Every argument in every layout (tests/view_matrix.py): loss and dlogits against float64, through the
 # public function (its tuned one-chunk kernel) and through the launcher with a chunked configuration
-# (13 classes in chunks of 8: the second ragged; register double-buffering on). Class weights and label
+# (13 classes in chunks of 8: the second ragged; no register double-buffering: the `variant` fixture
+# covers that). Class weights and label
 # smoothing everywhere; rows whose target is the largest drawn class are ignored (except with an
-# expanded target, where every row would be).
+# expanded target, where every row would be). On the CPU (interpreter time): fp32 through the public
+# function with every reduction, fp16 with "mean" (the one that reads the targets twice), the chunked
+# path with "mean" and "none"; on the GPU every combination, bf16 too.
 VIEW_V = 13
-CHUNKED = Config({"BLOCK_V": 8, "PER_SM": 2, "REG_DB": 1}, 4, 1)
+CHUNKED = Config({"BLOCK_V": 8, "PER_SM": 2, "REG_DB": 0}, 4, 1)
 
 
 def _view_args(logits_grad: bool) -> dict:
-    return {"logits": Arg((11, VIEW_V), broadcast=(0,), grad=logits_grad),
-            "target": Arg((11,), broadcast=(0,), grad=False, values=f"index:{VIEW_V}"),
+    return {"logits": Arg((6, VIEW_V), broadcast=(0,), grad=logits_grad),
+            "target": Arg((6,), broadcast=(0,), grad=False, values=f"index:{VIEW_V}"),
             "weight": Arg((VIEW_V,), broadcast=(0,), grad=False)}
 
 
@@ -327,8 +330,9 @@ def view_case(arg: str, layout: str, dtype_name: str, reduction: str, path: str,
                device=device)
 
 
-_VIEW_PARAMS = [(c, d, r, p) for p in ("public", "chunked") for d in ("float32", "float16") for r in CE.REDUCTIONS
-                for c in view_cases(_view_args(True)) if p == "public" or d == "float32"]
+_VIEW_PARAMS = [(c, "float32", r, "public") for r in CE.REDUCTIONS for c in view_cases(_view_args(True))]
+_VIEW_PARAMS += [(c, "float16", "mean", "public") for c in view_cases(_view_args(True))]
+_VIEW_PARAMS += [(c, "float32", r, "chunked") for r in ("mean", "none") for c in view_cases(_view_args(True))]
 
 
 @pytest.mark.parametrize("case,dtype_name,reduction,path", _VIEW_PARAMS, ids=lambda v: str(v))
@@ -347,15 +351,17 @@ def test_gpu_views(case, dtype_name, reduction, path, isolated):
 
 # ---------------------------------------------------------------------------------------------- extremes
 # The reduction at extreme values, against float64, no looser than twice torch's own float32 error on
-# the same input (or the table's tolerance): logits sharing a large offset (each row +-offset + 3 randn)
-# and logits near the fp32 maximum (each row +-3e38 + 3e34 randn: the loss, up to ~1e36, is representable).
+# the same input (or the table's tolerance): logits sharing a large offset (each row +-1e4, +-3e4 or
+# +-1e5, + 3 randn) and logits near the fp32 maximum (each row +-3e38 + 3e34 randn: the loss, up to
+# ~1e36, is representable).
 def extreme_case(kind: str, reduction: str, weighted: bool, path: str, device: str = DEVICE) -> None:
-    M, V = 12, 37
+    M, V = 9, 21
     sign = torch.where(torch.rand(M, 1) < 0.5, -1.0, 1.0)
     if kind == "pm3e38":
         logits = sign * 3e38 + 3e34 * torch.randn(M, V)
     else:
-        logits = sign * float(kind.removeprefix("offset")) + 3.0 * torch.randn(M, V)
+        offset = torch.tensor([1e4, 3e4, 1e5])[torch.arange(M) % 3, None]
+        logits = sign * offset + 3.0 * torch.randn(M, V)
     logits = logits.to(device)
     target = torch.randint(0, V, (M,), device=device)
     target[torch.rand(M, device=device) < 0.2] = -100
@@ -382,7 +388,7 @@ def extreme_case(kind: str, reduction: str, weighted: bool, path: str, device: s
 @pytest.mark.parametrize("path", ["public", "chunked"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
-@pytest.mark.parametrize("kind", ["offset1e4", "offset1e5", "pm3e38"])
+@pytest.mark.parametrize("kind", ["offset", "pm3e38"])
 def test_extreme_values(kind, reduction, weighted, path):
     extreme_case(kind, reduction, weighted, path)
 
@@ -414,7 +420,7 @@ def test_extreme_all_rows_ignored(reduction, path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["public", "chunked"])
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
-@pytest.mark.parametrize("kind", ["offset1e4", "offset1e5", "pm3e38"])
+@pytest.mark.parametrize("kind", ["offset", "pm3e38"])
 def test_gpu_extreme_values(kind, reduction, path, isolated):
     isolated("tests.test_cross_entropy:extreme_case", kind, reduction, True, path, "cuda")
     isolated("tests.test_cross_entropy:all_ignored_case", reduction, path, "cuda")

