@@ -5,8 +5,8 @@ Per row i with target t (weights w_c, default 1; smoothing eps; W = sum_c w_c):
     loss_i = (1 - eps) * w_t * (lse - x_t)  +  (eps / V) * sum_c w_c * (lse - x_c)
            = (1 - eps) * w_t * ((m - x_t) + log s)  +  (eps / V) * (sum_c w_c (m - x_c)  +  W log s)
 (the smoothing sum is taken over the shifted logits m - x_c >= 0: no cancellation when the logits share
-a large offset, and no overflow of W * lse near the fp32 maximum), which is torch's definition (nll_loss on log_softmax, plus the smoothing term of
-torch.nn.functional.cross_entropy). Rows whose target is ignore_index contribute 0 to the loss, 0 to the
+a large offset, and no overflow of W * lse near the fp32 maximum), which is torch's definition (nll_loss
+on log_softmax, plus the smoothing term of torch.nn.functional.cross_entropy). Rows whose target is ignore_index contribute 0 to the loss, 0 to the
 denominator and a zero gradient. Reductions: "none" -> loss_i; "sum" -> sum_i loss_i;
 "mean" -> sum_i loss_i / sum_{i not ignored} w_{t_i} (NaN when every row is ignored, as torch).
 The gradient of the reduced loss with respect to the logits, with p_c = exp(x_c - lse) and
@@ -30,8 +30,8 @@ Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid
   store after a barrier, so no per-element column compare.
 * Longer rows (vocabularies up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps, per lane
   (column of the chunk), the running max, the rescaled sum of exponentials (one exp per element), the
-  first argmax and the smoothing sum (rebased to the lane maximum as it rises) -- no cross-warp reduction inside the loop, so warps stream
-  independently -- and merges the lanes once per row; sweep 2 goes over the chunks in reverse order
+  first argmax and the smoothing sum (rebased to the lane maximum as it rises) -- no cross-warp
+  reduction inside the loop, so warps stream independently -- and merges the lanes once per row; sweep 2 goes over the chunks in reverse order
   (most recently read chunks first, while they are still in L2) and writes the gradient. With REG_DB
   each sweep loads chunk i + 1 into registers before reducing chunk i (register double-buffering: 15-19 %
   faster on the H100). PREFETCH works here too (rows up to 128 KB) but slowed the chunked sweep on the
