@@ -31,8 +31,9 @@ Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid
 * Longer rows (vocabularies up to 256k and beyond) are swept in BLOCK_V chunks: sweep 1 keeps, per lane
   (column of the chunk), the running max, the rescaled sum of exponentials (one exp per element), the
   first argmax and the smoothing sum (rebased to the lane maximum as it rises) -- no cross-warp
-  reduction inside the loop, so warps stream independently -- and merges the lanes once per row; sweep 2 goes over the chunks in reverse order
-  (most recently read chunks first, while they are still in L2) and writes the gradient. With REG_DB
+  reduction inside the loop, so warps stream independently -- and merges the lanes once per row; sweep 2
+  goes over the chunks in reverse order (most recently read chunks first, while they are still in L2)
+  and writes the gradient. With REG_DB
   each sweep loads chunk i + 1 into registers before reducing chunk i (register double-buffering: 15-19 %
   faster on the H100). PREFETCH works here too (rows up to 128 KB) but slowed the chunked sweep on the
   H100, so no chunked candidate uses it.
