@@ -7,8 +7,9 @@ Per row i with target t (weights w_c, default 1; smoothing eps; W = sum_c w_c):
 (the smoothing sum is taken over the shifted logits m - x_c >= 0: no cancellation when the logits share
 a large offset, and no overflow of W * lse near the fp32 maximum), which is torch's definition (nll_loss
 on log_softmax, plus the smoothing term of torch.nn.functional.cross_entropy). Rows whose target is
-ignore_index contribute 0 to the loss, 0 to the denominator and a zero gradient. Reductions: "none" -> loss_i; "sum" -> sum_i loss_i;
-"mean" -> sum_i loss_i / sum_{i not ignored} w_{t_i} (NaN when every row is ignored, as torch).
+ignore_index contribute 0 to the loss, 0 to the denominator and a zero gradient. Reductions:
+"none" -> loss_i; "sum" -> sum_i loss_i; "mean" -> sum_i loss_i / sum_{i not ignored} w_{t_i} (NaN when
+every row is ignored, as torch).
 The gradient of the reduced loss with respect to the logits, with p_c = exp(x_c - lse) and
 scale = 1 / denominator for "mean", 1 otherwise:
     dx_c = scale * [ ((1 - eps) w_t + (eps / V) W) p_c  -  (1 - eps) w_t [c == t]  -  (eps / V) w_c ]
