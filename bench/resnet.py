@@ -95,7 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
       "torch's CPU convolutions are very slow in it at small widths)")
     a("--profile-one-step", action="store_true")
     a("--warmup-iters", type=int, default=10, help="steps before a profiled / timed step")
-    a("--profile-iter", type=int, default=None, help="global step profiled by --profile-one-step (default: warmup-iters)")
+    a("--profile-iter", type=int, default=None,
+      help="global step profiled by --profile-one-step (default: --warmup-iters)")
     a("--run-profiler", action="store_true")
     a("--profile-steps", type=int, default=5)
     a("--trace-file-name", default=None, help="Chrome trace of --run-profiler (default <out-dir>/trace.json)")

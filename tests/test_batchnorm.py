@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from models.resnet import BatchNormAct2d
 from triton_kernels import batchnorm as BN
+from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err
 
 from .conftest import DEVICE
@@ -67,6 +68,25 @@ def test_odd_shapes(shape):
     """One sample (three values per channel: with two, dx is exactly 0), one channel, 1x1 maps, more
     channels than a block."""
     _check(shape, torch.float32, torch.channels_last, True, True)
+
+
+@pytest.mark.parametrize("config", [Config({"BLOCK_M": 4, "BLOCK_C": 8, "PER_SM": 5}, 4, 1),
+                                    Config({"BLOCK_M": 128, "BLOCK_C": 64}, 4, 1)], ids=["many_groups", "one_tile"])
+def test_config_chooses_the_tiling(config):
+    """Explicit tilings: many small tiles in many groups (partial channel blocks, uneven groups), and
+    one tile holding every pixel; forward and backward use the same tiling."""
+    x = (torch.randn(3, 20, 5, 7, device=DEVICE) * 2 + 1).to(memory_format=torch.channels_last).requires_grad_()
+    res = torch.randn_like(x).requires_grad_()
+    w = (torch.rand(20, device=DEVICE) + 0.5).requires_grad_()
+    y = BN.batch_norm(x, None, None, w, None, residual=res, relu=True, config=config)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, res)]
+    ref = reference(leaves[0], leaves[1], None, leaves[2], relu=True)
+    assert_close(y, ref, torch.float32)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ref.backward(g.double())
+    for t, leaf in zip((x, w, res), leaves):
+        assert_close(t.grad, leaf.grad, torch.float32)
 
 
 def test_momentum_extremes():
@@ -203,6 +223,9 @@ def test_module_matches_batchnorm2d(momentum):
     (lambda x: BN.batch_norm(x[:1, :, :1, :1]), "more than 1 value per channel"),
     (lambda x: BN.batch_norm(x, training=False), "needs running_mean"),
     (lambda x: BN.batch_norm(x.to("meta")), "meta tensor"),
+    (lambda x: BN.batch_norm(x, config={"BLOCK_M": 4}), "config must be a triton_kernels.runtime.Config"),
+    (lambda x: BN.batch_norm(x, config=Config({"BLOCK_M": 4}, 4, 1)), "config must name BLOCK_M and BLOCK_C"),
+    (lambda x: BN.batch_norm(x, config=Config({"BLOCK_M": 6, "BLOCK_C": 4}, 4, 1)), "BLOCK_M must be a positive"),
     (lambda x: BN.fold_into_conv(torch.ones(5, 4, 3, 3), None, torch.zeros(4), torch.ones(4)), "expected \\(5,\\)"),
 ])
 def test_bad_input_raises(bad, match):
@@ -234,6 +257,17 @@ def test_gpu_resnet_shapes_bf16(shape, relu, use_res):
 def test_gpu_odd_and_nchw(dtype, fmt):
     _check((7, 33, 9, 11), dtype, fmt, True, True)
     _check((512, 128, 16, 16), dtype, fmt, True, False)
+
+
+@pytest.mark.gpu
+def test_gpu_explicit_configs():
+    """Tilings the tuner may not pick, at a real shape: many groups of small tiles, and large tiles."""
+    for cfg in (Config({"BLOCK_M": 16, "BLOCK_C": 32, "PER_SM": 8}, 4, 1),
+                Config({"BLOCK_M": 32, "BLOCK_C": 128}, 8, 3)):
+        x = (torch.randn(256, 128, 16, 16, device="cuda") + 1).to(torch.bfloat16).to(memory_format=torch.channels_last)
+        res = torch.randn_like(x)
+        y = BN.batch_norm(x, residual=res, relu=True, config=cfg)
+        assert_close(y, reference(x.cpu(), torch.ones(128), torch.zeros(128), res.cpu(), relu=True), torch.bfloat16)
 
 
 @pytest.mark.gpu

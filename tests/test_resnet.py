@@ -62,7 +62,8 @@ def test_triton_backend_matches_float64():
     ref = ResNet((1, 1, 1, 1), widths=TINY).double().to(DEVICE)
     ref.load_state_dict(eager.state_dict())
     x = torch.randn(4, 3, 8, 8, device=DEVICE)
-    outs = {name: m(x.double() if name == "ref" else x) for name, m in (("ref", ref), ("eager", eager), ("fused", fused))}
+    models = (("ref", ref), ("eager", eager), ("fused", fused))
+    outs = {name: m(x.double() if name == "ref" else x) for name, m in models}
     err_e, err_f = rel_err(outs["eager"], outs["ref"]), rel_err(outs["fused"], outs["ref"])
     assert err_f <= max(4 * err_e, 1e-5), (err_f, err_e)
     g = torch.randn_like(outs["ref"])
@@ -274,7 +275,8 @@ def test_scaling_report(tmp_path):
             for g, b, v in ((1, 512, 1000.0), (1, 1024, 1100.0), (2, 512, 1800.0))]
     R.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
     assert RN.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
-    out = {r["metric"]: r["value"] for r in json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())}
+    report = json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())
+    out = {r["metric"]: r["value"] for r in report}
     assert out["weak_scaling_efficiency"] == pytest.approx(0.9)
     assert out["strong_scaling_efficiency"] == pytest.approx(1800 / 2200)
 

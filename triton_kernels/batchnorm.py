@@ -39,6 +39,7 @@ mutates its inputs there).
 """
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import torch
@@ -379,7 +380,40 @@ _tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_
                ("bwd_dx", _bn_bwd_dx_kernel, _stream_configs, _INTERPRET_STREAM))}
 
 
-def _pick(name: str, geo: _Geometry, dtype: torch.dtype, flags: tuple, run, tensors) -> Config:
+def check_config(config: Optional[Config]) -> None:
+    """A tiling for every kernel of a call: BLOCK_M (pixels) and BLOCK_C (channels) per tile, powers of two,
+    and optionally PER_SM (reduction programs per SM, default 2); raise a ValueError naming ``config``."""
+    if config is None:
+        return
+    if not isinstance(config, Config):
+        raise ValueError(f"config must be a triton_kernels.runtime.Config or None, got {type(config).__name__}")
+    keys = set(config.kwargs)
+    if not {"BLOCK_M", "BLOCK_C"} <= keys <= {"BLOCK_M", "BLOCK_C", "PER_SM"}:
+        raise ValueError(f"config must name BLOCK_M and BLOCK_C (and optionally PER_SM), got {sorted(keys)}")
+    for k, v in config.kwargs.items():
+        if not isinstance(v, int) or v < 1 or (k != "PER_SM" and v & (v - 1)):
+            what = "positive int" if k == "PER_SM" else "positive power of two"
+            raise ValueError(f"config's {k} must be a {what}, got {v!r}")
+
+
+def _config_str(config: Optional[Config]) -> str:
+    """A config as the string the torch ops carry ("" = the tuned ones)."""
+    return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
+
+
+def _config_from(text: str) -> Optional[Config]:
+    return Config.from_json(json.loads(text)) if text else None
+
+
+def _pick(name: str, geo: _Geometry, dtype: torch.dtype, flags: tuple, run, tensors,
+          config: Optional[Config] = None) -> Config:
+    if config is not None:
+        kw = dict(config.kwargs)
+        if name in ("stats", "bwd_reduce"):
+            kw.setdefault("PER_SM", 2)
+        else:
+            kw.pop("PER_SM", None)
+        return Config(kw, config.num_warps, config.num_stages)
     configs = _reduce_configs if name in ("stats", "bwd_reduce") else _stream_configs
     key = (*geo.key(), str(dtype), *flags)
     return _tuners[name].pick(key, run, lambda: configs(geo), tracing=_is_fake(*tensors))
@@ -407,7 +441,7 @@ def _finalize_blocks(C: int, groups: int) -> dict:
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, device):
+def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, device, config=None):
     """Run a (group, channel block) reduction kernel; returns (partials, groups). ``inputs``: the
     leading pointer arguments; the kernel's partial buffer has ``rows`` (3 or 2) x groups x C values."""
     rows = 3 if name == "stats" else 2
@@ -420,10 +454,10 @@ def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, devic
                 per_group, groups, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return part, groups
 
-    return run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)]))
+    return run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
 
 
-def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs):
+def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs, config=None):
     """Run a (tile, channel block) elementwise kernel over the whole tensor."""
     def run(cfg):
         per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])
@@ -431,7 +465,7 @@ def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs):
         _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides(), per_sample, **constexprs, **cfg.kwargs,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-    run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)]))
+    run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
 
 
 def _dense_strides(shape: tuple, fmt: torch.memory_format) -> tuple[int, int, int, int]:
@@ -455,7 +489,7 @@ def _empty_like_layout(x: torch.Tensor, fmt: torch.memory_format, dtype=None) ->
 
 
 def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
-                             relu: bool, update_in_place: bool):
+                             relu: bool, update_in_place: bool, config: Optional[Config] = None):
     """Training-mode forward: (y, stats (5, C) fp32 = s, offset, rstd, scale, beta; running (2, C) = the new
     running statistics when they are not updated in place (then the buffers must be contiguous), else an
     empty tensor). weight / bias are copied when not contiguous."""
@@ -470,7 +504,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     if has_running and not update_in_place:
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
-    part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, (), {}, dev)
+    part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, (), {}, dev, config)
     _launch(_bn_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
             weight if weight is not None else stats, bias if bias is not None else stats, stats,
             running_mean if has_running else stats, running_var if has_running else stats,
@@ -479,20 +513,21 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
             UPDATE_RUNNING=has_running, **_finalize_blocks(geo.C, groups), num_warps=4)
     y = _empty_like_layout(x, fmt)
     _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu})
+                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu}, config)
     return y, stats, running
 
 
-def batch_norm_apply(x, residual, stats, relu: bool) -> torch.Tensor:
+def batch_norm_apply(x, residual, stats, relu: bool, config: Optional[Config] = None) -> torch.Tensor:
     """y = act((x - mean) * scale + beta [+ residual]) for given per-channel stats (5, C) fp32 (inference)."""
     (x, residual), fmt, geo = _prepare(x, residual)
     y = _empty_like_layout(x, fmt)
     _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu})
+                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu}, config)
     return y
 
 
-def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_g: bool):
+def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_g: bool,
+                              config: Optional[Config] = None):
     """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``y`` is the
     saved output when the relu mask is read from it (a residual was added), else None."""
     (x, dy, y), fmt, geo = _prepare(x, dy, y)
@@ -502,7 +537,7 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     flags = (relu, mask_from_y, store_g)
     part, groups = _launch_reduction(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
-        dy.dtype, flags, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev)
+        dy.dtype, flags, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config)
     dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     _launch(_bn_bwd_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, stats, coef, dwb, geo.C, groups,
@@ -513,7 +548,7 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
         _launch_stream("bwd_dx", _bn_bwd_dx_kernel, geo,
                        (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
                        (relu, mask_from_y, store_g),
-                       {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g})
+                       {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g}, config)
     return dx, g, dwb
 
 
@@ -523,27 +558,28 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
 def _bn_train_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                  residual: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
                  running_var: Optional[torch.Tensor], momentum: float, eps: float, relu: bool,
-                 update_in_place: bool) -> list[torch.Tensor]:
+                 update_in_place: bool, config: str) -> list[torch.Tensor]:
     y, stats, running = batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum, eps,
-                                                 relu, update_in_place)
+                                                 relu, update_in_place, _config_from(config))
     return [y, stats, running]
 
 
 def _bn_backward_op(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
-                    need_dx: bool, store_g: bool) -> list[torch.Tensor]:
-    dx, g, dwb = batch_norm_train_backward(dy, x, y, stats, relu, need_dx, store_g)
+                    need_dx: bool, store_g: bool, config: str) -> list[torch.Tensor]:
+    dx, g, dwb = batch_norm_train_backward(dy, x, y, stats, relu, need_dx, store_g, _config_from(config))
     empty = x.new_empty((0,))
     return [dx if dx is not None else empty, g if g is not None else empty.clone(), dwb]
 
 
-def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], stats: torch.Tensor, relu: bool) -> torch.Tensor:
-    return batch_norm_apply(x, residual, stats, relu)
+def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
+                 config: str) -> torch.Tensor:
+    return batch_norm_apply(x, residual, stats, relu, _config_from(config))
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, _, _, _, _, relu, _ = inputs
+    x, weight, bias, residual, _, _, _, _, relu, _, config = inputs
     y, stats, _ = output
-    ctx.relu, ctx.has_res = relu, residual is not None
+    ctx.relu, ctx.has_res, ctx.config = relu, residual is not None, config
     ctx.w_dtype = weight.dtype if weight is not None else None
     ctx.b_dtype = bias.dtype if bias is not None else None
     # the relu mask is read from y when a residual was added (recomputed from x otherwise)
@@ -555,11 +591,11 @@ def _backward(ctx, grads):
     x, y, stats = ctx.saved_tensors
     need_x, need_w, need_b, need_res = (bool(n) for n in ctx.needs_input_grad[:4])
     store_g = need_res and ctx.relu
-    dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g)
+    dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g, ctx.config)
     dres = (g if store_g else dy) if need_res else None
     return (dx if need_x else None, dwb[0].to(ctx.w_dtype) if need_w and ctx.w_dtype else None,
             dwb[1].to(ctx.b_dtype) if need_b and ctx.b_dtype else None, dres,
-            None, None, None, None, None, None)
+            None, None, None, None, None, None, None)
 
 
 _bn_backward_call = register_op("tk::batch_norm_act_backward", _bn_backward_op)
@@ -603,13 +639,16 @@ def inference_stats(running_mean: torch.Tensor, running_var: torch.Tensor, weigh
 def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                running_var: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
-               residual: Optional[torch.Tensor] = None, relu: bool = False) -> torch.Tensor:
+               residual: Optional[torch.Tensor] = None, relu: bool = False,
+               config: Optional[Config] = None) -> torch.Tensor:
     """``act(F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps) [+ residual])``
     with act = relu when ``relu``, for x (N, C, H, W) fp32 / fp16 / bf16 (weight, bias and the running
     statistics in any of those dtypes). Training mode normalises with the batch statistics (fp32) and
     updates the running statistics as torch does; inference mode uses the running statistics (when a
-    gradient is needed there, torch's own ops run). Differentiable in x, weight, bias and residual."""
+    gradient is needed there, torch's own ops run). Differentiable in x, weight, bias and residual.
+    ``config``: the tiling of every kernel of the call (see :func:`check_config`) instead of the tuned ones."""
     _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual)
+    check_config(config)
     N, C, H, W = x.shape
     if training:
         if N * H * W <= 1:
@@ -618,7 +657,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
         in_place = (running_mean is not None and not tracing and running_mean.is_contiguous()
                     and running_var.is_contiguous())
         y, _, running = _bn_train_call(x, weight, bias, residual, running_mean, running_var, float(momentum),
-                                       float(eps), bool(relu), in_place)
+                                       float(eps), bool(relu), in_place, _config_str(config))
         if running_mean is not None and not in_place:
             with torch.no_grad():
                 running_mean.copy_(running[0])
@@ -632,7 +671,8 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
         return torch.relu(y) if relu else y
     if x.numel() == 0:
         return torch.empty_like(x)
-    return _bn_apply_call(x, residual, inference_stats(running_mean, running_var, weight, bias, eps), bool(relu))
+    return _bn_apply_call(x, residual, inference_stats(running_mean, running_var, weight, bias, eps), bool(relu),
+                          _config_str(config))
 
 
 def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,
@@ -646,7 +686,8 @@ def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor],
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias), ("conv_bias", conv_bias)):
         if t is not None and tuple(t.shape) != (out_channels,):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({out_channels},) (the conv's output channels)")
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({out_channels},) "
+                             "(the conv's output channels)")
     with torch.no_grad():
         scale = torch.rsqrt(running_var.double() + eps)
         if weight is not None:
