@@ -182,6 +182,14 @@ def find_ceilings(device: str, explicit: str | None) -> Path | None:
     return cand if cand.exists() else None
 
 
+def draw_points(ax, points: list[tuple[float, float, str]]) -> None:
+    """Hand-given (arithmetic intensity FLOP/B, achieved GFLOP/s, label) points as labelled stars on a
+    roofline axis in TFLOP/s (what ``bench.roofline --point AI GFLOPS --label NAME`` would draw)."""
+    for ai, gflops, label in points:
+        ax.scatter([ai], [gflops / 1e3], marker="*", s=250, color="k", zorder=5)
+        ax.annotate(label, (ai, gflops / 1e3), textcoords="offset points", xytext=(6, 6), fontsize=8)
+
+
 def plot(points: list[dict], ceilings: dict, png: Path, title: str, label_top: int = 8) -> Path:
     """Roofline (TFLOP/s vs FLOP/byte) with the measured ceilings and one point per kernel."""
     import matplotlib
@@ -202,9 +210,7 @@ def plot(points: list[dict], ceilings: dict, png: Path, title: str, label_top: i
                    s=[20 + 600 * p["share"] for p in kernels], alpha=0.6, label="kernels (area ~ time share)")
         for p in kernels[:label_top]:
             ax.annotate(p["kernel"][:40], (p["ai"], p["gflops"] / 1e3), fontsize=6, alpha=0.8)
-    for p in good:
-        if p["kernel"] == "whole step":
-            ax.scatter([p["ai"]], [p["gflops"] / 1e3], marker="*", s=250, color="k", label="whole step")
+    draw_points(ax, [(p["ai"], p["gflops"], "whole step") for p in good if p["kernel"] == "whole step"])
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
