@@ -20,7 +20,8 @@ Per launch:
     bytes = dram__bytes_read + dram__bytes_write (or dram__bytes),  time = gpu__time_duration
 A tensor instruction's FLOPs depend on its shape (HMMA m16n8k16: 4096; Hopper's warpgroup GMMA more), so
 the factor is a parameter: ``--calibrate gemm_kernel_substring:FLOPS`` derives it from one kernel of known
-FLOPs in the same export (e.g. a cuBLAS GEMM of 2*M*N*K profiled beside the step). Launches are summed
+FLOPs in the same export, ``--calibrate @last:FLOPS`` from the last launch (``bench.resnet --profile-one-step``
+ends its profiled range with a 4096^3 bf16 GEMM: @last:137438953472), which is then left out. Launches are summed
 per kernel name; AI = FLOPs / DRAM bytes, achieved = FLOPs / time. The plot draws the ceilings of
 ``bench.roofline --measure`` (copy bandwidth, GEMM peak per dtype) and one point per kernel, sized by its
 share of the time, plus the whole step.
@@ -131,10 +132,11 @@ def dram_bytes(launch: dict) -> float:
 
 
 def calibrate(launches: list[dict], spec: str) -> float:
-    """FLOPs per tensor instruction from ``NAME:FLOPS``: the (first) kernel whose name contains NAME."""
+    """FLOPs per tensor instruction from ``NAME:FLOPS``: the (first) kernel whose name contains NAME, or
+    with NAME = ``@last`` the last launch (bench.resnet --profile-one-step ends with a GEMM of known FLOPs)."""
     name, _, value = spec.rpartition(":")
-    for launch in launches:
-        if name and name in launch["kernel"]:
+    for launch in (launches[-1:] if name == "@last" else launches):
+        if name == "@last" or (name and name in launch["kernel"]):
             kind, count = tensor_counts(launch)
             if count <= 0:
                 raise ValueError(f"--calibrate: kernel {launch['kernel']!r} has no tensor counters")
@@ -236,7 +238,8 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--tensor-flops-per-inst", type=float, default=4096.0,
                    help="FLOPs per tensor-pipe instruction (default 4096: one HMMA m16n8k16 per warp)")
-    p.add_argument("--calibrate", default=None, help="NAME:FLOPS: the factor from a kernel of known FLOPs")
+    p.add_argument("--calibrate", default=None, help="NAME:FLOPS: the factor from a kernel of known FLOPs "
+                   "(NAME @last: the last launch, which is then left out of the points)")
     p.add_argument("--label", default=None, help="title / case label (default: the CSV's name)")
     args = p.parse_args(argv)
     path = Path(args.report)
@@ -244,6 +247,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"no such file: {path}")
     launches = parse(path.read_text(errors="replace"))
     factor = calibrate(launches, args.calibrate) if args.calibrate else args.tensor_flops_per_inst
+    if args.calibrate and args.calibrate.startswith("@last:"):
+        launches = launches[:-1]  # the calibration GEMM is not part of the step
     points = kernel_points(launches, factor)
     points.append(step_point(points))
     label = args.label or path.stem

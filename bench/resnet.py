@@ -26,8 +26,8 @@ epoch, so the position in the epoch is all the sampler needs).
 
 Profiling: --run-profiler writes a Chrome trace (torch.profiler) of steps --warmup-iters .. +--profile-steps
 to --trace-file-name and stops; --profile-one-step brackets step --profile-iter with cudaProfilerStart/Stop
-and an NVTX range "train_step" (for `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi`)
-and stops after it.
+and an NVTX range "train_step" (for `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi`),
+then one 4096^3 bf16 GEMM inside the range for bench.ncu_roofline's calibration, and stops.
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ STUDY_EPOCH_S = 18.07  # one V100, batch 512 (the profiling study's figure), quo
 # "+graph": the model's forward and backward captured in CUDA graphs (torch.cuda.make_graphed_callables;
 # the optimiser step stays eager); "compile+graph" is torch.compile(mode="reduce-overhead")
 RUN_BACKENDS = BACKENDS + ("eager+graph", "triton+graph", "compile+graph")
+CALIBRATION_GEMM = 4096  # --profile-one-step ends its profiled range with one n^3 bf16 GEMM (2 n^3 FLOPs)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -384,8 +385,18 @@ class StepProfiler:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_pop()
+                # the profiled range ends with one GEMM of known FLOPs, the last launch: bench.ncu_roofline
+                # --calibrate @last:FLOPS derives the FLOPs of a tensor-core instruction from it
+                n = CALIBRATION_GEMM
+                a_, b_ = (torch.randn(n, n, device=self.device, dtype=torch.bfloat16) for _ in range(2))
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_push("calibration_gemm")
+                a_ @ b_
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
                 torch.cuda.profiler.stop()
-            print(f"profiled step {global_step} (NVTX range 'train_step')", file=sys.stderr)
+            print(f"profiled step {global_step} (NVTX range 'train_step'), then a {CALIBRATION_GEMM}^3 bf16 GEMM: "
+                  f"--calibrate @last:{2 * CALIBRATION_GEMM ** 3}", file=sys.stderr)
             self.done = True
         if self.prof is not None and global_step == a.warmup_iters + a.profile_steps - 1:
             sync(self.device)

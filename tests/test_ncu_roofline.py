@@ -38,6 +38,8 @@ def test_raw_page(tmp_path):
     assert bn["ai"] == pytest.approx(bn["flops"] / 16e6) and bn["gflops"] == pytest.approx(bn["flops"] / 4e-6 / 1e9)
     assert gemm["tensor_flops"] == pytest.approx(2000 * 4096) and gemm["share"] == pytest.approx(10 / 14)
     assert NR.calibrate(launches, "xmma_gemm:4096000") == pytest.approx(2048.0)
+    launches.append(dict(launches[1], id="3"))  # a calibration GEMM as the last launch
+    assert NR.calibrate(launches, "@last:2048000") == pytest.approx(1024.0)
 
 
 def test_details_page_and_ops_counters():
@@ -70,6 +72,12 @@ def test_main_plot_rows_and_errors(tmp_path, capsys):
     bad.write_text("not a report\n")
     with pytest.raises(ValueError, match="Kernel Name"):
         NR.main([str(bad)])
+    gemm_last = tmp_path / "gemm_last.csv"
+    lines = _raw_csv().splitlines()
+    gemm_last.write_text("\n".join(lines[:3] + [lines[3], lines[5], lines[4]]) + "\n")
+    assert NR.main([str(gemm_last), "--calibrate", "@last:4096000", "--json", str(tmp_path / "q.json")]) == 0
+    q = json.loads((tmp_path / "q.json").read_text())
+    assert [p["kernel"] for p in q] == ["_bn_apply_kernel", "whole step"]  # the GEMM was the calibration
     with pytest.raises(ValueError, match="no kernel name contains"):
         NR.main([str(csv), "--calibrate", "absent:100"])
     with pytest.raises(SystemExit):
