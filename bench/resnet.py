@@ -250,8 +250,8 @@ class Trainer:
         self.autocast_cache = not isinstance(forward, GraphedModel)  # graphs need the autocast cache off
 
     def step(self, x, y):
-        """One optimiser step; returns (loss, number correct) as device tensors (no host sync)."""
-        self.model.train()
+        """One optimiser step in training mode (evaluate() restores it); returns (loss, number correct) as
+        device tensors (no host sync)."""
         with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None,
                             cache_enabled=self.autocast_cache):
             out = self.forward(x)
@@ -403,8 +403,14 @@ class StepProfiler:
             self.prof.__exit__(None, None, None)
             self.trace.parent.mkdir(parents=True, exist_ok=True)
             self.prof.export_chrome_trace(str(self.trace))
-            sort = "cuda_time_total" if self.device.type == "cuda" else "cpu_time_total"
-            print(self.prof.key_averages().table(sort_by=sort, row_limit=25))
+            averages = self.prof.key_averages()
+            for sort in (("device_time_total", "cuda_time_total") if self.device.type == "cuda" else ()) + \
+                    ("cpu_time_total",):
+                try:
+                    print(averages.table(sort_by=sort, row_limit=25))
+                    break
+                except (AttributeError, KeyError, ValueError):
+                    continue
             print(f"Chrome trace of steps {a.warmup_iters}..{global_step} -> {self.trace}", file=sys.stderr)
             self.prof, self.done = None, True
 
