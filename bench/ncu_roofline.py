@@ -15,14 +15,15 @@ sm__inst_executed_pipe_tensor.sum --csv --page raw python -m bench.resnet --prof
 
 Per launch:
     FLOPs = fadd + fmul + 2 ffma  (+ the same for the h* (fp16 / bf16 pairs count as executed) and d* counters)
-            + tensor FLOPs: 2 x the sm__ops_path_tensor_* counters (multiply-add ops) when present, else
-              tensor-pipe instructions (sm__inst_executed_pipe_tensor*) x --tensor-flops-per-inst
+            + tensor FLOPs: the sm__ops_path_tensor_* counters x 2 (taken as multiply-add ops) when present,
+              else tensor-pipe instructions (sm__inst_executed_pipe_tensor*) x --tensor-flops-per-inst
     bytes = dram__bytes_read + dram__bytes_write (or dram__bytes),  time = gpu__time_duration
-A tensor instruction's FLOPs depend on its shape (HMMA m16n8k16: 4096; Hopper's warpgroup GMMA more), so
-the factor is a parameter: ``--calibrate gemm_kernel_substring:FLOPS`` derives it from one kernel of known
-FLOPs in the same export, ``--calibrate @last:FLOPS`` from the last launch (``bench.resnet --profile-one-step``
-ends its profiled range with a 4096^3 bf16 GEMM: @last:137438953472), which is then left out. Launches are summed
-per kernel name; AI = FLOPs / DRAM bytes, achieved = FLOPs / time. The plot draws the ceilings of
+A tensor instruction's FLOPs depend on its shape (HMMA m16n8k16: 4096; Hopper's warpgroup GMMA more), and
+what an "op" counts is the profiler's, so the factor of whichever counter is present can be measured:
+``--calibrate gemm_kernel_substring:FLOPS`` derives it from one kernel of known FLOPs in the same export,
+``--calibrate @last:FLOPS`` from the last launch (``bench.resnet --profile-one-step`` ends its profiled
+range with a 4096^3 bf16 GEMM: @last:137438953472), which is then left out. Launches are summed per
+kernel name; AI = FLOPs / DRAM bytes, achieved = FLOPs / time. The plot draws the ceilings of
 ``bench.roofline --measure`` (copy bandwidth, GEMM peak per dtype) and one point per kernel, sized by its
 share of the time, plus the whole step.
 """
@@ -117,12 +118,17 @@ def tensor_counts(launch: dict) -> tuple[str, float]:
     return "inst", _sum(launch, r"sm__inst_executed_pipe_tensor_op_.*\.sum")
 
 
-def flops(launch: dict, tensor_flops_per_inst: float) -> tuple[float, float]:
-    """(scalar FLOPs, tensor FLOPs) of one launch."""
+def factors(tensor_flops_per_inst: float = 4096.0) -> dict[str, float]:
+    """FLOPs per tensor counter unit: per multiply-add op (2) and per tensor-pipe instruction."""
+    return {"ops": 2.0, "inst": tensor_flops_per_inst}
+
+
+def flops(launch: dict, per_unit: dict[str, float]) -> tuple[float, float]:
+    """(scalar FLOPs, tensor FLOPs) of one launch; ``per_unit`` as :func:`factors` gives."""
     scalar = sum(f * _sum(launch, rf"smsp__sass_thread_inst_executed_op_{op}_pred_on\.sum")
                  for op, f in SCALAR_FLOPS.items())
     kind, count = tensor_counts(launch)
-    return scalar, count * (2.0 if kind == "ops" else tensor_flops_per_inst)
+    return scalar, count * per_unit[kind]
 
 
 def dram_bytes(launch: dict) -> float:
@@ -131,25 +137,25 @@ def dram_bytes(launch: dict) -> float:
     return launch.get("dram__bytes.sum", float("nan"))
 
 
-def calibrate(launches: list[dict], spec: str) -> float:
-    """FLOPs per tensor instruction from ``NAME:FLOPS``: the (first) kernel whose name contains NAME, or
-    with NAME = ``@last`` the last launch (bench.resnet --profile-one-step ends with a GEMM of known FLOPs)."""
+def calibrate(launches: list[dict], spec: str) -> tuple[str, float]:
+    """(counter kind, FLOPs per unit of it) from ``NAME:FLOPS``: the (first) kernel whose name contains NAME,
+    or with NAME = ``@last`` the last launch (bench.resnet --profile-one-step ends with a GEMM of known FLOPs)."""
     name, _, value = spec.rpartition(":")
     for launch in (launches[-1:] if name == "@last" else launches):
         if name == "@last" or (name and name in launch["kernel"]):
             kind, count = tensor_counts(launch)
             if count <= 0:
                 raise ValueError(f"--calibrate: kernel {launch['kernel']!r} has no tensor counters")
-            scalar = flops(launch, 0.0)[0]
-            return (float(value) - scalar) / count * (0.5 if kind == "ops" else 1.0)
+            scalar = flops(launch, {"ops": 0.0, "inst": 0.0})[0]
+            return kind, (float(value) - scalar) / count
     raise ValueError(f"--calibrate: no kernel name contains {name!r}")
 
 
-def kernel_points(launches: list[dict], tensor_flops_per_inst: float) -> list[dict]:
+def kernel_points(launches: list[dict], per_unit: dict[str, float]) -> list[dict]:
     """Per kernel name: launches, FLOPs (scalar, tensor), DRAM bytes, time, AI, achieved GFLOP/s, time share."""
     by_name: dict[str, dict] = {}
     for launch in launches:
-        scalar, tensor = flops(launch, tensor_flops_per_inst)
+        scalar, tensor = flops(launch, per_unit)
         k = by_name.setdefault(launch["kernel"], {"kernel": launch["kernel"], "launches": 0, "scalar_flops": 0.0,
                                                   "tensor_flops": 0.0, "bytes": 0.0, "time_s": 0.0})
         k["launches"] += 1
@@ -246,13 +252,16 @@ def main(argv=None) -> int:
     if not path.is_file():
         raise SystemExit(f"no such file: {path}")
     launches = parse(path.read_text(errors="replace"))
-    factor = calibrate(launches, args.calibrate) if args.calibrate else args.tensor_flops_per_inst
-    if args.calibrate and args.calibrate.startswith("@last:"):
-        launches = launches[:-1]  # the calibration GEMM is not part of the step
-    points = kernel_points(launches, factor)
+    per_unit = factors(args.tensor_flops_per_inst)
+    if args.calibrate:
+        kind, per_unit[kind] = calibrate(launches, args.calibrate)
+        if args.calibrate.startswith("@last:"):
+            launches = launches[:-1]  # the calibration GEMM is not part of the step
+    points = kernel_points(launches, per_unit)
     points.append(step_point(points))
     label = args.label or path.stem
-    print(f"{len(launches)} launches, {len(points) - 1} kernels; tensor FLOPs per instruction {factor:g}")
+    print(f"{len(launches)} launches, {len(points) - 1} kernels; tensor FLOPs per instruction {per_unit['inst']:g}, "
+          f"per op {per_unit['ops']:g}")
     print(f"{'time us':>10} {'share':>6} {'n':>4} {'GFLOP':>9} {'MB':>9} {'AI':>8} {'GFLOP/s':>9}  kernel")
     for q in points[: args.top] + [points[-1]]:
         print(f"{q['time_s'] * 1e6:10.1f} {100 * q['share']:5.1f}% {q['launches']:4d} {q['flops'] / 1e9:9.3f} "
@@ -273,7 +282,7 @@ def main(argv=None) -> int:
 
         rows = []
         for q in points:
-            params = {"report": path.name, "launches": q["launches"], "tensor_flops_per_inst": factor}
+            params = {"report": path.name, "launches": q["launches"], "tensor_flops_per_unit": per_unit}
             for metric, value, unit in (("arithmetic_intensity", q["ai"], "FLOP/B"), ("gflops", q["gflops"], "GFLOP/s"),
                                         ("duration_us", q["time_s"] * 1e6, "us"), ("dram_mb", q["bytes"] / 1e6, "MB")):
                 rows.append(R.make_row("ncu_roofline", q["kernel"][:200], params, "", "ncu", metric,

@@ -31,15 +31,15 @@ def test_raw_page(tmp_path):
     launches = NR.parse(_raw_csv())
     assert len(launches) == 3 and launches[0]["gpu__time_duration.sum"] == pytest.approx(2e-6)
     assert launches[0]["dram__bytes_read.sum"] == pytest.approx(4e6) and launches[0]["dram__bytes_write.sum"] == 4e6
-    points = {p["kernel"]: p for p in NR.kernel_points(launches, 4096.0)}
+    points = {p["kernel"]: p for p in NR.kernel_points(launches, NR.factors(4096.0))}
     bn, gemm = points["_bn_apply_kernel"], points["sm90_xmma_gemm_bf16"]
     assert bn["launches"] == 2 and bn["flops"] == pytest.approx(2 * (1000 + 2 * 1000) + 2 * 500)
     assert bn["bytes"] == pytest.approx(16e6) and bn["time_s"] == pytest.approx(4e-6)
     assert bn["ai"] == pytest.approx(bn["flops"] / 16e6) and bn["gflops"] == pytest.approx(bn["flops"] / 4e-6 / 1e9)
     assert gemm["tensor_flops"] == pytest.approx(2000 * 4096) and gemm["share"] == pytest.approx(10 / 14)
-    assert NR.calibrate(launches, "xmma_gemm:4096000") == pytest.approx(2048.0)
+    assert NR.calibrate(launches, "xmma_gemm:4096000") == ("inst", pytest.approx(2048.0))
     launches.append(dict(launches[1], id="3"))  # a calibration GEMM as the last launch
-    assert NR.calibrate(launches, "@last:2048000") == pytest.approx(1024.0)
+    assert NR.calibrate(launches, "@last:2048000") == ("inst", pytest.approx(1024.0))
 
 
 def test_details_page_and_ops_counters():
@@ -51,8 +51,9 @@ def test_details_page_and_ops_counters():
                       base + ',"sm__inst_executed_pipe_tensor.sum","inst","10"'])
     launches = NR.parse(text)
     assert len(launches) == 1 and launches[0]["gpu__time_duration.sum"] == pytest.approx(5e-6)
-    (p,) = NR.kernel_points(launches, 4096.0)
+    (p,) = NR.kernel_points(launches, NR.factors(4096.0))
     assert p["tensor_flops"] == pytest.approx(2e6) and p["bytes"] == pytest.approx(1e6)  # ops x 2, not inst x 4096
+    assert NR.calibrate(launches, "conv:3000000") == ("ops", pytest.approx(3.0))  # per op, from a known count
 
 
 def test_main_plot_rows_and_errors(tmp_path, capsys):
