@@ -93,10 +93,16 @@ def batch_rows(plan: EpochPlan, step: int, global_batch: int, rank: int, world: 
 # --------------------------------------------------------------------------------------------------
 # GPU-resident path
 # --------------------------------------------------------------------------------------------------
-def normalise(images_u8: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
-    """uint8 (B, 3, H, W) -> float32 (x / 255 - mean) / std, channels_last when asked."""
-    mean = torch.tensor(MEAN, device=images_u8.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(STD, device=images_u8.device).view(1, 3, 1, 1) * 255
+def mean_std(device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The normalisation constants on ``device``, scaled to uint8 pixel values, (1, 3, 1, 1) each."""
+    return (torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255,
+            torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255)
+
+
+def normalise(images_u8: torch.Tensor, channels_last: bool = True, constants=None) -> torch.Tensor:
+    """uint8 (B, 3, H, W) -> float32 (x / 255 - mean) / std, channels_last when asked. ``constants``:
+    :func:`mean_std` made once (building them per batch would copy from the host every step)."""
+    mean, std = constants if constants is not None else mean_std(images_u8.device)
     x = (images_u8.float() - mean) / std
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
@@ -119,6 +125,7 @@ class GpuLoader:
         ar = torch.arange(32, device=self.device)
         self._channel = (torch.arange(3, device=self.device) * side * side).view(1, 3, 1, 1)
         self._ar, self._rev, self._side = ar, 31 - ar, side
+        self._constants = mean_std(self.device)
         self.steps = steps_per_epoch(self.n, global_batch)
         self._plan_epoch, self._plan = None, None
 
@@ -138,7 +145,7 @@ class GpuLoader:
         xs = (crops[:, 1:2] + torch.where(flips[:, None], self._rev, self._ar)).view(-1, 1, 1, 32)
         index = rows.view(-1, 1, 1, 1) * (3 * self._side * self._side) + self._channel + ys * self._side + xs
         images = self.padded.view(-1)[index.view(-1)].view(-1, 3, 32, 32)
-        return normalise(images, self.channels_last), self.labels[rows]
+        return normalise(images, self.channels_last, self._constants), self.labels[rows]
 
     def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for step in range(start_step, self.steps):
