@@ -464,7 +464,7 @@ def run_training(args, dist: Dist) -> int:
             progress["global_step"] += 1
             progress["step"] = step + 1
             bar.update(1)
-            if args.log_every and progress["global_step"] % args.log_every == 0:
+            if not bar.disable and args.log_every and progress["global_step"] % args.log_every == 0:
                 bar.set_postfix(loss=f"{loss.item():.3f}")
             if profiler.done:
                 bar.close()
