@@ -109,6 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--scaling", nargs="?", const="32,128,512,2048,8192", default=None, help="per-GPU batch sizes")
     a("--scaling-report", nargs="*", default=None, help="rows (CSV files or dirs) of --scaling runs")
     a("--ddp-bf16-compress", action="store_true", help="bf16 gradient compression hook (DDP)")
+    a("--no-cudnn-benchmark", action="store_true", help="keep cuDNN's heuristic algorithm choice")
     a("--no-progress", action="store_true")
     a("--log-every", type=int, default=50, help="progress-bar loss update every N steps (a host sync)")
     a("--debug-kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL after step N
@@ -581,6 +582,8 @@ def main(argv=None) -> int:
         return scaling_report(args)
     from bench.data.common import one_line_errors
 
+    # cuDNN picks each convolution's algorithm by timing it once per shape (every backend alike)
+    torch.backends.cudnn.benchmark = torch.cuda.is_available() and not args.no_cudnn_benchmark
     dist = Dist()
     try:
         with one_line_errors():
