@@ -330,17 +330,13 @@ class _Geometry:
         self.N, self.HW = N, H * W
         if N > 1 and self.stride_n == self.HW * self.stride_hw:
             self.N, self.HW, self.stride_n = 1, N * H * W, 0
+        self.strides = (self.stride_n, self.stride_hw, self.stride_c)
+        self.key = (self.N, self.HW, self.C, self.stride_c == 1)  # what the tuned configs depend on
 
     def tiles(self, block_m: int) -> tuple[int, int]:
         """(tiles per sample, tiles) for BLOCK_M pixels per tile."""
         per_sample = triton.cdiv(self.HW, block_m)
         return per_sample, self.N * per_sample
-
-    def strides(self) -> tuple[int, int, int]:
-        return self.stride_n, self.stride_hw, self.stride_c
-
-    def key(self) -> tuple:
-        return (self.N, self.HW, self.C, self.stride_c == 1)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -415,7 +411,7 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, flags: tuple, run, tens
             kw.pop("PER_SM", None)
         return Config(kw, config.num_warps, config.num_stages)
     configs = _reduce_configs if name in ("stats", "bwd_reduce") else _stream_configs
-    key = (*geo.key(), str(dtype), *flags)
+    key = (*geo.key, str(dtype), *flags)
     return _tuners[name].pick(key, run, lambda: configs(geo), tracing=_is_fake(*tensors))
 
 
@@ -450,7 +446,7 @@ def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, devic
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         part = torch.empty((rows, groups, geo.C), device=device, dtype=torch.float32)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
-        _launch(kernel, (groups, channel_blocks), *inputs, part, geo.C, geo.HW, *geo.strides(), per_sample, tiles,
+        _launch(kernel, (groups, channel_blocks), *inputs, part, geo.C, geo.HW, *geo.strides, per_sample, tiles,
                 per_group, groups, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return part, groups
 
@@ -462,7 +458,7 @@ def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs, config=N
     def run(cfg):
         per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])
         grid = (tiles, triton.cdiv(geo.C, cfg.kwargs["BLOCK_C"]))
-        _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides(), per_sample, **constexprs, **cfg.kwargs,
+        _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides, per_sample, **constexprs, **cfg.kwargs,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
