@@ -1,7 +1,7 @@
 """Measure the device's ceilings and draw the roofline.
 
     python -m bench.roofline --measure     copy bandwidth + GEMM peak per dtype -> results/<device>/ceilings.json
-    python -m bench.roofline --plot [CSV or DIR ...] [--out DIR_OR_PNG]
+    python -m bench.roofline --plot [CSV or DIR ...] [--out DIR_OR_PNG] [--point AI GFLOPS --label NAME ...]
                                            every case of the results as a point -> roofline.png (beside
                                            the ceilings, or --out: a folder or a .png path)
 
@@ -93,7 +93,8 @@ def png_path(out: str | Path | None, default_dir: Path) -> Path:
     return out if out.suffix.lower() == ".png" else out / "roofline.png"
 
 
-def plot(sources: list[str], ceilings_path: str | None, png: str | None, out: str | None = None) -> Path:
+def plot(sources: list[str], ceilings_path: str | None, png: str | None, out: str | None = None,
+         marks: list[tuple[float, float, str]] = ()) -> Path:
     """Draw the roofline of the ceilings and every (case, backend) of the sources on that device; write
     it to ``png``, else under ``out`` (folder or .png), else beside the ceilings. Returns the PNG path."""
     import matplotlib
@@ -128,6 +129,10 @@ def plot(sources: list[str], ceilings_path: str | None, png: str | None, out: st
     for (backend,), g in pts.groupby(["backend"]):
         ax.scatter(g["intensity"], g["tflops"], marker=markers.get(backend.split("+")[0], "x"), s=28,
                    label=backend, alpha=0.8)
+    if marks:  # hand-given (AI, GFLOP/s, label) points, e.g. one kernel read off a profiler
+        from .ncu_roofline import draw_points
+
+        draw_points(ax, list(marks))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
@@ -151,7 +156,17 @@ def main(argv=None) -> int:
     p.add_argument("--ceilings", default=None, help="ceilings.json to draw (default: beside the results)")
     p.add_argument("--png", default=None, help="the PNG to write (default: --out, else beside the ceilings)")
     p.add_argument("--out", default=None, help="--measure: the results folder; --plot: a folder or a .png path")
+    p.add_argument("--point", nargs=2, type=float, action="append", default=[], metavar=("AI", "GFLOPS"),
+                   help="also draw a hand-given point: arithmetic intensity (FLOP/byte) and achieved GFLOP/s "
+                        "(repeatable; each takes the next --label)")
+    p.add_argument("--label", action="append", default=[], help="the label of each --point, in order")
     args = p.parse_args(argv)
+    if len(args.label) > len(args.point):
+        raise SystemExit("bench.roofline: more --label than --point")
+    marks = [(ai, gflops, args.label[i] if i < len(args.label) else f"point {i + 1}")
+             for i, (ai, gflops) in enumerate(args.point)]
+    if marks and args.plot is None:
+        args.plot = []
     if args.measure:
         measure(args.out)
     if args.plot is None and not args.measure:
@@ -161,7 +176,7 @@ def main(argv=None) -> int:
         args.plot = []
     if args.plot is not None:
         if args.plot or not INTERPRET:
-            plot(args.plot, args.ceilings, args.png, args.out)
+            plot(args.plot, args.ceilings, args.png, args.out, marks)
             return 0
         dirs = committed_gpu_dirs()  # no GPU here: draw what the GPU runs committed, into .local/
         if not dirs:
@@ -169,7 +184,7 @@ def main(argv=None) -> int:
         print(f"bench.roofline: no GPU here: drawing the committed GPU results of {', '.join(d.name for d in dirs)}"
               f" into {args.out or args.png or R.local_dir('plots')} (not over the committed roofline.png)")
         for d in dirs:
-            plot([str(d)], args.ceilings, args.png, args.out or R.local_dir("plots", d.name))
+            plot([str(d)], args.ceilings, args.png, args.out or R.local_dir("plots", d.name), marks)
     return 0
 
 
