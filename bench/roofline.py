@@ -72,7 +72,10 @@ def points(df) -> "pd.DataFrame":  # noqa: F821
     ok = df[(df["status"] == "ok") & df["metric"].isin(["tflops", "gbps"])].copy()
     ok["value"] = pd.to_numeric(ok["value"], errors="coerce")
     keys = ["suite", "case", "params", "dtype", "backend"]
-    wide = ok.groupby(keys + ["metric"])["value"].first().unstack("metric").dropna(subset=["tflops", "gbps"])
+    wide = ok.groupby(keys + ["metric"])["value"].first().unstack("metric")
+    if not {"tflops", "gbps"} <= set(wide.columns):  # no timed case (e.g. only hand-given points)
+        return pd.DataFrame(columns=keys + ["tflops", "gbps", "intensity"])
+    wide = wide.dropna(subset=["tflops", "gbps"])
     wide["intensity"] = wide["tflops"] * 1e12 / (wide["gbps"] * 1e9)
     return wide.reset_index()
 
