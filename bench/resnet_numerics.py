@@ -41,6 +41,7 @@ from bench.results import provenance
 from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
+from triton_kernels import fused_resnet, grid_sync
 from triton_kernels.runtime import atomic_write_text, cuda_time_ms
 from triton_kernels.testing import rel_err
 
@@ -169,7 +170,7 @@ def profile(name, data, dev, B=1024):
         print(f"{name} {kind:8s} [{r['config']}, {n_prog} programs]: kernel {r['kernel_us']:.1f} us; per layer: "
               f"waiting {r['wait_us_per_exchange']:.3f} us ({r['polls_per_exchange']:.2f} polls), "
               f"the rest {r['other_us_per_layer']:.3f} us", flush=True)
-    for tuner in (F._rfwd_tuner, F._rbwd_tuner):
+    for tuner in (fused_resnet.forward_tuner, fused_resnet.backward_tuner):
         for k, trials in tuner.trials.items():
             if f"'{lay.kind}'" in k or lay.kind in k:
                 print(f"  {tuner.name} {k}: " + ", ".join(
@@ -203,14 +204,14 @@ def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
     run0 = tr.running.clone()
     ref_o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=_tiling(fwd[0]))
     ref_g = F.backward(lay, x, flat, ref_o, target=t, config=_tiling(bwd[0]))
-    F.check_sync(ref_o, ref_g["sync"])
+    grid_sync.check_sync(ref_o, ref_g["sync"])
 
     def forward_row(c, prec, train):
         o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=c,
                       precision=prec, training=train)
         ms = _median_ms(lambda: F.forward(lay, x, flat, target=t, running=run0, update_running=False, config=c,
                                           out=o, precision=prec, training=train))
-        F.check_sync(o)
+        grid_sync.check_sync(o)
         r = {"ms": ms}
         if train:
             r.update(rel_diff_y=_max_rel_diff(o["y"], ref_o["y"]), rel_diff_xh=_max_rel_diff(o["xh"], ref_o["xh"]))
@@ -220,7 +221,7 @@ def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
         g = F.backward(lay, x, flat, ref_o, target=t, config=c, precision=prec)
         ms = _median_ms(lambda: F.backward(lay, x, flat, ref_o, target=t, config=c, reduce=False,
                                            partials=g["partials"], sync=g["sync"], precision=prec))
-        F.check_sync(g["sync"])
+        grid_sync.check_sync(g["sync"])
         return {"ms": ms, "rel_diff_grad": _max_rel_diff(g["grad"], ref_g["grad"])}
 
     variants = ([("forward", forward_row, f, p, True) for p in precisions for f in fwd]
@@ -250,7 +251,7 @@ def once(name, data, dev, fwd, bwd, B=1024):
                       config=_tiling(fwd))
         g = F.backward(tr.layout, x, tr.flat, o, target=t, config=_tiling(bwd))
     torch.cuda.synchronize()
-    F.check_sync(o, g["sync"])
+    grid_sync.check_sync(o, g["sync"])
 
 
 def main(argv=None):

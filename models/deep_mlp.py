@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from triton_kernels import fused_mlp as F
+from triton_kernels import grid_sync
 from triton_kernels.adam import FlatAdam
 
 BACKENDS = ("eager", "compile", "triton")
@@ -221,7 +222,7 @@ class ResNetMLP(_DeepMLPBase):
     """ResNet-MLP: a stem Linear(in_features, width), N/2 residual blocks of two dense layers with batch
     norm, h <- relu(h + BN(Linear(relu(BN(Linear(h)))))), and a head Linear(width, 1). N must be even.
     Batch norm in training mode uses the batch statistics (the fused kernels' row tiles exchange them
-    once per BN layer; see triton_kernels/fused_mlp.py)."""
+    once per BN layer; see triton_kernels/fused_resnet.py)."""
 
     kind = "resnet"
 
@@ -405,7 +406,7 @@ class FusedTrainer:
 
     def check(self) -> None:
         """Raise if a fused ResNet launch timed out waiting for its programs (reads two flags: one sync)."""
-        F.check_sync(*self._fwd.values(), *[b["sync"] for b in self._bwd.values() if b.get("sync")])
+        grid_sync.check_sync(*self._fwd.values(), *[b["sync"] for b in self._bwd.values() if b.get("sync")])
 
     def state_dict(self) -> dict:
         return {"adam": self.opt.state_dict()}

@@ -8,6 +8,7 @@ import torch
 
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
+from triton_kernels import fused_resnet, grid_sync
 from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
 
 from .conftest import DEVICE, GPU
@@ -218,7 +219,7 @@ def _check_resnet_on_own_masks(name, B, device=DEVICE, config=None):
     x, t = torch.randn(B, 14, device=device), torch.randn(B, device=device)
     out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=config)
     res = F.backward(model.layout, x, flat, out, target=t, config=config)
-    F.check_sync(out, res["sync"])  # no exchange timed out
+    grid_sync.check_sync(out, res["sync"])  # no exchange timed out
     h = ref.stem(x.double().cpu())
     for j, blk in enumerate(ref.blocks):
         a = blk.bn1(blk.lin1(h)) * (out["a"][j] > 0).cpu()
@@ -267,7 +268,7 @@ def test_gpu_wide(name, width):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", F.BN_CONFIGS, ids=str)
+@pytest.mark.parametrize("cfg", fused_resnet.BN_CONFIGS, ids=str)
 def test_gpu_resnet_every_exchange_config(cfg):
     # every training-mode tiling (8..63 programs exchanging batch statistics) against float64
     _check_resnet_on_own_masks("ResNetMLP6", 1000, device="cuda", config=cfg)
