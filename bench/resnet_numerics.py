@@ -12,8 +12,8 @@
    computation in another order of fp32 additions, so the smallest "fused vs eager" any fp32 kernel can
    promise.
 3. Fused step time from a CUDA graph (median of 50 replays) at each depth, every tiling the tuner
-   tried, and the instrumented kernels' account of the time: how long a program waits in each exchange
-   and how many polls that takes.
+   tried, and the timed build's account of the time (the same kernels compiled with grid_sync's timed
+   exchange): how long a program waits in each exchange and how many polls that takes.
 4. ``--only tilings``: forward and backward kernels timed separately in one run for the tilings given
    (``--fwd 64/4,32/8``, ``--bwd 32/4``: BLOCK_M/warps) and precisions (``--precisions ieee,tf32x3``),
    each checked against the first, plus the evaluation-mode forward (running statistics: the same
@@ -143,7 +143,8 @@ def graph_ms(name, data, dev, B=1024, reps=50):
 
 
 def profile(name, data, dev, B=1024):
-    """Per-exchange wait and polls of the tuned fused ResNet kernels (instrumented build, PROF=True)."""
+    """Per-exchange wait and polls of the tuned fused ResNet kernels (their timed build: the same kernels
+    compiled with grid_sync's timed exchange, fused_resnet.timed_forward / timed_backward)."""
     tr = FusedTrainer(build_model(name, seed=0, device=dev))
     x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
     tr._step(x, t)
@@ -152,14 +153,13 @@ def profile(name, data, dev, B=1024):
     res = {}
     for kind, cfg in (("forward", fcfg), ("backward", bcfg)):
         n_prog = -(-B // cfg.kwargs["BLOCK_M"])
-        prof = torch.zeros(n_prog, 2, device=dev, dtype=torch.int64)
         for _ in range(3):  # the last launch's numbers are kept
             out = F.forward(lay, x, flat, target=t, running=tr.running.clone(), update_running=False,
-                            config=fcfg, profile=prof if kind == "forward" else None)
-            if kind == "backward":
-                F.backward(lay, x, flat, out, target=t, config=bcfg, profile=prof)
-        torch.cuda.synchronize()
-        p = prof.cpu()
+                            config=fcfg)
+            if kind == "forward":
+                p = fused_resnet.timed_forward(lay, x, flat, out, target=t, running=tr.running.clone())
+            else:
+                p = fused_resnet.timed_backward(lay, x, flat, out, target=t, config=bcfg)
         wait_ns, polls, kern_ns = (p[:, 0] >> 20).double(), (p[:, 0] & ((1 << 20) - 1)).double(), p[:, 1].double()
         n_ex = lay.depth
         r = {"config": str(cfg), "programs": n_prog, "kernel_us": kern_ns.mean().item() / 1e3,

@@ -2,9 +2,13 @@
 float64 reference, odd batch sizes, strided inputs, poisoned outputs, errors before launch (CPU
 interpreter); large depth, tf32 and torch.compile on the GPU."""
 import copy
+import inspect
+import sys
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp as F
@@ -159,6 +163,45 @@ def test_resnet_exchange_counts_barriers_and_flags():
         tr.check()
 
 
+def test_resnet_kernels_have_no_profiling_hooks():
+    # the production kernels, their exchange helpers and the launchers take no profiler argument; the timed
+    # build (bench.resnet_numerics) is the same source compiled against grid_sync.timed()
+    hooks = {"prof", "prof_ptr", "PROF", "profile", "t_start"}
+    for fn in (fused_resnet._resnet_fwd_kernel, fused_resnet._resnet_bwd_kernel, fused_resnet._bn_fwd_layer,
+               fused_resnet._bn_batch_stats, grid_sync.exchange, grid_sync.gather, grid_sync.barriers_begin,
+               grid_sync.barriers_end):
+        assert not hooks & set(inspect.signature(fn.fn).parameters), fn.fn.__name__
+    for fn in (F.forward, F.backward, fused_resnet.launch_forward, fused_resnet.launch_backward):
+        assert not hooks & set(inspect.signature(fn).parameters), fn.__name__
+    timed_fwd, timed_bwd = fused_resnet.timed_kernels()
+    assert timed_fwd.fn.__code__ is fused_resnet._resnet_fwd_kernel.fn.__code__
+    assert timed_bwd.fn.__globals__["grid_sync"].gather.fn.__name__ == "_gather_timed"
+    assert fused_resnet._resnet_bwd_kernel.fn.__globals__["grid_sync"] is grid_sync
+
+
+@triton.jit
+def _rebind_value():
+    return 1
+
+
+@triton.jit
+def _rebind_other_value():
+    return 2
+
+
+@triton.jit
+def _rebind_kernel(out_ptr):
+    tl.store(out_ptr + tl.program_id(0), _rebind_value())
+
+
+def test_rebind_compiles_a_copy_against_other_helpers():
+    twin = grid_sync.rebind(sys.modules[__name__], "test", _rebind_value=_rebind_other_value)
+    out = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    twin._rebind_kernel[(1,)](out)
+    _rebind_kernel[(2,)](out[1:])
+    assert out.tolist() == [2, 1]
+
+
 def _reference_glonet(layout, x, p):
     v = layout.views(p)
     h = torch.relu(x @ v["w_in"].t() + v["b_in"])
@@ -272,6 +315,29 @@ def test_gpu_wide(name, width):
 def test_gpu_resnet_every_exchange_config(cfg):
     # every training-mode tiling (8..63 programs exchanging batch statistics) against float64
     _check_resnet_on_own_masks("ResNetMLP6", 1000, device="cuda", config=cfg)
+
+
+@pytest.mark.gpu
+def test_gpu_resnet_timed_build_counts_and_matches():
+    # the timed build computes what the production kernels compute (bitwise: same arithmetic, same exchange
+    # order) and counts, per program, every exchange's wait (>= 1 poll each) within the kernel's duration
+    model = build_model("ResNetMLP6", seed=3, device="cuda")
+    flat, run = model.flatten_(), model.running_buffer()
+    x, t = torch.randn(1000, 14, device="cuda"), torch.randn(1000, device="cuda")
+    cfg = fused_resnet.BN_CONFIGS[0]
+    out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=cfg)
+    res = F.backward(model.layout, x, flat, out, target=t, config=cfg)
+    y, xh = out["y"].clone(), out["xh"].clone()
+    partials = torch.full_like(res["partials"], float("nan"))
+    n_prog = -(-1000 // cfg.kwargs["BLOCK_M"])
+    for counters in (fused_resnet.timed_forward(model.layout, x, flat, out, target=t, running=run.clone()),
+                     fused_resnet.timed_backward(model.layout, x, flat, out, target=t, config=cfg,
+                                                 partials=partials)):
+        assert counters.shape == (n_prog, 2)
+        wait_ns, polls, kernel_ns = counters[:, 0] >> 20, counters[:, 0] & ((1 << 20) - 1), counters[:, 1]
+        assert (polls >= model.layout.depth).all() and (kernel_ns > 0).all() and (wait_ns <= kernel_ns).all()
+    assert torch.equal(out["y"], y) and torch.equal(out["xh"], xh)
+    assert torch.equal(partials, res["partials"])
 
 
 @pytest.mark.gpu

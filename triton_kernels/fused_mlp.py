@@ -341,12 +341,9 @@ def _key(layout: Layout, B: int, precision: str, extra=()):
 def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Optional[torch.Tensor] = None,
             running: Optional[torch.Tensor] = None, training: bool = True, update_running: bool = True,
             precision: str = "ieee", save: bool = True, momentum: float = 0.1, eps: float = 1e-5,
-            out: Optional[dict] = None, config: Optional[Config] = None,
-            profile: Optional[torch.Tensor] = None) -> dict:
+            out: Optional[dict] = None, config: Optional[Config] = None) -> dict:
     """Run the fused forward. Returns a dict with y (B,), loss_partials (num_programs,) when ``target`` is
-    given, the saved activations, and the config used. ``out``: preallocated buffers to reuse (CUDA graphs).
-    ``profile``: an int64 (num_programs, 2) tensor; a training-mode ResNet then runs its instrumented build
-    and writes [wait ns * 2**20 + polls, kernel ns] per program (see grid_sync.exchange)."""
+    given, the saved activations, and the config used. ``out``: preallocated buffers to reuse (CUDA graphs)."""
     B = x.shape[0]
     W, KIN, NH = layout.width, layout.kin, layout.n_hidden
     o = layout.offsets
@@ -354,7 +351,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
     bn_train = layout.kind == "resnet" and training
 
     def buffers(cfg):
-        bm = _block_m(layout, B, cfg, bn_train)
+        bm = tile_rows(layout, B, cfg, bn_train)
         n_prog = triton.cdiv(B, bm)
         if out is not None and out.get("_n_prog") == n_prog:
             return out
@@ -369,19 +366,20 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
 
     def run(cfg, update=update_running):
         buf = buffers(cfg)
-        bm = _block_m(layout, B, cfg, bn_train)
+        bm = tile_rows(layout, B, cfg, bn_train)
         grid = (triton.cdiv(B, bm),)
         t = target if target is not None else buf["y"]
-        common = dict(PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
         if layout.kind == "resnet":
-            fused_resnet.launch_forward(grid, layout, x, t, params, running, buf, train=bn_train,
-                                        update_running=bool(bn_train and update), with_loss=target is not None,
-                                        save=save, momentum=momentum, eps=eps, profile=profile, **common)
+            fused_resnet.launch_forward(layout, x, t, params, running, buf, block_m=bm, num_warps=cfg.num_warps,
+                                        train=bn_train, update_running=bool(bn_train and update),
+                                        with_loss=target is not None, save=save, precision=precision,
+                                        momentum=momentum, eps=eps)
         else:
             _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
                     B, layout.in_features, NH, x.stride(0), x.stride(1),
                     o["w_hid"], o["b_hid"], o["w_head"], o["b_head"],
-                    GLONET=layout.kind == "glonet", WITH_LOSS=target is not None, SAVE=save, **common)
+                    GLONET=layout.kind == "glonet", WITH_LOSS=target is not None, SAVE=save, PRECISION=precision,
+                    W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
         return buf
 
     if config is None:
@@ -394,7 +392,8 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
     return buf
 
 
-def _block_m(layout, B, cfg, bn_train):
+def tile_rows(layout, B, cfg, bn_train):
+    """BLOCK_M, the rows per program, of ``cfg``."""
     if bn_train and "BLOCK_M" not in cfg.kwargs:  # the interpreter's config: one program, the whole batch
         return max(16, next_power_of_2(B))
     return cfg.kwargs.get("BLOCK_M", 16 if INTERPRET else 64)
@@ -410,7 +409,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
              dy: Optional[torch.Tensor] = None, target: Optional[torch.Tensor] = None, training: bool = True,
              precision: str = "ieee", grad_out: Optional[torch.Tensor] = None, reduce: bool = True,
              partials: Optional[torch.Tensor] = None, sync: Optional[dict] = None,
-             config: Optional[Config] = None, profile: Optional[torch.Tensor] = None) -> dict:
+             config: Optional[Config] = None) -> dict:
     """Run the fused backward from the forward's ``saved`` dict.
 
     The upstream gradient is ``dy`` (B,), or with ``target`` the MSE gradient 2 (y - t) / B computed in
@@ -430,25 +429,25 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
         dy = dy.contiguous()
 
     def run(cfg, part=None):
-        bm = _block_m(layout, B, cfg, bn_train)
+        bm = tile_rows(layout, B, cfg, bn_train)
         n_prog = triton.cdiv(B, bm)
         if part is None or part.shape != (n_prog, P):
             part = torch.empty((n_prog, P), device=x.device, dtype=torch.float32)
         t = target if target is not None else saved["y"]
         d = dy if dy is not None else saved["y"]
-        common = dict(LOSS_GRAD=dy is None, PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm,
-                      num_warps=cfg.num_warps, num_stages=1)
         if layout.kind == "resnet":
             nonlocal sync
             if sync is None or sync["_np"] != next_power_of_2(n_prog if bn_train else 1):
                 sync = grid_sync.buffers(n_prog if bn_train else 1, W, x.device)
-            fused_resnet.launch_backward((n_prog,), layout, x, t, d, params, saved, part, sync, train=bn_train,
-                                         profile=profile, **common)
+            fused_resnet.launch_backward(layout, x, t, d, params, saved, part, sync, block_m=bm,
+                                         num_warps=cfg.num_warps, train=bn_train, loss_grad=dy is None,
+                                         precision=precision)
         else:
             _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
                     B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
                     o["w_hid"], o["b_hid"], o["w_head"], o["b_head"],
-                    GLONET=layout.kind == "glonet", **common)
+                    GLONET=layout.kind == "glonet", LOSS_GRAD=dy is None, PRECISION=precision, W=W, KIN=KIN,
+                    BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
         return part
 
     if config is None:

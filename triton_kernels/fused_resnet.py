@@ -29,12 +29,16 @@ In evaluation mode BN is affine and no exchange is needed.
 """
 from __future__ import annotations
 
+import functools
+import sys
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
 
 from . import grid_sync
-from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, upstream_grad
+from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, tile_rows, upstream_grad
 from .runtime import launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_tuner
 
@@ -67,8 +71,8 @@ def _sum2(a, b, axis: tl.constexpr):
 
 
 @triton.jit
-def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, prof, max_spin,
-                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, PROF: tl.constexpr):
+def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, max_spin,
+                    BLOCK_M: tl.constexpr, NP: tl.constexpr, W: tl.constexpr):
     """Batch mean and biased variance of the columns of z over ALL B rows, the rows spread over n_prog
     programs of BLOCK_M: each program summarises its own rows as (mean, M2 = sum of squared deviations),
     the programs exchange the summaries, and every program merges all of them in the same order, so all
@@ -77,13 +81,12 @@ def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, p
     d = mb - ma): as stable as two passes, without the second pass's dependent reduction."""
     ones = tl.where(rmask[:, None], 1.0, 0.0) + tl.zeros_like(z)
     _, mean_p, m2_p = tl.reduce((ones, tl.where(rmask[:, None], z, 0.0), tl.zeros_like(z)), 0, _chan)
-    means, m2s, failed, prof = grid_sync.exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, prof,
-                                                  max_spin, NP, W, PROF)
+    means, m2s, failed = grid_sync.exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, max_spin, NP, W)
     q = tl.arange(0, NP)
     cnt = tl.minimum(tl.maximum(B - q * BLOCK_M, 0), BLOCK_M).to(tl.float32)
     _, mean, m2 = tl.reduce((cnt[:, None] + tl.zeros_like(means), means, m2s), 0, _chan)
     var = m2 * inv_n
-    return mean, var, failed, prof
+    return mean, var, failed
 
 
 @triton.jit
@@ -108,17 +111,16 @@ def _fwd_params(p_ptr, run_ptr, l, L, OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, W
 
 @triton.jit
 def _bn_fwd_layer(hin, wt, bl, gamma, beta, rm, rv, l, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
-                  run_ptr, rstd_ptr, xh_ptr, bstat_ptr, xh_offs, sync_ptr, tag, failed, prof, max_spin,
+                  run_ptr, rstd_ptr, xh_ptr, bstat_ptr, xh_offs, sync_ptr, tag, failed, max_spin,
                   TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, SAVE: tl.constexpr,
-                  PRECISION: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-                  PROF: tl.constexpr):
+                  PRECISION: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr):
     """One dense layer + batch norm: returns BN(hin W_l^T + b_l) (before the ReLU), saving xh and rstd;
     TRAIN: batch statistics through one exchange (program 0 records them and moves the running ones)."""
     cols = tl.arange(0, W)
     z = tl.dot(hin, wt, input_precision=PRECISION) + bl[None, :]
     if TRAIN:
-        mean, var, failed, prof = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, l, failed,
-                                                  prof, max_spin, BLOCK_M, NP, W, PROF)
+        mean, var, failed = _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, l, failed, max_spin,
+                                            BLOCK_M, NP, W)
         if pid == 0:
             if UPDATE_RUNNING:
                 tl.store(run_ptr + l * W + cols, rm + momentum * (mean - rm))
@@ -134,18 +136,17 @@ def _bn_fwd_layer(hin, wt, bl, gamma, beta, rm, rv, l, L, rmask, pid, n_prog, B,
         tl.store(xh_ptr + xh_offs, xh, mask=rmask[:, None])
         if pid == 0:
             tl.store(rstd_ptr + l * W + cols, rstd)
-    return xh * gamma[None, :] + beta[None, :], failed, prof
+    return xh * gamma[None, :] + beta[None, :], failed
 
 
 @triton.jit
 def _resnet_fwd_kernel(
     x_ptr, t_ptr, p_ptr, run_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, loss_ptr, bstat_ptr,
-    sync_ptr, state_ptr, prof_ptr,
+    sync_ptr, state_ptr,
     B, IN, NBLK, stride_xm, stride_xk, inv_n, unbias, momentum, eps, max_spin,
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, UPDATE_RUNNING: tl.constexpr, WITH_LOSS: tl.constexpr, SAVE: tl.constexpr,
     PRECISION: tl.constexpr, W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
-    PROF: tl.constexpr = False,
 ):
     """ResNet-MLP forward over row tiles of BLOCK_M. TRAIN: batch statistics through a grid-wide
     exchange per BN layer (all programs resident; see grid_sync.exchange); else the running statistics.
@@ -157,8 +158,7 @@ def _resnet_fwd_kernel(
     rstd: (L, W) saved 1/sqrt(var + eps); bstat: (2, L, W) batch mean / biased var (TRAIN);
     hs: (NBLK+1, B, W) block inputs and the final output; xh: (L, B, W) normalised pre-activations;
     a: (NBLK, B, W) first-layer outputs of each block; y: (B,); loss: (num_programs,);
-    sync: (2, NP, 2W) int64 exchange words; state: (2,) int32 [barriers so far, error flag] (TRAIN);
-    prof: (num_programs, 2) int64 [wait ns * 2**20 + polls, kernel ns] when PROF (instrumented build).
+    sync: (2, NP, 2W) int64 exchange words; state: (2,) int32 [barriers so far, error flag] (TRAIN).
     """
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -174,7 +174,7 @@ def _resnet_fwd_kernel(
     BW = B * W
     L = 2 * NBLK
     act_offs = rows[:, None] * W + cols[None, :]
-    base, failed, prof, t_start = grid_sync.barriers_begin(state_ptr, TRAIN, PROF, NP, W)
+    base, failed = grid_sync.barriers_begin(state_ptr, TRAIN, NP, W)
     x = load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
@@ -192,19 +192,19 @@ def _resnet_fwd_kernel(
                                                    OFF_BETA, W)
         if SAVE:
             tl.store(hs_ptr + j * BW + act_offs, h, mask=rmask[:, None])
-        bn1, failed, prof = _bn_fwd_layer(
+        bn1, failed = _bn_fwd_layer(
             h, w1, b1, g1, e1, m1, v1, 2 * j, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j) * BW + act_offs, sync_ptr,
-            grid_sync.barrier_tag(base, 2 * j), failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
-            BLOCK_M, NP, PROF)
+            grid_sync.barrier_tag(base, 2 * j), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
+            BLOCK_M, NP)
         a = tl.maximum(bn1, 0.0)
         if SAVE:
             tl.store(a_ptr + j * BW + act_offs, a, mask=rmask[:, None])
-        bn2, failed, prof = _bn_fwd_layer(
+        bn2, failed = _bn_fwd_layer(
             a, w2, b2, g2, e2, m2, v2, 2 * j + 1, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j + 1) * BW + act_offs, sync_ptr,
-            grid_sync.barrier_tag(base, 2 * j + 1), failed, prof, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
-            BLOCK_M, NP, PROF)
+            grid_sync.barrier_tag(base, 2 * j + 1), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
+            BLOCK_M, NP)
         h = tl.maximum(h + bn2, 0.0)
     if SAVE:
         tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
@@ -214,7 +214,7 @@ def _resnet_fwd_kernel(
         t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
         d = tl.where(rmask, y - t, 0.0)
         tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
-    grid_sync.barriers_end(state_ptr, prof_ptr, base, L, failed, prof, t_start, pid, TRAIN, PROF)
+    grid_sync.barriers_end(state_ptr, base, L, failed, pid, TRAIN)
 
 
 @triton.jit
@@ -259,11 +259,11 @@ def _block_saved(hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, j, BW, act_offs, rmask,
 
 @triton.jit
 def _resnet_bwd_kernel(
-    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr, sync_ptr, state_ptr, prof_ptr,
+    x_ptr, t_ptr, dy_ptr, p_ptr, rstd_ptr, hs_ptr, xh_ptr, a_ptr, y_ptr, part_ptr, sync_ptr, state_ptr,
     B, IN, NBLK, P, stride_xm, stride_xk, dy_scale, inv_n, max_spin,
     OFF_WHID, OFF_BHID, OFF_GAMMA, OFF_BETA, OFF_WHEAD, OFF_BHEAD,
     TRAIN: tl.constexpr, LOSS_GRAD: tl.constexpr, PRECISION: tl.constexpr,
-    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr, PROF: tl.constexpr = False,
+    W: tl.constexpr, KIN: tl.constexpr, BLOCK_M: tl.constexpr, NP: tl.constexpr,
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
@@ -283,7 +283,7 @@ def _resnet_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
-    base, failed, prof, t_start = grid_sync.barriers_begin(state_ptr, TRAIN, PROF, NP, W)
+    base, failed = grid_sync.barriers_begin(state_ptr, TRAIN, NP, W)
     dy = upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
@@ -316,8 +316,8 @@ def _resnet_bwd_kernel(
             _store_dw(part, l1 + 2, dz1_p, h, OFF_WHID, OFF_BHID, PRECISION, W)
         sb2, sg2 = db2, dg2
         if TRAIN:
-            dbs, dgs, failed, prof = grid_sync.gather(sync_ptr, grid_sync.barrier_tag(base, 2 * i), 2 * i, n_prog,
-                                                      failed, prof, max_spin, NP, W, PROF)
+            dbs, dgs, failed = grid_sync.gather(sync_ptr, grid_sync.barrier_tag(base, 2 * i), 2 * i, n_prog, failed,
+                                                max_spin, NP, W)
             sb2, sg2 = _sum2(dbs, dgs, 0)
         dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
         # first layer: dbn1 = (dz2 W_{2j+1}) [a > 0]
@@ -332,8 +332,8 @@ def _resnet_bwd_kernel(
         tl.store(part + OFF_BETA + l1 * W + cols, db1)
         sb1, sg1 = db1, dg1
         if TRAIN:
-            dbs, dgs, failed, prof = grid_sync.gather(sync_ptr, grid_sync.barrier_tag(base, 2 * i + 1), 2 * i + 1,
-                                                      n_prog, failed, prof, max_spin, NP, W, PROF)
+            dbs, dgs, failed = grid_sync.gather(sync_ptr, grid_sync.barrier_tag(base, 2 * i + 1), 2 * i + 1, n_prog,
+                                                failed, max_spin, NP, W)
             sb1, sg1 = _sum2(dbs, dgs, 0)
         dz1 = _bn_dz(dbn1, xh1, g1, r1, sb1, sg1, inv_n, rmask, TRAIN)
         dh = dpre + tl.dot(dz1, w1, input_precision=PRECISION)
@@ -346,7 +346,7 @@ def _resnet_bwd_kernel(
     tl.store(part + cols[:, None] * IN + kin[None, :], tl.dot(tl.trans(dh), x, input_precision=PRECISION),
              mask=kin[None, :] < IN)
     tl.store(part + W * IN + cols, tl.sum(dh, axis=0))
-    grid_sync.barriers_end(state_ptr, prof_ptr, base, 2 * NBLK, failed, prof, t_start, pid, TRAIN, PROF)
+    grid_sync.barriers_end(state_ptr, base, 2 * NBLK, failed, pid, TRAIN)
 
 # ----------------------------------------------------------------------------------------------------
 # Autotuning space: row tiles that exchange batch statistics, so cdiv(B, BLOCK_M) programs must all be
@@ -420,33 +420,83 @@ def forward_buffers(layout: Layout, B: int, n_exchanging: int, save: bool, devic
     return buf
 
 
-def launch_forward(grid, layout: Layout, x, target, params, running, buf: dict, *, train: bool,
-                   update_running: bool, with_loss: bool, save: bool, momentum: float, eps: float,
-                   profile=None, **common) -> None:
-    """Launch the forward kernel on ``buf`` (forward_buffers plus y and loss_partials)."""
+def launch_forward(layout: Layout, x, target, params, running, buf: dict, *, block_m: int, num_warps: int,
+                   train: bool, update_running: bool, with_loss: bool, save: bool, precision: str, momentum: float,
+                   eps: float, kernel=_resnet_fwd_kernel) -> None:
+    """Launch the forward over cdiv(B, block_m) row tiles on ``buf`` (forward_buffers plus y and
+    loss_partials). ``kernel``: this file's, or its timed build (:func:`timed_forward`)."""
     B = x.shape[0]
     o = layout.offsets
-    _launch(_resnet_fwd_kernel, grid, x, target, params, running, buf["rstd"], buf["hs"], buf["xh"], buf["a"],
-            buf["y"], buf["loss_partials"], buf["bstat"], buf["sync"], buf["state"],
-            profile if profile is not None else buf["sync"],
-            B, layout.in_features, layout.depth // 2,
-            x.stride(0), x.stride(1), 1.0 / B, B / max(B - 1, 1), momentum, eps, grid_sync.MAX_SPIN,
-            o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-            TRAIN=train, UPDATE_RUNNING=update_running, WITH_LOSS=with_loss,
-            SAVE=save, NP=buf["_np"], PROF=profile is not None, **common)
+    _launch(kernel, (triton.cdiv(B, block_m),),
+            x_ptr=x, t_ptr=target, p_ptr=params, run_ptr=running, rstd_ptr=buf["rstd"], hs_ptr=buf["hs"],
+            xh_ptr=buf["xh"], a_ptr=buf["a"], y_ptr=buf["y"], loss_ptr=buf["loss_partials"], bstat_ptr=buf["bstat"],
+            sync_ptr=buf["sync"], state_ptr=buf["state"],
+            B=B, IN=layout.in_features, NBLK=layout.depth // 2, stride_xm=x.stride(0), stride_xk=x.stride(1),
+            inv_n=1.0 / B, unbias=B / max(B - 1, 1), momentum=momentum, eps=eps, max_spin=grid_sync.MAX_SPIN,
+            OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_GAMMA=o["gamma"], OFF_BETA=o["beta"],
+            OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"],
+            TRAIN=train, UPDATE_RUNNING=update_running, WITH_LOSS=with_loss, SAVE=save, PRECISION=precision,
+            W=layout.width, KIN=layout.kin, BLOCK_M=block_m, NP=buf["_np"], num_warps=num_warps, num_stages=1)
 
 
-def launch_backward(grid, layout: Layout, x, target, dy, params, saved: dict, part, sync: dict, *, train: bool,
-                    profile=None, **common) -> None:
-    """Launch the backward kernel: gradient partials into ``part`` (num_programs, P), exchanging through
-    ``sync`` (grid_sync.buffers)."""
+def launch_backward(layout: Layout, x, target, dy, params, saved: dict, part, sync: dict, *, block_m: int,
+                    num_warps: int, train: bool, loss_grad: bool, precision: str,
+                    kernel=_resnet_bwd_kernel) -> None:
+    """Launch the backward over cdiv(B, block_m) row tiles: gradient partials into ``part`` (num_programs,
+    P), exchanging through ``sync`` (grid_sync.buffers). ``kernel``: this file's, or its timed build."""
     B = x.shape[0]
     o = layout.offsets
-    _launch(_resnet_bwd_kernel, grid, x, target, dy, params, saved["rstd"], saved["hs"], saved["xh"],
-            saved["a"], saved["y"], part, sync["sync"], sync["state"],
-            profile if profile is not None else sync["sync"],
-            B, layout.in_features, layout.depth // 2, layout.numel,
-            x.stride(0), x.stride(1), 2.0 / B, 1.0 / B, grid_sync.MAX_SPIN,
-            o["w_hid"], o["b_hid"], o["gamma"], o["beta"], o["w_head"], o["b_head"],
-            TRAIN=train, NP=sync["_np"], PROF=profile is not None, **common)
+    _launch(kernel, (triton.cdiv(B, block_m),),
+            x_ptr=x, t_ptr=target, dy_ptr=dy, p_ptr=params, rstd_ptr=saved["rstd"], hs_ptr=saved["hs"],
+            xh_ptr=saved["xh"], a_ptr=saved["a"], y_ptr=saved["y"], part_ptr=part, sync_ptr=sync["sync"],
+            state_ptr=sync["state"],
+            B=B, IN=layout.in_features, NBLK=layout.depth // 2, P=layout.numel, stride_xm=x.stride(0),
+            stride_xk=x.stride(1), dy_scale=2.0 / B, inv_n=1.0 / B, max_spin=grid_sync.MAX_SPIN,
+            OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_GAMMA=o["gamma"], OFF_BETA=o["beta"],
+            OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"],
+            TRAIN=train, LOSS_GRAD=loss_grad, PRECISION=precision, W=layout.width, KIN=layout.kin,
+            BLOCK_M=block_m, NP=sync["_np"], num_warps=num_warps, num_stages=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The timed build (bench.resnet_numerics only): the same two kernels compiled with grid_sync's timed
+# exchange, launched on a training-mode step's buffers; the kernels above have no timing code
+# ----------------------------------------------------------------------------------------------------
+@functools.cache
+def timed_kernels() -> tuple:
+    """(forward, backward) kernels compiled from this file's source with grid_sync.timed() in place of
+    grid_sync (see grid_sync.rebind)."""
+    twin = grid_sync.rebind(sys.modules[__name__], "timed", grid_sync=grid_sync.timed())
+    return twin._resnet_fwd_kernel, twin._resnet_bwd_kernel
+
+
+def timed_forward(layout: Layout, x, params, out: dict, *, target, running, precision: str = "ieee",
+                  momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+    """Run the timed forward once on the buffers of a training-mode forward ``out`` (fused_mlp.forward's
+    result: its tiling and saved tensors; the running statistics are not moved) with fresh exchange
+    buffers; returns per program [ns waiting in exchanges * 2**20 + polls, kernel ns] (int64, after a
+    device sync)."""
+    cfg = out["config"]
+    sync = grid_sync.timed_buffers(out["_n_prog"], layout.width, x.device)
+    launch_forward(layout, x, target, params, running, {**out, **sync},
+                   block_m=tile_rows(layout, x.shape[0], cfg, True), num_warps=cfg.num_warps, train=True,
+                   update_running=False, with_loss=True, save=True, precision=precision, momentum=momentum, eps=eps,
+                   kernel=timed_kernels()[0])
+    return grid_sync.counters(sync)
+
+
+def timed_backward(layout: Layout, x, params, saved: dict, *, target, config: Config, precision: str = "ieee",
+                   partials: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Run the timed backward once (MSE gradient against ``target``) from a training-mode forward's
+    ``saved`` buffers with tiling ``config``, its gradient partials into ``partials`` (num_programs, P) if
+    given; returns its per-program counters as :func:`timed_forward`."""
+    block_m = tile_rows(layout, x.shape[0], config, True)
+    n_prog = triton.cdiv(x.shape[0], block_m)
+    part = partials if partials is not None else torch.empty((n_prog, layout.numel), device=x.device,
+                                                             dtype=torch.float32)
+    sync = grid_sync.timed_buffers(n_prog, layout.width, x.device)
+    launch_backward(layout, x, target, saved["y"], params, saved, part, sync, block_m=block_m,
+                    num_warps=config.num_warps, train=True, loss_grad=True, precision=precision,
+                    kernel=timed_kernels()[1])
+    return grid_sync.counters(sync)
 
