@@ -39,7 +39,7 @@ import triton.language as tl
 
 from . import grid_sync
 from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, tile_rows, upstream_grad
-from .runtime import launch as _launch
+from .launcher import bind
 from .runtime import INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_tuner
 
 MAX_BN_TILE = 16384  # rows * width of the single training-mode ResNet program in the interpreter
@@ -427,16 +427,17 @@ def launch_forward(layout: Layout, x, target, params, running, buf: dict, *, blo
     loss_partials). ``kernel``: this file's, or its timed build (:func:`timed_forward`)."""
     B = x.shape[0]
     o = layout.offsets
-    _launch(kernel, (triton.cdiv(B, block_m),),
-            x_ptr=x, t_ptr=target, p_ptr=params, run_ptr=running, rstd_ptr=buf["rstd"], hs_ptr=buf["hs"],
-            xh_ptr=buf["xh"], a_ptr=buf["a"], y_ptr=buf["y"], loss_ptr=buf["loss_partials"], bstat_ptr=buf["bstat"],
-            sync_ptr=buf["sync"], state_ptr=buf["state"],
-            B=B, IN=layout.in_features, NBLK=layout.depth // 2, stride_xm=x.stride(0), stride_xk=x.stride(1),
-            inv_n=1.0 / B, unbias=B / max(B - 1, 1), momentum=momentum, eps=eps, max_spin=grid_sync.MAX_SPIN,
-            OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_GAMMA=o["gamma"], OFF_BETA=o["beta"],
-            OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"],
-            TRAIN=train, UPDATE_RUNNING=update_running, WITH_LOSS=with_loss, SAVE=save, PRECISION=precision,
-            W=layout.width, KIN=layout.kin, BLOCK_M=block_m, NP=buf["_np"], num_warps=num_warps, num_stages=1)
+    bound = bind(kernel, TRAIN=train, UPDATE_RUNNING=update_running, WITH_LOSS=with_loss, SAVE=save,
+                 PRECISION=precision, W=layout.width, KIN=layout.kin, BLOCK_M=block_m, NP=buf["_np"],
+                 num_warps=num_warps, num_stages=1)
+    bound.launch((triton.cdiv(B, block_m),),
+                 x_ptr=x, t_ptr=target, p_ptr=params, run_ptr=running, rstd_ptr=buf["rstd"], hs_ptr=buf["hs"],
+                 xh_ptr=buf["xh"], a_ptr=buf["a"], y_ptr=buf["y"], loss_ptr=buf["loss_partials"],
+                 bstat_ptr=buf["bstat"], sync_ptr=buf["sync"], state_ptr=buf["state"],
+                 B=B, IN=layout.in_features, NBLK=layout.depth // 2, stride_xm=x.stride(0), stride_xk=x.stride(1),
+                 inv_n=1.0 / B, unbias=B / max(B - 1, 1), momentum=momentum, eps=eps, max_spin=grid_sync.MAX_SPIN,
+                 OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_GAMMA=o["gamma"], OFF_BETA=o["beta"],
+                 OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"])
 
 
 def launch_backward(layout: Layout, x, target, dy, params, saved: dict, part, sync: dict, *, block_m: int,
@@ -446,16 +447,16 @@ def launch_backward(layout: Layout, x, target, dy, params, saved: dict, part, sy
     P), exchanging through ``sync`` (grid_sync.buffers). ``kernel``: this file's, or its timed build."""
     B = x.shape[0]
     o = layout.offsets
-    _launch(kernel, (triton.cdiv(B, block_m),),
-            x_ptr=x, t_ptr=target, dy_ptr=dy, p_ptr=params, rstd_ptr=saved["rstd"], hs_ptr=saved["hs"],
-            xh_ptr=saved["xh"], a_ptr=saved["a"], y_ptr=saved["y"], part_ptr=part, sync_ptr=sync["sync"],
-            state_ptr=sync["state"],
-            B=B, IN=layout.in_features, NBLK=layout.depth // 2, P=layout.numel, stride_xm=x.stride(0),
-            stride_xk=x.stride(1), dy_scale=2.0 / B, inv_n=1.0 / B, max_spin=grid_sync.MAX_SPIN,
-            OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_GAMMA=o["gamma"], OFF_BETA=o["beta"],
-            OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"],
-            TRAIN=train, LOSS_GRAD=loss_grad, PRECISION=precision, W=layout.width, KIN=layout.kin,
-            BLOCK_M=block_m, NP=sync["_np"], num_warps=num_warps, num_stages=1)
+    bound = bind(kernel, TRAIN=train, LOSS_GRAD=loss_grad, PRECISION=precision, W=layout.width, KIN=layout.kin,
+                 BLOCK_M=block_m, NP=sync["_np"], num_warps=num_warps, num_stages=1)
+    bound.launch((triton.cdiv(B, block_m),),
+                 x_ptr=x, t_ptr=target, dy_ptr=dy, p_ptr=params, rstd_ptr=saved["rstd"], hs_ptr=saved["hs"],
+                 xh_ptr=saved["xh"], a_ptr=saved["a"], y_ptr=saved["y"], part_ptr=part, sync_ptr=sync["sync"],
+                 state_ptr=sync["state"],
+                 B=B, IN=layout.in_features, NBLK=layout.depth // 2, P=layout.numel, stride_xm=x.stride(0),
+                 stride_xk=x.stride(1), dy_scale=2.0 / B, inv_n=1.0 / B, max_spin=grid_sync.MAX_SPIN,
+                 OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_GAMMA=o["gamma"], OFF_BETA=o["beta"],
+                 OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"])
 
 
 # ----------------------------------------------------------------------------------------------------
