@@ -53,8 +53,11 @@ programs that start early may already have added. The step index lives in device
 same launch (or graph replay) serves every step and nothing needs a host sync.
 
 In the CPU interpreter programs run one after another, so there the kernel runs with one program
-(BLOCK_K >= K+1; the count is then complete at once). The poll loop is bounded: should the programs ever
-not be co-resident, the kernel sets an error flag instead of hanging.
+(BLOCK_K >= K+1; the count is then complete at once). The poll loop is bounded (grid_sync.MAX_SPIN polls):
+should the programs ever not be co-resident, the kernel sets an error flag instead of hanging. (The
+exchange is an all-reduce by exact integer atomics, unlike grid_sync's all-gather of tagged words, which
+the ResNet kernels use because they merge every program's statistics in a fixed order rather than sum
+them: see grid_sync.py.)
 
 Error flags (bits of state[1], set on the device, never cleared by the kernel): ERR_TIMEOUT (a wait gave
 up), ERR_FIXED_POINT (partial logits reached 2^23 / S: the exchange would be wrong), ERR_LABEL (a label
@@ -73,13 +76,13 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid_sync import MAX_SPIN
 from .runtime import is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, num_sms, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
 FIX_SCALE = tl.constexpr(2.0 ** 40)  # fixed point of the exchange: value * 2^40, low 8 bits = count
-MAX_SPIN = 1 << 20  # polls before giving up (~1 s; only if the programs were not co-resident)
 FIX_LIMIT = tl.constexpr(2.0 ** 23)  # |logits| the exchange holds: int64(z * 2^40) must not overflow
 ERR_TIMEOUT, ERR_FIXED_POINT, ERR_LABEL = 1, 2, 4  # bits of the error flags state[1]
 _ERR_TIMEOUT, _ERR_FIXED_POINT, _ERR_LABEL = tl.constexpr(1), tl.constexpr(2), tl.constexpr(4)
