@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from models.layers import LayerNorm, LayerNormReLUMaxPool
 from triton_kernels import layernorm as LN
+from triton_kernels import runtime
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err, tolerance
 
@@ -390,6 +391,64 @@ def test_bad_input_raises(bad, match):
     x = torch.randn(4, 6)
     with pytest.raises(ValueError, match=match):
         bad(x)
+
+
+# ----------------------------------------------------------------------------------- launch plans
+def _picks() -> int:
+    return sum(t.picks for t in runtime.ALL_TUNERS.values())
+
+
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    """Empty launch-plan caches for this test (the kernels, configs and tuner are untouched), so its
+    first call of a shape is the first one of the process."""
+    for name in ("_FORWARD_PLANS", "_BACKWARD_PLANS", "_POOL_PLANS"):
+        monkeypatch.setattr(LN, name, {}, raising=False)
+
+
+def test_steady_state_asks_no_tuner(fresh_plans):
+    """The first call of a shape finds its kernels' configs through the tuner (forward and backward row
+    kernels: one lookup each); repeated calls, training and inference, reuse the launch plans and ask no
+    tuner (and the module and the functional form share them)."""
+    ln = LayerNorm(40).to(DEVICE)
+    x = torch.randn(6, 40, device=DEVICE, requires_grad=True)
+    dy = torch.randn(6, 40, device=DEVICE)
+    before = _picks()
+    ln(x).backward(dy)
+    assert _picks() - before == 2  # forward (saving the statistics) and backward
+    with torch.no_grad():
+        ln(x)
+    assert _picks() - before == 3  # the inference forward (no statistics) is another kernel
+    before = _picks()
+    for _ in range(3):
+        ln(x).backward(dy)
+        LN.layer_norm(x, 40, ln.weight, ln.bias).backward(dy)
+        with torch.no_grad():
+            ln(x)
+            LN.layer_norm(x[:5], (40,))  # rows of the same power-of-two bucket, no affine: a new plan ...
+    assert _picks() - before == 1        # ... found once
+    # a config runs that call's own plan: no tuner, nothing kept
+    kept = len(LN._FORWARD_PLANS)
+    LN.layer_norm(x, 40, ln.weight, ln.bias, config=Config({"BLOCK_M": 2}, 4, 1)).backward(dy)
+    assert _picks() - before == 1 and len(LN._FORWARD_PLANS) == kept
+
+
+def test_steady_state_long_rows_and_fused_pool_keep_their_plans(fresh_plans):
+    """Long rows (segmented kernels, no tuner) and the fused LN -> ReLU -> MaxPool: the first call makes
+    the plan, repeated calls use it."""
+    D = LN.MAX_ROW_D + 16
+    x = torch.randn(1, D, device=DEVICE)
+    xp, wp, bp = (torch.randn(*s, device=DEVICE) for s in ((2, 4, 9), (4, 9), (4, 9)))
+    before = _picks()
+    with torch.no_grad():
+        y = LN.layer_norm(x, D)
+        pooled = LN.layer_norm_relu_maxpool(xp, wp, bp)
+        plans = (len(LN._FORWARD_PLANS), len(LN._POOL_PLANS))
+        assert plans == (1, 1)
+        assert torch.equal(LN.layer_norm(x, D), y)
+        for _ in range(3):
+            assert torch.equal(LN.layer_norm_relu_maxpool(xp, wp, bp), pooled)
+    assert (len(LN._FORWARD_PLANS), len(LN._POOL_PLANS)) == plans and _picks() == before
 
 
 # ---------------------------------------------------------------------------------------------- GPU

@@ -41,16 +41,17 @@ an empty normalized shape give empty results (and zero / empty gradients), as to
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 import triton
 import triton.language as tl
 
+from .launcher import BoundKernel, bind
 from .runtime import is_fake as _is_fake
-from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -417,9 +418,22 @@ def _row_config(config: Optional[Config], key: str, default: int) -> Config:
     return Config({key: config.kwargs.get(key, default)}, config.num_warps, config.num_stages)
 
 
-def _segments(M: int, D: int, block: int, device: torch.device) -> tuple[int, int]:
-    """(SEG, S): cut each row into S segments of SEG values (a multiple of block) so M * S fills the GPU."""
-    want = max(1, min(triton.cdiv(4 * num_sms(device, default=2), max(M, 1)), triton.cdiv(D, block), 64))
+_SM_COUNTS: dict[int, int] = {}  # device index -> streaming multiprocessors (asked once per device)
+
+
+def _sm_count(t: torch.Tensor) -> int:
+    """SMs of t's device (2 in the interpreter: launchers size grids for a stand-in machine)."""
+    index = t.get_device()
+    count = _SM_COUNTS.get(index)
+    if count is None:
+        count = _SM_COUNTS[index] = num_sms(t.device, default=2)
+    return count
+
+
+def _segments(M: int, D: int, block: int, sms: int) -> tuple[int, int]:
+    """(SEG, S): cut each row into S segments of SEG values (a multiple of block) so M * S fills the GPU
+    (``sms`` streaming multiprocessors)."""
+    want = max(1, min(triton.cdiv(4 * sms, max(M, 1)), triton.cdiv(D, block), 64))
     seg = triton.cdiv(triton.cdiv(D, want), block) * block
     return seg, triton.cdiv(D, seg)
 
@@ -428,17 +442,6 @@ def _long_block(config: Optional[Config] = None) -> int:
     if config is not None and "BLOCK_D" in config.kwargs:
         return config.kwargs["BLOCK_D"]
     return INTERPRET_LONG_BLOCK_D if INTERPRET else LONG_BLOCK_D
-
-
-def _row_stats_partials(x2: torch.Tensor, D: int, bd: int):
-    """Launch the segment statistics kernel with chunks of bd; returns (pmean, pm2, SEG, S)."""
-    M = x2.shape[0]
-    seg, S = _segments(M, D, bd, x2.device)
-    pmean = torch.empty((M, S), device=x2.device, dtype=torch.float32)
-    pm2 = torch.empty((M, S), device=x2.device, dtype=torch.float32)
-    _launch(_ln_stats_kernel, (M, S), x_ptr=x2, pmean_ptr=pmean, pm2_ptr=pm2, D=D, stride_xm=x2.stride(0),
-            SEG=seg, S=S, BLOCK_D=bd, num_warps=8)
-    return pmean, pm2, seg, S
 
 
 def _rows(x: torch.Tensor, M: int, D: int) -> torch.Tensor:
@@ -451,6 +454,199 @@ def _rows(x: torch.Tensor, M: int, D: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------------
+# Launch plans: per key (shape bucket or shape, dtype, flags, device) the kernels bound to their
+# configs once (launcher.bind, the tuner asked once); a steady-state call is a dict lookup and direct
+# launches. A ``config`` argument makes a plan for that call only. Plans found while torch.compile
+# traces (fake tensors: nothing can be timed) are not kept.
+# ----------------------------------------------------------------------------------------------------
+class _RowForward(NamedTuple):
+    """Rows that fit a block: the row kernel with its tuned BLOCK_M rows per program."""
+
+    kernel: BoundKernel
+    rows: int
+
+
+class _LongForward(NamedTuple):
+    """Long rows: the segment statistics kernel and the apply kernel, each row cut into S segments."""
+
+    stats: BoundKernel
+    apply: BoundKernel
+    seg: int
+    segments: int
+
+
+class _RowBackward(NamedTuple):
+    """The persistent row kernel (at most ``programs`` programs) and the partial-sum kernel."""
+
+    kernel: BoundKernel
+    programs: int
+    sum_rows: BoundKernel
+    sum_grid: tuple
+
+
+class _LongBackward(NamedTuple):
+    """Long rows: the segment sums (when dx is needed), the (column tile, row group) kernel and the
+    partial-sum kernel."""
+
+    stats: Optional[BoundKernel]
+    tiles: BoundKernel
+    seg: int
+    segments: int
+    grid: tuple
+    rows_per_group: int
+    sum_rows: BoundKernel
+    sum_grid: tuple
+
+
+class _Pool(NamedTuple):
+    """LN -> ReLU -> MaxPool: the segment statistics kernel and the pooling kernel."""
+
+    stats: BoundKernel
+    pool: BoundKernel
+    seg: int
+    segments: int
+    out_seg: int
+    out_segments: int
+
+
+_FORWARD_PLANS: dict[tuple, tuple] = {}
+_BACKWARD_PLANS: dict[tuple, tuple] = {}
+_POOL_PLANS: dict[tuple, _Pool] = {}
+
+
+def _forward_plan(key: tuple, config: Optional[Config], x2, w, b, y, mean, rstd, stride_w, stride_b, eps):
+    """The forward plan for ``key`` = (M or its power-of-two exponent, D, dtype, has_w, has_b,
+    save_stats, device); the arguments are this call's (the tuner times its candidates on them)."""
+    M, D = x2.shape
+    has_w, has_b, save_stats = key[3], key[4], key[5]
+    flags = dict(HAS_W=has_w, HAS_B=has_b, STORE_STATS=save_stats)
+    if _use_long(config, D):
+        bd = _long_block(config)
+        seg, S = _segments(M, D, bd, _sm_count(x2))
+        return _LongForward(bind(_ln_stats_kernel, BLOCK_D=bd, num_warps=8),
+                            bind(_ln_fwd_apply_kernel, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S), num_warps=8),
+                            seg, S)
+    bd = next_power_of_2(D)
+
+    def plan_for(cfg: Config) -> _RowForward:
+        return _RowForward(bind(_ln_fwd_row_kernel, **flags, BLOCK_D=bd, **cfg.kwargs, num_warps=cfg.num_warps,
+                                num_stages=cfg.num_stages), cfg.kwargs["BLOCK_M"])
+
+    if config is not None:
+        return plan_for(_row_config(config, "BLOCK_M", 1))
+
+    def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
+        _launch_forward(plan_for(cfg), x2, w, b, y, mean, rstd, stride_w, stride_b, eps)
+
+    tune_key = (bucket(M), bucket(D), str(x2.dtype), has_w, has_b, save_stats)
+    cfg = _fwd_tuner.pick(tune_key, run, lambda: _fwd_configs(M, D), tracing=_is_fake(x2),
+                          interpret_config=Config({"BLOCK_M": max(1, min(32, 2048 // bd))}, 4, 1))
+    return plan_for(cfg)
+
+
+def _launch_forward(plan, x2, w, b, y, mean, rstd, stride_w, stride_b, eps) -> None:
+    M, D = x2.shape
+    if type(plan) is _RowForward:
+        plan.kernel.launch(((M + plan.rows - 1) // plan.rows,), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y,
+                           mean_ptr=mean, rstd_ptr=rstd, M=M, D=D, stride_xm=x2.stride(0), stride_ym=y.stride(0),
+                           stride_w=stride_w, stride_b=stride_b, eps=eps)
+        return
+    S = plan.segments
+    pmean = torch.empty((M, S), device=x2.device, dtype=torch.float32)
+    pm2 = torch.empty((M, S), device=x2.device, dtype=torch.float32)
+    plan.stats.launch((M, S), x_ptr=x2, pmean_ptr=pmean, pm2_ptr=pm2, D=D, stride_xm=x2.stride(0), SEG=plan.seg, S=S)
+    plan.apply.launch((M, S), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, pmean_ptr=pmean, pm2_ptr=pm2, mean_ptr=mean,
+                      rstd_ptr=rstd, D=D, stride_xm=x2.stride(0), stride_ym=y.stride(0), stride_w=stride_w,
+                      stride_b=stride_b, eps=eps, SEG=plan.seg, S=S)
+
+
+def _sum_plan(D: int, sms: int) -> tuple[BoundKernel, tuple]:
+    """The kernel adding the (P, 2 * D) partials of dw / db, and its grid: >= 2 programs per SM for the
+    big buffers of the row path."""
+    bp, bn = (8, 128) if INTERPRET else (32, 256 if 2 * D >= 256 * 2 * sms else 128)
+    return bind(_sum_rows_kernel, BLOCK_P=bp, BLOCK_N=bn, num_warps=4), (triton.cdiv(2 * D, bn),)
+
+
+def _backward_plan(key: tuple, config: Optional[Config], x2, w, dy, dx, mean, rstd, stride_w):
+    """The backward plan for ``key`` = (M or its power-of-two exponent, D, dtype, has_w, need_dx,
+    need_parts, device); the arguments are this call's (the tuner times its candidates on them)."""
+    M, D = x2.shape
+    has_w, need_dx, need_parts = key[3], key[4], key[5]
+    sms = _sm_count(x2)
+    sum_rows, sum_grid = _sum_plan(D, sms)
+    flags = dict(HAS_W=has_w, NEED_DX=need_dx, NEED_PARTS=need_parts)
+    if _use_long(config, D):
+        bd = _long_block(config)
+        seg, S = _segments(M, D, bd, sms) if need_dx else (0, 1)
+        stats = bind(_ln_bwd_stats_kernel, HAS_W=has_w, BLOCK_D=bd, num_warps=8) if need_dx else None
+        # dx, dw and db in one sweep over (column tile, row group) programs: enough groups to give
+        # ~4 programs per SM; the (G, 2, D) partials are few (G <= M) and summed after
+        n_tiles = triton.cdiv(D, bd)
+        groups = max(1, min(M, triton.cdiv(4 * sms, n_tiles)))
+        rpg = triton.cdiv(M, groups)
+        tiles = bind(_ln_bwd_tile_kernel, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S),
+                     num_warps=4 if INTERPRET else 8)
+        return _LongBackward(stats, tiles, seg, S, (n_tiles, triton.cdiv(M, rpg)), rpg, sum_rows, sum_grid)
+    bd = next_power_of_2(D)
+
+    def plan_for(cfg: Config) -> _RowBackward:
+        kernel = bind(_ln_bwd_row_kernel, **flags, BLOCK_D=bd, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return _RowBackward(kernel, sms * cfg.kwargs["PER_SM"], sum_rows, sum_grid)
+
+    if config is not None:
+        return plan_for(_row_config(config, "PER_SM", 2))
+
+    def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
+        _launch_backward(plan_for(cfg), x2, w, dy, dx, mean, rstd, stride_w, need_parts)
+
+    tune_key = (bucket(M), bucket(D), str(x2.dtype), has_w, need_dx, need_parts)
+    cfg = _bwd_tuner.pick(tune_key, run, lambda: _bwd_configs(D), tracing=_is_fake(x2, dy),
+                          interpret_config=Config({"PER_SM": 2}, 4, 1))
+    return plan_for(cfg)
+
+
+def _launch_backward(plan, x2, w, dy, dx, mean, rstd, stride_w, need_parts):
+    """Launch a backward plan; returns the (P, 2, D) fp32 partials of dw / db (None without them)."""
+    M, D = x2.shape
+    dev = x2.device
+    dx_ptr, stride_dxm = (dx, dx.stride(0)) if dx is not None else (x2, 0)
+    if type(plan) is _RowBackward:
+        P = max(1, min(M, plan.programs))
+        parts = torch.empty((P, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
+        plan.kernel.launch((P,), x_ptr=x2, w_ptr=w, dy_ptr=dy, dx_ptr=dx_ptr, mean_ptr=mean, rstd_ptr=rstd,
+                           part_ptr=parts, M=M, D=D, stride_xm=x2.stride(0), stride_dym=dy.stride(0),
+                           stride_dxm=stride_dxm, stride_w=stride_w)
+        return parts if need_parts else None
+    pc1 = pc2 = x2  # dummies when dx is not needed
+    S = plan.segments
+    if plan.stats is not None:
+        pc1 = torch.empty((M, S), device=dev, dtype=torch.float32)
+        pc2 = torch.empty((M, S), device=dev, dtype=torch.float32)
+        plan.stats.launch((M, S), x_ptr=x2, w_ptr=w, dy_ptr=dy, mean_ptr=mean, rstd_ptr=rstd, pc1_ptr=pc1,
+                          pc2_ptr=pc2, D=D, stride_xm=x2.stride(0), stride_dym=dy.stride(0), stride_w=stride_w,
+                          SEG=plan.seg, S=S)
+    parts = torch.empty((plan.grid[1], 2, D), device=dev, dtype=torch.float32) if need_parts else x2
+    plan.tiles.launch(plan.grid, x_ptr=x2, w_ptr=w, dy_ptr=dy, dx_ptr=dx_ptr, mean_ptr=mean, rstd_ptr=rstd,
+                      pc1_ptr=pc1, pc2_ptr=pc2, part_ptr=parts, M=M, D=D, stride_xm=x2.stride(0),
+                      stride_dym=dy.stride(0), stride_dxm=stride_dxm, stride_w=stride_w, S=S,
+                      ROWS_PER_GROUP=plan.rows_per_group)
+    return parts if need_parts else None
+
+
+def _pool_plan(config: Optional[Config], B: int, D: int, NO: int, pool: int, has_w: bool, has_b: bool,
+               sms: int) -> _Pool:
+    bd = _long_block(config)
+    seg, S = _segments(B, D, bd, sms)
+    bo = config.kwargs.get("BLOCK_O") if config is not None else None
+    bo = bo or (128 if INTERPRET else 512)
+    oseg, So = _segments(B, NO, bo, sms)
+    return _Pool(bind(_ln_stats_kernel, BLOCK_D=bd, num_warps=8),
+                 bind(_ln_relu_pool_kernel, HAS_W=has_w, HAS_B=has_b, POOL=pool, BLOCK_O=bo,
+                      BLOCK_S=next_power_of_2(S), num_warps=4),
+                 seg, S, oseg, So)
+
+
+# ----------------------------------------------------------------------------------------------------
 # Launchers on (M, D) rows
 # ----------------------------------------------------------------------------------------------------
 def _check_rows(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor]) -> None:
@@ -458,9 +654,10 @@ def _check_rows(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional
     if x2.ndim != 2 or (x2.shape[1] > 1 and x2.stride(1) != 1):
         raise ValueError(f"x2 must be 2-D with a unit column stride, got shape {tuple(x2.shape)} strides "
                          f"{tuple(x2.stride())}")
+    D = x2.shape[1]
     for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and tuple(t.shape) != (x2.shape[1],):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({x2.shape[1]},)")
+        if t is not None and (t.ndim != 1 or t.shape[0] != D):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({D},)")
 
 
 def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
@@ -474,37 +671,29 @@ def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: O
     _check_rows(x2, weight, bias)
     dev = x2.device
     y = torch.empty((M, D), device=dev, dtype=x2.dtype)
-    mean = torch.empty((M,) if save_stats else (0,), device=dev, dtype=torch.float32)
-    rstd = torch.empty((M,) if save_stats else (0,), device=dev, dtype=torch.float32)
+    mean = torch.empty((M if save_stats else 0,), device=dev, dtype=torch.float32)
+    rstd = torch.empty((M if save_stats else 0,), device=dev, dtype=torch.float32)
     if M == 0 or D == 0:
         return y, mean, rstd
-    w = weight if weight is not None else x2
-    b = bias if bias is not None else x2
-    strides = dict(stride_w=w.stride(0) if weight is not None else 0, stride_b=b.stride(0) if bias is not None else 0)
-    flags = dict(HAS_W=weight is not None, HAS_B=bias is not None, STORE_STATS=save_stats)
-    if not _use_long(config, D):
-        bd = next_power_of_2(D)
-
-        def run(cfg):
-            _launch(_ln_fwd_row_kernel, (triton.cdiv(M, cfg.kwargs["BLOCK_M"]),),
-                    x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, mean_ptr=mean, rstd_ptr=rstd, M=M, D=D,
-                    stride_xm=x2.stride(0), stride_ym=y.stride(0), **strides, eps=eps, **flags, BLOCK_D=bd,
-                    **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-        if config is not None:
-            cfg = _row_config(config, "BLOCK_M", 1)
-        elif INTERPRET:
-            cfg = Config({"BLOCK_M": max(1, min(32, 2048 // bd))}, 4, 1)
-        else:
-            key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, bias is not None, save_stats)
-            cfg = _fwd_tuner.pick(key, run, lambda: _fwd_configs(M, D), tracing=_is_fake(x2))
-        run(cfg)
-        return y, mean, rstd
-    bd = _long_block(config)
-    pmean, pm2, seg, S = _row_stats_partials(x2, D, bd)
-    _launch(_ln_fwd_apply_kernel, (M, S), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, pmean_ptr=pmean, pm2_ptr=pm2,
-            mean_ptr=mean, rstd_ptr=rstd, D=D, stride_xm=x2.stride(0), stride_ym=y.stride(0), **strides, eps=eps,
-            SEG=seg, S=S, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S), num_warps=8)
+    has_w, has_b = weight is not None, bias is not None
+    w = weight if has_w else x2
+    b = bias if has_b else x2
+    stride_w = weight.stride(0) if has_w else 0
+    stride_b = bias.stride(0) if has_b else 0
+    if config is None:
+        # rows that fit a block share a plan per power of two of M; long rows have one per M (the
+        # segment count depends on it); int(): a traced size may be symbolic, the key wants plain ints
+        key = (int(M) if D > MAX_ROW_D else (int(M) - 1).bit_length(), int(D), x2.dtype, has_w, has_b, save_stats,
+               x2.get_device())
+        plan = _FORWARD_PLANS.get(key)
+        if plan is None:
+            plan = _forward_plan(key, None, x2, w, b, y, mean, rstd, stride_w, stride_b, eps)
+            if not _is_fake(x2):
+                _FORWARD_PLANS[key] = plan
+    else:
+        plan = _forward_plan((M, D, x2.dtype, has_w, has_b, save_stats), config, x2, w, b, y, mean, rstd,
+                             stride_w, stride_b, eps)
+    _launch_forward(plan, x2, w, b, y, mean, rstd, stride_w, stride_b, eps)
     return y, mean, rstd
 
 
@@ -518,12 +707,16 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
     check_config(config)
     M, D = x2.shape
     _check_rows(x2, weight, None)
-    if tuple(dy.shape) != (M, D):
+    if dy.ndim != 2 or dy.shape[0] != M or dy.shape[1] != D:
         raise ValueError(f"dy has shape {tuple(dy.shape)}, expected x2's {(M, D)}")
     for name, t in (("mean", mean), ("rstd", rstd)):
-        if tuple(t.shape) != (M,) or t.dtype != torch.float32:
+        if t.ndim != 1 or t.shape[0] != M or t.dtype != torch.float32:
             raise ValueError(f"{name} must be the forward's ({M},) float32 statistic, got {t.dtype} {tuple(t.shape)}")
-    mean, rstd = mean.contiguous(), rstd.contiguous()  # indexed as (M,) buffers: copied only when strided
+    # indexed as (M,) buffers: copied only when strided
+    if M > 1 and mean.stride(0) != 1:
+        mean = mean.contiguous()
+    if M > 1 and rstd.stride(0) != 1:
+        rstd = rstd.contiguous()
     dev = x2.device
     dx = torch.empty((M, D), device=dev, dtype=x2.dtype) if need_dx else None
     need_parts = need_dw or need_db
@@ -532,63 +725,25 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[tor
         return dx, (z if need_dw else None), (z.clone() if need_db else None)
     if D > 1 and dy.stride(1) != 1:
         dy = dy.contiguous()
-    w = weight if weight is not None else x2
-    stride_w = w.stride(0) if weight is not None else 0
-    parts = None
-    if not _use_long(config, D):
-        bd = next_power_of_2(D)
-        n_sms = num_sms(dev, default=2)
-
-        def run(cfg):
-            P = max(1, min(M, n_sms * cfg.kwargs["PER_SM"]))
-            part = torch.empty((P, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
-            _launch(_ln_bwd_row_kernel, (P,), x_ptr=x2, w_ptr=w, dy_ptr=dy, dx_ptr=dx if dx is not None else x2,
-                    mean_ptr=mean, rstd_ptr=rstd, part_ptr=part, M=M, D=D, stride_xm=x2.stride(0),
-                    stride_dym=dy.stride(0), stride_dxm=dx.stride(0) if dx is not None else 0, stride_w=stride_w,
-                    HAS_W=weight is not None, NEED_DX=need_dx, NEED_PARTS=need_parts, BLOCK_D=bd,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-            return part if need_parts else None
-
-        if config is not None:
-            cfg = _row_config(config, "PER_SM", 2)
-        elif INTERPRET:
-            cfg = Config({"PER_SM": 2}, 4, 1)
-        else:
-            key = (bucket(M), bucket(D), str(x2.dtype), weight is not None, need_dx, need_parts)
-            cfg = _bwd_tuner.pick(key, run, lambda: _bwd_configs(D), tracing=_is_fake(x2, dy))
-        parts = run(cfg)
+    has_w = weight is not None
+    w = weight if has_w else x2
+    stride_w = weight.stride(0) if has_w else 0
+    if config is None:
+        key = (int(M) if D > MAX_ROW_D else (int(M) - 1).bit_length(), int(D), x2.dtype, has_w, need_dx, need_parts,
+               x2.get_device())
+        plan = _BACKWARD_PLANS.get(key)
+        if plan is None:
+            plan = _backward_plan(key, None, x2, w, dy, dx, mean, rstd, stride_w)
+            if not _is_fake(x2, dy):
+                _BACKWARD_PLANS[key] = plan
     else:
-        bd = _long_block(config)
-        pc1 = pc2 = x2  # dummies when dx is not needed
-        S = 1
-        if need_dx:
-            seg, S = _segments(M, D, bd, dev)
-            pc1 = torch.empty((M, S), device=dev, dtype=torch.float32)
-            pc2 = torch.empty((M, S), device=dev, dtype=torch.float32)
-            _launch(_ln_bwd_stats_kernel, (M, S), x_ptr=x2, w_ptr=w, dy_ptr=dy, mean_ptr=mean, rstd_ptr=rstd,
-                    pc1_ptr=pc1, pc2_ptr=pc2, D=D, stride_xm=x2.stride(0), stride_dym=dy.stride(0),
-                    stride_w=stride_w, SEG=seg, S=S, HAS_W=weight is not None, BLOCK_D=bd, num_warps=8)
-        # dx, dw and db in one sweep over (column tile, row group) programs: enough groups to give
-        # ~4 programs per SM; the (G, 2, D) partials are few (G <= M) and summed below
-        n_tiles = triton.cdiv(D, bd)
-        groups = max(1, min(M, triton.cdiv(4 * num_sms(dev, default=2), n_tiles)))
-        rpg = triton.cdiv(M, groups)
-        groups = triton.cdiv(M, rpg)
-        parts = torch.empty((groups, 2, D), device=dev, dtype=torch.float32) if need_parts else x2
-        _launch(_ln_bwd_tile_kernel, (n_tiles, groups), x_ptr=x2, w_ptr=w, dy_ptr=dy,
-                dx_ptr=dx if dx is not None else x2, mean_ptr=mean, rstd_ptr=rstd, pc1_ptr=pc1, pc2_ptr=pc2,
-                part_ptr=parts, M=M, D=D, stride_xm=x2.stride(0), stride_dym=dy.stride(0),
-                stride_dxm=dx.stride(0) if dx is not None else 0, stride_w=stride_w, S=S, ROWS_PER_GROUP=rpg,
-                HAS_W=weight is not None, NEED_DX=need_dx, NEED_PARTS=need_parts, BLOCK_D=bd,
-                BLOCK_S=next_power_of_2(S), num_warps=4 if INTERPRET else 8)
+        plan = _backward_plan((M, D, x2.dtype, has_w, need_dx, need_parts), config, x2, w, dy, dx, mean, rstd,
+                              stride_w)
+    parts = _launch_backward(plan, x2, w, dy, dx, mean, rstd, stride_w, need_parts)
     dw = db = None
     if need_parts:
-        P = parts.shape[0]
         out = torch.empty((2 * D,), device=dev, dtype=torch.float32)
-        # >= 2 programs per SM for the big (P, 2D) buffers of the row path
-        bp, bn = (8, 128) if INTERPRET else (32, 256 if 2 * D >= 256 * 2 * num_sms(dev, default=2) else 128)
-        _launch(_sum_rows_kernel, (triton.cdiv(2 * D, bn),), parts, out, P, 2 * D, BLOCK_P=bp, BLOCK_N=bn,
-                num_warps=4)
+        plan.sum_rows.launch(plan.sum_grid, part_ptr=parts, out_ptr=out, P=parts.shape[0], N=2 * D)
         dw = out[:D] if need_dw else None
         db = out[D:] if need_db else None
     return dx, dw, db
@@ -606,33 +761,46 @@ def layer_norm_relu_maxpool_forward(x: torch.Tensor, weight: Optional[torch.Tens
     y = torch.empty((B, C, LO), device=x.device, dtype=x.dtype)
     if B == 0 or C * LO == 0:
         return y
-    x2 = _rows(x, B, D)
-    pmean, pm2, seg, S = _row_stats_partials(x2, D, _long_block(config))
+    # the kernels read sample b at x + b * stride_xb: x itself when each sample is dense
+    dense = (L == 1 or x.stride(2) == 1) and (C == 1 or x.stride(1) == L)
+    x2 = x if dense else _rows(x, B, D)
     NO = C * LO
-    bo = config.kwargs.get("BLOCK_O") if config is not None else None
-    bo = bo or (128 if INTERPRET else 512)
-    oseg, So = _segments(B, NO, bo, x.device)
-    w = weight if weight is not None else x2
-    b = bias if bias is not None else x2
-    w_strides = tuple(weight.stride()) if weight is not None else (0, 0)
-    b_strides = tuple(bias.stride()) if bias is not None else (0, 0)
-    _launch(_ln_relu_pool_kernel, (B, So), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, pmean_ptr=pmean, pm2_ptr=pm2,
-            L=L, LO=LO, D=D, stride_xb=x2.stride(0), stride_yb=y.stride(0), stride_wc=w_strides[0],
-            stride_wl=w_strides[1], stride_bc=b_strides[0], stride_bl=b_strides[1], eps=eps, SEG=seg, S=S,
-            OSEG=oseg, NO=NO, HAS_W=weight is not None, HAS_B=bias is not None, POOL=pool, BLOCK_O=bo,
-            BLOCK_S=next_power_of_2(S), num_warps=4)
+    has_w, has_b = weight is not None, bias is not None
+    if config is None:
+        key = (int(B), int(C), int(L), pool, has_w, has_b, x.get_device())
+        plan = _POOL_PLANS.get(key)
+        if plan is None:
+            plan = _POOL_PLANS[key] = _pool_plan(None, B, D, NO, pool, has_w, has_b, _sm_count(x))
+    else:
+        plan = _pool_plan(config, B, D, NO, pool, has_w, has_b, _sm_count(x))
+    w = weight if has_w else x2
+    b = bias if has_b else x2
+    w_stride_c, w_stride_l = weight.stride() if has_w else (0, 0)
+    b_stride_c, b_stride_l = bias.stride() if has_b else (0, 0)
+    S = plan.segments
+    pmean = torch.empty((B, S), device=x.device, dtype=torch.float32)
+    pm2 = torch.empty((B, S), device=x.device, dtype=torch.float32)
+    stride_xb = x2.stride(0)
+    plan.stats.launch((B, S), x_ptr=x2, pmean_ptr=pmean, pm2_ptr=pm2, D=D, stride_xm=stride_xb, SEG=plan.seg, S=S)
+    plan.pool.launch((B, plan.out_segments), x_ptr=x2, w_ptr=w, b_ptr=b, y_ptr=y, pmean_ptr=pmean, pm2_ptr=pm2,
+                     L=L, LO=LO, D=D, stride_xb=stride_xb, stride_yb=y.stride(0), stride_wc=w_stride_c,
+                     stride_wl=w_stride_l, stride_bc=b_stride_c, stride_bl=b_stride_l, eps=eps, SEG=plan.seg,
+                     S=S, OSEG=plan.out_seg, NO=NO)
     return y
 
 
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
 def _config_str(config: Optional[Config]) -> str:
-    """A config as the string the torch ops carry ("" = the tuned one)."""
+    """A config as the string the torch ops carry ("" = the tuned one); made once per distinct config."""
     return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=256)
 def _config_from(text: str) -> Optional[Config]:
+    """The config a torch op's string names (None for ""); parsed once per distinct string."""
     return Config.from_json(json.loads(text)) if text else None
 
 
@@ -646,10 +814,11 @@ def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[
                             rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool,
                             config: str) -> list[torch.Tensor]:
     dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, need_dx, need_dw, need_db, _config_from(config))
-    empty = x.new_empty((0,), dtype=torch.float32)
-    # outputs must not alias each other: the two halves of one buffer are cloned apart
+    if dw is not None and db is not None:
+        db = db.clone()  # outputs must not share storage: dw and db are the two halves of one buffer
     return [dx if dx is not None else x.new_empty((0,)),
-            dw.clone() if dw is not None else empty, db.clone() if db is not None else empty.clone()]
+            dw if dw is not None else x.new_empty((0,), dtype=torch.float32),
+            db if db is not None else x.new_empty((0,), dtype=torch.float32)]
 
 
 def _ln_relu_pool_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
@@ -687,20 +856,28 @@ _ln_relu_pool_call = register_op("tk::layer_norm_relu_maxpool", _ln_relu_pool_op
 # ----------------------------------------------------------------------------------------------------
 # Public functions
 # ----------------------------------------------------------------------------------------------------
-def _validate(x, normalized_shape, weight, bias, eps) -> tuple[int, ...]:
-    check_tensor("x", x, dtypes=DTYPES)
+def _validate(x, normalized_shape, weight, bias, eps, x_checked: bool = False) -> tuple[int, ...]:
+    """normalized_shape as a tuple of ints; a ValueError naming the argument that does not fit.
+    ``x_checked``: the caller has checked x with check_tensor already."""
+    if not x_checked:
+        check_tensor("x", x, dtypes=DTYPES)
     if isinstance(normalized_shape, int):
-        normalized_shape = (normalized_shape,)
-    shape = tuple(int(s) for s in normalized_shape)
-    if len(shape) == 0:
+        shape = (normalized_shape,)
+    else:
+        shape = tuple(normalized_shape) if type(normalized_shape) is torch.Size else tuple(map(int, normalized_shape))
+    n = len(shape)
+    if n == 0:
         raise ValueError("normalized_shape must have at least one dim")
-    if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape):]) != shape:
+    if x.ndim < n or x.shape[x.ndim - n:] != shape:
         raise ValueError(f"x has shape {tuple(x.shape)}, whose trailing dims must equal normalized_shape {shape}")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            check_tensor(name, p, dtypes=DTYPES, device=x.device)
-            if tuple(p.shape) != shape:
-                raise ValueError(f"{name} has shape {tuple(p.shape)}, expected normalized_shape {shape}")
+    if weight is not None:
+        check_tensor("weight", weight, dtypes=DTYPES, device=x.device)
+        if weight.shape != shape:
+            raise ValueError(f"weight has shape {tuple(weight.shape)}, expected normalized_shape {shape}")
+    if bias is not None:
+        check_tensor("bias", bias, dtypes=DTYPES, device=x.device)
+        if bias.shape != shape:
+            raise ValueError(f"bias has shape {tuple(bias.shape)}, expected normalized_shape {shape}")
     if not (isinstance(eps, (int, float)) and eps >= 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     return shape
@@ -714,14 +891,17 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: t
     BLOCK_M / PER_SM the row kernels); default: by row length, tuned."""
     shape = _validate(x, normalized_shape, weight, bias, eps)
     check_config(config)
-    D = math.prod(shape)
-    M = math.prod(x.shape[: x.ndim - len(shape)])
-    x2 = _rows(x, M, D)
-    w = weight.reshape(D) if weight is not None else None
-    b = bias.reshape(D) if bias is not None else None
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    if len(shape) == 1 and x.ndim == 2 and (shape[0] <= 1 or x.stride(1) == 1):
+        x2, w, b = x, weight, bias  # already (M, D) rows with (D,) parameters: no reshapes
+    else:
+        D = math.prod(shape)
+        x2 = _rows(x, math.prod(x.shape[: x.ndim - len(shape)]), D)
+        w = weight.reshape(D) if weight is not None else None
+        b = bias.reshape(D) if bias is not None else None
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                              or (bias is not None and bias.requires_grad))
     y = _ln_call(x2, w, b, float(eps), needs_grad, _config_str(config))[0]
-    return y.reshape(x.shape)
+    return y if x2 is x else y.reshape(x.shape)
 
 
 def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -733,12 +913,13 @@ def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None,
     chunk) and / or BLOCK_O (output chunk).
     """
     check_tensor("x", x, ndim=3, dtypes=DTYPES)
-    _validate(x, tuple(x.shape[1:]), weight, bias, eps)
+    _validate(x, x.shape[1:], weight, bias, eps, x_checked=True)
     if not isinstance(pool, int) or pool < 1:
         raise ValueError(f"pool must be a positive int, got {pool!r}")
     if x.shape[2] < pool:
         raise ValueError(f"x has length {x.shape[2]} < pool {pool}: the pooled output would be empty")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)):
         raise ValueError("layer_norm_relu_maxpool is an inference kernel: call it under torch.no_grad() "
                          "(or use layer_norm + relu + max_pool1d for training)")
     check_config(config, fused_pool=True)
