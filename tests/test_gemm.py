@@ -5,6 +5,7 @@ import torch
 
 from models.layers import MLP, Linear
 from triton_kernels import gemm as G
+from triton_kernels import runtime as R
 from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
@@ -155,6 +156,39 @@ def test_bad_input_raises_before_launch(bad, match):
         bad(a, b)
 
 
+# ----------------------------------------------------------------------------------- launch plans
+def _picks() -> int:
+    return sum(t.picks for t in R.ALL_TUNERS.values())
+
+
+def test_steady_state_asks_no_tuner(monkeypatch):
+    """The first call of a GEMM shape finds its config through the tuner (one lookup per GEMM: forward,
+    dA and dB); repeated calls, training and inference, reuse the launch plans and ask no tuner."""
+    monkeypatch.setattr(G, "_PLANS", {}, raising=False)  # empty plan cache: this test's calls come first
+    relu, gelu = Linear(12, 8, activation="relu").to(DEVICE), Linear(12, 8, activation="gelu").to(DEVICE)
+    x = torch.randn(5, 12, device=DEVICE, requires_grad=True)
+    g = torch.randn(5, 8, device=DEVICE)
+    before = _picks()
+    relu(x).backward(g)
+    assert _picks() - before == 3  # forward, dA = dZ @ W, dW^T = X^T @ dZ
+    before = _picks()
+    gelu(x).backward(g)            # gelu saves its pre-activation: another forward kernel; dA, dB as relu's
+    assert _picks() - before == 1
+    before = _picks()
+    for _ in range(3):
+        relu(x).backward(g)
+        gelu(x).backward(g)
+        with torch.no_grad():
+            relu(x)
+            G.gemm(x, relu.weight.t(), relu.bias, None, "relu")
+            gelu(x)                # no gradient: nothing saved, another forward kernel ...
+    assert _picks() - before == 1  # ... found once
+    # a config runs that call's own plan: no tuner, nothing kept
+    kept = len(G._PLANS)
+    G.gemm_forward(x.detach(), relu.weight.detach().t(), config=G.INTERPRET_CONFIG)
+    assert _picks() - before == 1 and len(G._PLANS) == kept
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,precision", [(torch.bfloat16, "ieee"), (torch.float16, "ieee"),
@@ -193,8 +227,6 @@ def test_gpu_compile_fullgraph_mlp():
 @pytest.mark.gpu
 def test_gpu_autotune_persists(tmp_path, monkeypatch):
     """Tuning a key times the candidates, stores them, and a fresh tuner reads them back."""
-    from triton_kernels import runtime as R
-
     monkeypatch.setenv(R.CACHE_ENV, str(tmp_path))
     monkeypatch.setenv(R.TUNE_ENV, "1")
     G._tuner.clear_memory()
@@ -207,6 +239,32 @@ def test_gpu_autotune_persists(tmp_path, monkeypatch):
     G._tuner.clear_memory()
     G.gemm(a, b)
     assert G._tuner.events[-1][1] == "hit"
+
+
+@pytest.mark.gpu
+def test_gpu_tma_kernel_in_autograd_backward_thread():
+    """autograd runs the backward of CUDA tensors in a thread of its own. The TMA kernel's scratch
+    allocator lives in a Triton context variable, which that thread does not inherit: a TMA launch
+    there (after one in the main thread) must find it set all the same."""
+    tma = G.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)
+    a = torch.randn(256, 64, device="cuda")
+    b = torch.randn(64, 192, device="cuda")
+    ref = a.double() @ b.double()
+    assert_close(G.gemm_forward(a, b, config=tma)[0], ref, torch.float32)  # main thread first
+    out = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            out.append(G.gemm_forward(a, b, config=tma)[0])  # runs in autograd's device thread
+            return grad
+
+    Probe.apply(torch.randn(4, device="cuda", requires_grad=True)).sum().backward()
+    assert_close(out[0], ref, torch.float32)
 
 
 def test_int64_index_path(monkeypatch):

@@ -15,12 +15,14 @@ dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`).
 """
 from __future__ import annotations
 
-from typing import Optional
+import contextvars
+from typing import NamedTuple, Optional
 
 import torch
 import triton
 import triton.language as tl
 
+from .launcher import BoundKernel, bind
 from .runtime import (
     INTERPRET,
     num_sms,
@@ -30,7 +32,6 @@ from .runtime import (
     bucket,
     check_tensor,
     is_fake,
-    launch,
     register_tuner,
 )
 
@@ -285,7 +286,6 @@ def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool 
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-_launch = launch
 _is_fake = is_fake
 
 
@@ -294,10 +294,12 @@ _is_fake = is_fake
 INTERPRETER_DTYPES = (torch.float32, torch.float16)
 
 
-def _validate(a, b, bias, residual, activation, precision, names=("a", "b")):
-    """Raise a ValueError naming the argument (``names``: what the caller calls A and B)."""
+def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_checked=False):
+    """Raise a ValueError naming the argument (``names``: what the caller calls A and B; ``a_checked``:
+    the caller has checked A with check_tensor already)."""
     name_a, name_b = names
-    check_tensor(name_a, a, ndim=2, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    if not a_checked:
+        check_tensor(name_a, a, ndim=2, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor(name_b, b, ndim=2, dtypes=DTYPES, device=a.device, interpreter_dtypes=INTERPRETER_DTYPES)
     if b.dtype != a.dtype:
         raise ValueError(f"{name_b} has dtype {b.dtype} but {name_a} has {a.dtype}")
@@ -311,7 +313,7 @@ def _validate(a, b, bias, residual, activation, precision, names=("a", "b")):
             raise ValueError(f"bias has {bias.shape[0]} elements, expected N={N}")
     if residual is not None:
         check_tensor("residual", residual, ndim=2, dtypes=DTYPES, device=a.device)
-        if tuple(residual.shape) != (M, N):
+        if residual.shape != (M, N):
             raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {(M, N)}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -336,29 +338,173 @@ def _tma_layout(t: torch.Tensor):
     return trans, stride
 
 
-_ALLOCATOR_SET = False
+_CUDA = torch.device("cuda")
+_ALLOCATOR_SET = contextvars.ContextVar("gemm_tma_allocator_set", default=False)
 
 
-def _ensure_allocator(device) -> None:
-    """Device-side TMA descriptors need scratch memory from an allocator Triton calls at launch."""
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, device=device, dtype=torch.int8))
-        _ALLOCATOR_SET = True
+def _tma_scratch(size: int, alignment: int, stream):
+    """Scratch memory for the TMA kernel's device-side tensor descriptors, on the current device and
+    torch's current stream (the stream Triton launches on)."""
+    return torch.empty(size, device=_CUDA, dtype=torch.int8)
+
+
+def _ensure_allocator() -> None:
+    """Device-side TMA descriptors need scratch memory from an allocator Triton calls at launch. Triton
+    keeps the allocator in a context variable, which a new thread does not inherit (autograd runs the
+    backward of CUDA tensors in a thread of its own), so it is set once per context that launches the
+    TMA kernel (a flag in a context variable of our own says whether this context has it)."""
+    if not _ALLOCATOR_SET.get():
+        triton.set_allocator(_tma_scratch)
+        _ALLOCATOR_SET.set(True)
+
+
+_TMA_DEVICES: dict[int, bool] = {}  # device index -> runs the TMA kernel (asked once per device)
+_SM_COUNTS: dict[int, int] = {}     # device index -> streaming multiprocessors (asked once per device)
+
+
+def _tma_device(t: torch.Tensor) -> bool:
+    """Whether t's device runs the TMA kernel: a CUDA device of compute capability 9 or more, never the
+    interpreter."""
+    index = t.get_device()
+    capable = _TMA_DEVICES.get(index)
+    if capable is None:
+        capable = _TMA_DEVICES[index] = (not INTERPRET and t.device.type == "cuda"
+                                         and torch.cuda.get_device_capability(t.device)[0] >= 9)
+    return capable
+
+
+def _sm_count(t: torch.Tensor) -> int:
+    """SMs of t's device (4 in the interpreter: the TMA kernel's grid is sized for a stand-in machine)."""
+    index = t.get_device()
+    count = _SM_COUNTS.get(index)
+    if count is None:
+        count = _SM_COUNTS[index] = num_sms(t.device, default=4)
+    return count
 
 
 def _tma_eligible(a, b, M, N, K) -> bool:
-    if INTERPRET or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] < 9:
-        return False
-    return M >= 64 and N >= 64 and K >= 32 and _tma_layout(a) is not None and _tma_layout(b) is not None
+    return (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and _tma_layout(a) is not None
+            and _tma_layout(b) is not None)
 
 
 def _needs_int64(*ts) -> bool:
     """True when some element offset (sum of index * stride) can reach 2**31."""
     for t in ts:
-        if t is not None and t.numel() and sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) >= 2**31 - 1:
-            return True
+        if t is not None:
+            shape, stride = t.shape, t.stride()
+            if len(shape) == 2:  # the operands: unrolled (this runs on every call)
+                m, n = shape
+                if m and n and (m - 1) * abs(stride[0]) + (n - 1) * abs(stride[1]) >= 2**31 - 1:
+                    return True
+            elif t.numel() and sum((n - 1) * abs(st) for n, st in zip(shape, stride)) >= 2**31 - 1:
+                return True
     return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launch plans: per key (power-of-two exponents of M, N, K, dtype, precision, epilogue, layouts, TMA,
+# index width, device) the kernel bound to its tuned config once (launcher.bind, the tuner asked once);
+# a steady-state call is a dict lookup and a direct launch. A ``config`` argument makes a plan for that
+# call only. Plans found while torch.compile traces (fake tensors: nothing can be timed) are not kept.
+# ----------------------------------------------------------------------------------------------------
+class _Plan(NamedTuple):
+    """A GEMM kernel bound to its config, and what a call derives from the config."""
+
+    kernel: BoundKernel
+    block_m: int
+    block_n: int
+    programs: int   # the TMA kernel: at most this many persistent programs (the SM count); 0: pointer kernel
+    relayout: bool  # the TMA kernel reads a copy of B in the other layout (B_RELAYOUT)
+    a_t: bool       # the TMA kernel: A stored K-major (A_T)
+    b_t: bool       # the TMA kernel: B (or its copy) stored K-major (B_T)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: int) -> _Plan:
+    """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
+    ``flags`` (the kernels' other constexprs)."""
+    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT")}
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.kwargs.get("TMA", 0):
+        kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, **options)
+        return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)
+    return _Plan(bind(_gemm_kernel, **flags, **tiles, **options), tiles["BLOCK_M"], tiles["BLOCK_N"], 0, False,
+                 False, False)
+
+
+def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> None:
+    """One launch of a plan: C (and Z) from A, B, bias, residual. bias and residual are read with their
+    strides (stride 0 = expanded), never copied; absent ones (and Z) point at C, unread."""
+    tiles = ((M + plan.block_m - 1) // plan.block_m) * ((N + plan.block_n - 1) // plan.block_n)
+    stride_cm, stride_cn = c.stride()
+    stride_rm, stride_rn = residual.stride() if residual is not None else (0, 0)
+    stride_zm, stride_zn = z.stride() if z is not None else (0, 0)
+    bias_ptr = bias if bias is not None else c
+    res_ptr = residual if residual is not None else c
+    z_ptr = z if z is not None else c
+    stride_bias = bias.stride(0) if bias is not None else 0
+    if not plan.programs:
+        stride_am, stride_ak = a.stride()
+        stride_bk, stride_bn = b.stride()
+        plan.kernel.launch((tiles,), a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
+                           M=M, N=N, K=K, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk,
+                           stride_bn=stride_bn, stride_cm=stride_cm, stride_cn=stride_cn, stride_bias=stride_bias,
+                           stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm, stride_zn=stride_zn)
+        return
+    if plan.relayout:
+        # Copy B once into the other layout (N-major <-> K-major). tf32 wgmma reads B K-major only; for
+        # 16-bit B the measured K-major (nn.Linear weight) case ran at half the rate of the N-major one.
+        # The copy's time is inside the tuner's measurement, so this candidate wins only where it pays
+        # for itself.
+        b = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
+    if not INTERPRET:
+        _ensure_allocator()
+    progs = min(tiles, plan.programs)
+    plan.kernel.launch((progs,), a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
+                       M=M, N=N, K=K, NUM_PROGS=progs, stride_a=a.stride(1) if plan.a_t else a.stride(0),
+                       stride_b=b.stride(1) if plan.b_t else b.stride(0), stride_cm=stride_cm, stride_cn=stride_cn,
+                       stride_bias=stride_bias, stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm,
+                       stride_zn=stride_zn)
+
+
+def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: int, K: int) -> _Plan:
+    """The tuner's config for this call's tuning key (unchanged: the persistent cache stays valid), bound.
+    The arguments are this call's (the tuner times its candidates on them)."""
+    prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout = key[4:12]
+    sms = _sm_count(a)
+
+    def plan_for(cfg: Config) -> _Plan:
+        # a B_RELAYOUT config tuned on a shape whose copy of B stays TMA-aligned, met on one of the
+        # same tuning key whose copy would not be, runs the TMA kernel on B as it is
+        copy = relayout and bool(cfg.kwargs.get("B_RELAYOUT", 0))
+        return _bind(cfg, flags, not a_unit, b_unit if copy else not b_unit, copy, sms)
+
+    def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
+        _launch_plan(plan_for(cfg), a, b, c, bias, residual, z, M, N, K)
+
+    tune_key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, has_bias, has_res, a_unit, b_unit,
+                tma)
+    es = a.element_size()
+    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout), tracing=_is_fake(a, b),
+                      interpret_config=INTERPRET_CONFIG)
+    return plan_for(cfg)
+
+
+def _forced_plan(config: Config, flags: dict, a, b):
+    """(plan, B as the kernel reads it) for a config given by the caller; a TMA config on operands that
+    TMA cannot read is a ValueError (the tuner never offers one: see _tma_eligible)."""
+    if not config.kwargs.get("TMA", 0):
+        return _bind(config, flags, False, False, False, 0), b
+    if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see _launch_plan) is made here, once
+        b = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
+    layout_a, layout_b = _tma_layout(a), _tma_layout(b)
+    if layout_a is None or layout_b is None:
+        raise ValueError(f"config {config} asks for the TMA kernel, but {'a' if layout_a is None else 'b'} "
+                         "cannot be read through a TMA descriptor (it needs a unit stride, the other "
+                         "stride and the base address 16-byte aligned)")
+    return _bind(config, flags, layout_a[0], layout_b[0], False, _sm_count(a)), b
 
 
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,
@@ -370,67 +516,49 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
     N = b.shape[1]
     c = out if out is not None else torch.empty((M, N), device=a.device, dtype=a.dtype)
     z = torch.empty((M, N), device=a.device, dtype=a.dtype) if save_preact else None
-    prec = precision if a.dtype == torch.float32 else "ieee"  # 16-bit inputs always use tensor cores
-    dummy = c
-    # Tensors go positionally (launch() looks for fake tensors among its positional arguments), the
-    # rest by keyword. bias and residual are read with their strides (stride 0 = expanded), never copied.
-    pointers = (c, bias if bias is not None else dummy, residual if residual is not None else dummy,
-                z if z is not None else dummy)
-    epilogue = dict(
-        M=M, N=N, K=K, stride_cm=c.stride(0), stride_cn=c.stride(1),
-        stride_bias=bias.stride(0) if bias is not None else 0,
-        stride_rm=residual.stride(0) if residual is not None else 0,
-        stride_rn=residual.stride(1) if residual is not None else 0,
-        stride_zm=z.stride(0) if z is not None else 0, stride_zn=z.stride(1) if z is not None else 0,
-        HAS_BIAS=bias is not None, HAS_RES=residual is not None, SAVE_Z=save_preact,
-        ACT=_ACT_CODE[activation], PRECISION="tf32" if prec == "tf32" else "ieee",
-        INDEX_64=_needs_int64(a, b, c, bias, residual, z))
     if M == 0 or N == 0:
         return c, z
-
-    def run(cfg: Config):
-        kw = dict(cfg.kwargs)
-        tiles = triton.cdiv(M, kw["BLOCK_M"]) * triton.cdiv(N, kw["BLOCK_N"])
-        if kw.pop("TMA", 0):
-            bb = b
-            if kw.pop("B_RELAYOUT", 0):
-                # Copy B once into the other layout (N-major <-> K-major). tf32 wgmma reads B K-major
-                # only; for 16-bit B the measured K-major (nn.Linear weight) case ran at half the rate of
-                # the N-major one. The copy's time is inside the tuner's measurement, so this candidate
-                # wins only where it pays for itself.
-                bb = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
-            layout_a, layout_b = _tma_layout(a), _tma_layout(bb)
-            if layout_a is None or layout_b is None:  # only a forced config gets here (see _tma_eligible)
-                raise ValueError(f"config {cfg} asks for the TMA kernel, but {'a' if layout_a is None else 'b'} "
-                                 "cannot be read through a TMA descriptor (it needs a unit stride, the other "
-                                 "stride and the base address 16-byte aligned)")
-            (a_t, sa), (b_t, sb) = layout_a, layout_b
-            _ensure_allocator(a.device)
-            progs = min(tiles, num_sms(a.device, default=4))
-            _launch(_gemm_tma_kernel, (progs,), a, bb, *pointers, NUM_PROGS=progs, stride_a=sa, stride_b=sb,
-                    A_T=a_t, B_T=b_t, **epilogue, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        else:
-            _launch(_gemm_kernel, (tiles,), a, b, *pointers, stride_am=a.stride(0), stride_ak=a.stride(1),
-                    stride_bk=b.stride(0), stride_bn=b.stride(1), **epilogue, **kw, num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages)
-
     if K == 0:  # empty reduction: C = act(bias) (+ residual)
         zero = torch.zeros((M, 1), device=a.device, dtype=a.dtype)
         return gemm_forward(zero, torch.zeros((1, N), device=a.device, dtype=a.dtype), bias, residual,
                             activation, precision, save_preact, out, config)
-    fake = _is_fake(a, b)
-    tma = not fake and _tma_eligible(a, b, M, N, K)  # compiled graphs use the pointer kernel
+    prec = precision if a.dtype == torch.float32 else "ieee"  # 16-bit inputs always use tensor cores
+    has_bias, has_res = bias is not None, residual is not None
+    # 64-bit index math when an element offset can pass 2**31 (a fresh C or Z is (M, N) contiguous)
+    index_64 = M * N >= 2**31 or _needs_int64(a, b, bias, residual, out)
     if config is None:
-        key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, bias is not None,
-               residual is not None, a.stride(1) == 1, b.stride(1) == 1, tma)
-        # candidates on a re-laid-out copy of B: tf32 with N-major B, 16-bit with K-major B (both copies
-        # keep TMA's 16-byte row alignment when the original's rows of the other dimension are aligned)
+        a_unit, b_unit = a.stride(1) == 1, b.stride(1) == 1
+        # the persistent TMA kernel where it can run (compiled graphs, traced with fake tensors, use the
+        # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
+        # alignment: tf32 with N-major B, 16-bit with K-major B
+        tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not _is_fake(a, b)
+               and _tma_layout(a) is not None and _tma_layout(b) is not None)
         es = a.element_size()
-        relayout = ((prec == "tf32" and b.stride(1) == 1 and (K * es) % 16 == 0)
-                    or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
-        config = _tuner.pick(key, run, lambda: _prune(M, N, K, es, tma, relayout), tracing=fake)
-    run(config)
+        relayout = tma and ((prec == "tf32" and b_unit and (K * es) % 16 == 0)
+                            or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
+        # int(): a traced size may be symbolic; the key wants plain ints
+        key = ((int(M) - 1).bit_length(), (int(N) - 1).bit_length(), (int(K) - 1).bit_length(), a.dtype, prec,
+               activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_preact, index_64, a.get_device())
+        plan = _PLANS.get(key)
+        if plan is None:
+            flags = _flags(has_bias, has_res, save_preact, activation, prec, index_64)
+            plan = _make_plan(key, flags, a, b, c, bias, residual, z, M, N, K)
+            if not _is_fake(a, b):
+                _PLANS[key] = plan
+    else:
+        plan, b = _forced_plan(config, _flags(has_bias, has_res, save_preact, activation, prec, index_64), a, b)
+    _launch_plan(plan, a, b, c, bias, residual, z, M, N, K)
     return c, z
+
+
+def _flags(has_bias: bool, has_res: bool, save_z: bool, activation: str, prec: str, index_64: bool) -> dict:
+    """The GEMM kernels' epilogue and precision constexprs."""
+    return dict(HAS_BIAS=has_bias, HAS_RES=has_res, SAVE_Z=save_z, ACT=_ACT_CODE[activation],
+                PRECISION="tf32" if prec == "tf32" else "ieee", INDEX_64=index_64)
+
+
+_ACT_BLOCK = (32, 32) if INTERPRET else (64, 128)
+_ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, z_is_output, store_dz, colsum) -> bound kernel
 
 
 def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need_dbias=False):
@@ -441,14 +569,21 @@ def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need
     dbias = torch.zeros((N,), device=dc.device, dtype=torch.float32) if need_dbias else None
     if (dz is None and dbias is None) or M == 0 or N == 0:
         return (dz if dz is not None else dc if need_dz else None), dbias
-    BM, BN = (32, 32) if INTERPRET else (64, 128)
+    bm, bn = _ACT_BLOCK
+    key = (act, z_is_output, dz is not None, dbias is not None)
+    kernel = _ACT_KERNELS.get(key)
+    if kernel is None:
+        kernel = _ACT_KERNELS[key] = bind(_act_bwd_kernel, ACT=act, Z_IS_OUTPUT=z_is_output, STORE_DZ=key[2],
+                                          COLSUM=key[3], BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     z = saved if saved is not None else dc
     dzt = dz if dz is not None else dc
-    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
-    _launch(_act_bwd_kernel, grid, dc, z, dzt, dbias if dbias is not None else dc, M, N,
-            dc.stride(0), dc.stride(1), z.stride(0), z.stride(1), dzt.stride(0), dzt.stride(1),
-            ACT=act, Z_IS_OUTPUT=z_is_output, STORE_DZ=dz is not None, COLSUM=dbias is not None,
-            BLOCK_M=BM, BLOCK_N=BN, num_warps=4)
+    stride_dcm, stride_dcn = dc.stride()
+    stride_zm, stride_zn = z.stride()
+    stride_dzm, stride_dzn = dzt.stride()
+    kernel.launch(((M + bm - 1) // bm, (N + bn - 1) // bn), dc_ptr=dc, z_ptr=z, dz_ptr=dzt,
+                  dbias_ptr=dbias if dbias is not None else dc, M=M, N=N, stride_dcm=stride_dcm,
+                  stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn, stride_dzm=stride_dzm,
+                  stride_dzn=stride_dzn)
     return (dz if dz is not None else (dc if need_dz else None)), dbias
 
 
@@ -515,10 +650,11 @@ _gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, bac
 
 def _save_preact(activation, a, b, bias, residual) -> bool:
     """Whether the forward saves Z for the backward: gelu, or relu with a residual added after it (else
-    the backward reads relu's sign off the output)."""
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, bias, residual))
-    return needs_grad and (activation == "gelu" or (activation == "relu" and residual is not None))
+    the backward reads relu's sign off the output), when a gradient is needed."""
+    if activation != "gelu" and (activation != "relu" or residual is None):
+        return False
+    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+                                        or (residual is not None and residual.requires_grad))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
@@ -532,24 +668,27 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     return _gemm_call(a, b, bias, residual, activation, precision, save_preact)[0]
 
 
+_X_DIMS = tuple(range(1, 9))
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
            residual: torch.Tensor | None = None, precision: str = "ieee") -> torch.Tensor:
     """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear;
     residual has the output's shape (..., out_features). Errors name x / weight / bias / residual."""
-    check_tensor("x", x, ndim=range(1, 9), dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    check_tensor("x", x, ndim=_X_DIMS, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor("weight", weight, ndim=2)
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[-1]} features but weight expects {weight.shape[1]} (weight {tuple(weight.shape)})")
-    lead = x.shape[:-1]
+    rows = x.ndim == 2  # already (M, K): no reshapes
     if residual is not None:
         check_tensor("residual", residual)
-        if tuple(residual.shape) != (*lead, weight.shape[0]):
+        if residual.shape != (*x.shape[:-1], weight.shape[0]):
             raise ValueError(f"residual has shape {tuple(residual.shape)}, expected the output's "
-                             f"{(*lead, weight.shape[0])}")
-    x2 = x.reshape(-1, x.shape[-1])
-    r2 = residual.reshape(-1, residual.shape[-1]) if residual is not None else None
+                             f"{(*x.shape[:-1], weight.shape[0])}")
+    x2 = x if rows else x.reshape(-1, x.shape[-1])
+    r2 = residual if (rows or residual is None) else residual.reshape(-1, residual.shape[-1])
     w_t = weight.t()
-    _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"))
+    _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"), a_checked=True)
     save_preact = _save_preact(activation, x2, w_t, bias, r2)
     y = _gemm_call(x2, w_t, bias, r2, activation, precision, save_preact)[0]
-    return y.reshape(*lead, weight.shape[0])
+    return y if rows else y.reshape(*x.shape[:-1], weight.shape[0])
