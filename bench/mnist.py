@@ -41,7 +41,8 @@ import torch
 
 from triton_kernels.runtime import INTERPRET, default_device, device_name  # (interpreter switch before triton loads)
 from bench.data import mnist as mnist_data
-from models.softmax_regression import GRAPH_VARIANTS, VARIANTS, SoftmaxRegression, make_trainer
+from bench.mnist_ladder import GRAPH_VARIANTS, VARIANTS, make_trainer
+from models.softmax_regression import SoftmaxRegression
 from triton_kernels.testing import rel_err
 
 from . import results as R

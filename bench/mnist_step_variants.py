@@ -17,24 +17,7 @@ after a warm-up epoch. --check also trains one epoch from the same start in ever
 relative distance of its weights from a float64 epoch on the same batches (err_fp64) and its training
 accuracy. With --out, also writes the table as JSON (mnist_step_variants.json).
 
-Measurements (one H100, 2026-11-22; results/NVIDIA_H100_80GB_HBM3/mnist_step_variants.json, graph-epoch).
-The kernel was the tree before three fixes made after the run and not yet run on a GPU (statistics
-aliasing, fp64 scalars under torch.compile, no n_run specialisation; weights unaffected).
-  previous kernel (rows split over lanes, 8 warps, ieee, fp32 X): 6.1 us/step (2.88 ms/epoch, events);
-  the ladder's 4.32 ms row was older code whose tuner timed single-step launches.
-  predicted for rows-in-thread + tf32x3 + uint8 X: 2-3 us/step. Measured, us/step:
-    config          uint8 tf32x3  uint8 tf32  uint8 ieee  fp32 tf32x3  fp32 tf32  fp32 ieee
-    BLOCK_K 16, 4w      4.56         4.24        6.70        5.70         4.12       7.19
-    BLOCK_K 16, 8w      4.87         4.42        8.54        5.82         4.38       8.53
-    BLOCK_K 32, 4w      3.99         3.67        9.64        5.70         3.54      10.14
-    BLOCK_K 32, 8w      4.34         3.86       10.28        5.47         3.92      10.34
-  err_fp64 after one epoch: ieee 4.0e-7, tf32x3 5.3e-7 (uint8) / 6.0e-7 (fp32), tf32 2.1e-4 / 3.9e-4.
-  The miss (~4 vs 2-3 us): 25 programs beat 50 by 0.6 us although each does twice the products, so the
-  exchange (per-program atomics and the wait for the slowest program) costs more than the per-program
-  instruction count suggested; uint8 X changes little (the gather is off the critical path, as
-  predicted); ieee regressed against the previous kernel (Triton's FMA dot for a row-per-thread layout
-  holds the whole W slice per thread: 255 registers and spills), tf32x3 costs +0.3 us over tf32 with
-  uint8 X (two products) and +1.6-2.2 us with fp32 X (Triton's three products, operand splits).
+Timings are not kept in this docstring: results/NOTES.md quotes the GPU runs (the MNIST section).
 """
 from __future__ import annotations
 

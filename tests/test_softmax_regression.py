@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.data import mnist as mnist_data
-from models.softmax_regression import GRAPH_VARIANTS, SoftmaxRegression, make_trainer
+from bench.mnist_ladder import GRAPH_VARIANTS, make_trainer
+from models.softmax_regression import SoftmaxRegression
 from triton_kernels import softmax_regression as S
 from triton_kernels.testing import assert_close, poison_
 
@@ -342,6 +343,18 @@ def test_ladder_variants_agree():
         for v in GRAPH_VARIANTS:
             with pytest.raises(RuntimeError, match="CUDA"):
                 make_trainer(v, SoftmaxRegression(), x, y, B, 0.1)
+
+
+def test_ladder_lives_in_the_study():
+    """models/ holds the model only; the ladder's trainers are the MNIST study's (bench/mnist_ladder.py)."""
+    import models.softmax_regression as model_module
+
+    public = {n for n, v in vars(model_module).items() if not n.startswith("_") and getattr(v, "__module__", "")
+              == model_module.__name__}
+    assert public == {"SoftmaxRegression"}
+    trainer = make_trainer("eager-preloaded", SoftmaxRegression(), torch.rand(8, 784), torch.randint(0, 10, (8,)), 4,
+                           0.1, device=DEVICE)
+    assert type(trainer).__module__ == "bench.mnist_ladder"
 
 
 def test_two_epochs_real_subset_loss_falls(tmp_path):
