@@ -139,10 +139,11 @@ def check_tensor(
         if t.ndim not in allowed:
             raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dims, got shape {tuple(t.shape)}")
     if dtypes is not None:
-        dtypes = tuple(dtypes)
+        if not isinstance(dtypes, tuple):
+            dtypes = tuple(dtypes)
         if t.dtype not in dtypes:
             raise ValueError(f"{name} has dtype {t.dtype}; supported: {', '.join(map(str, dtypes))}")
-    if device is not None and t.device != device:
+    if device is not None and t.device is not device and t.device != device:
         raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
     if t.device.type == "meta":
         raise ValueError(f"{name} is a meta tensor: Triton kernels need real memory (CUDA, or the CPU in the "
@@ -380,7 +381,10 @@ class Autotuner:
                 return cfg
             except (KeyError, TypeError, ValueError):
                 warnings.warn(f"ignoring malformed cache entry {k} in {self.cache_path()}", RuntimeWarning)
-        if tracing or not tuning_enabled():
+        if tracing:
+            return configs[0]
+        if not tuning_enabled():  # untimed: the best-guess candidate, remembered like a tuned one
+            self._memory[mk] = configs[0]
             return configs[0]
         best = self._memory[mk] = self._tune(k, run, configs)
         return best
