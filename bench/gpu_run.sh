@@ -18,7 +18,9 @@
 #              account of one step at depth 100 (resnet_tilings.json, resnet_stalls.json)     (~150 s)
 #   reorder    loss after 100 steps: eager fp32 / fused fp32 vs float64, vs each other, and vs themselves on
 #              the same batches with their rows shuffled (resnet_/glonet_reorder.json; needs .data/sgemm)  (~400 s)
-#   tests      every GPU test, one process per group, in parallel            (~300 s)
+#   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~90 s)
+#   tests      every GPU test, one process per group, in parallel (TEST_TIMEOUT per group; the view
+#              matrices are long: run TEST_GROUPS in two calls if one exceeds the limit)   (~400 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
 # with `git rev-parse --short HEAD > .git_commit`) with the tree.
@@ -76,12 +78,15 @@ for stage in "$@"; do
       done
       python3 -m bench.sgemm --suite report --results-dir /tmp/training_results $(out) 2>&1 | tail -30
       tar czf "${OUT:-/tmp}/training_results.tgz" --exclude checkpoint.pt -C /tmp training_results ;;
+    overhead) timeout 300 python3 -m bench.overhead $(out) 2>&1 | grep -v -i warn | tail -30 ;;
     tests)
       # one process per group, in parallel; TEST_GROUPS="1 3" runs a subset; every group's log goes to
       # one file ($OUT/pytest.txt, or /tmp/pytest.txt): few files come back from the box
-      groups=("tests/test_gemm.py" "tests/test_softmax.py tests/test_cross_entropy.py" "tests/test_layernorm.py"
+      groups=("tests/test_gemm.py tests/test_launcher.py tests/test_overhead.py" "tests/test_gemm_views.py"
+              "tests/test_softmax.py" "tests/test_cross_entropy.py" "tests/test_layernorm.py"
               "tests/test_fused_mlp.py" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py"
-              "tests/test_softmax_regression.py tests/test_mnist_data.py" "tests/test_runtime.py tests/test_harness.py")
+              "tests/test_softmax_regression.py tests/test_mnist_data.py" "tests/test_conv1d.py tests/test_char_cnn.py"
+              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py" "tests/test_runtime.py tests/test_harness.py")
       sel=${TEST_GROUPS:-$(seq -s " " 1 ${#groups[@]})}
       for i in $sel; do
         timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q -rf --tb=line -p no:logging ${groups[$((i-1))]} \
