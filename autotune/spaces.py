@@ -1,0 +1,550 @@
+"""The config spaces of the tuned kernels: what may be tuned, what can run, and what the runtime tuner tries.
+
+For every tuned kernel family this module declares
+
+* the **full space**: its kernels (variants), the knobs of each (block sizes, group size, kernel-specific
+  flags) with the values each may take, and the warps and pipeline stages;
+* **rules** applied before anything is compiled: hardware limits (shared memory, registers, warps per SM),
+  what a kernel needs (the TMA kernel only where TMA can read the operands), and what cannot suit a shape
+  (tiles far larger than the problem, tiny tiles on a large one);
+* the **tuner's candidates**: the short list the runtime tuner times for a shape, best guess first (the
+  first runs when tuning is off or under torch.compile tracing), pruned by the same rules as in the kernel
+  files. ``candidates(kernel, ...)`` returns exactly that list; ``full(kernel, ...)`` the valid full space.
+
+    candidates("gemm", M=4096, N=1024, K=8704, dtype="bfloat16", tma=True, relayout=True)
+    full("gemm", M=4096, N=1024, K=8704, dtype="bfloat16", tma=True)
+    rejected("gemm", config, M=..., ...)   # the names of the rules a config breaks
+
+Kernels: gemm, conv1d, conv1d_dw, softmax (row and looped kernels, by the row length), layernorm_fwd,
+layernorm_bwd (the row kernels), cross_entropy (row and chunked kernels, by the class count). Every tuner
+candidate lies in the full space of its shape (tests/test_autotune_spaces.py checks it for many shapes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Iterable
+
+import torch
+
+from triton_kernels.runtime import Config, bucket, next_power_of_2
+
+# ----------------------------------------------------------------------------------------------------
+# Hardware limits (H100: 227 KB of shared memory per block, 255 registers per thread, 64 warps per SM)
+# ----------------------------------------------------------------------------------------------------
+SMEM_LIMIT = 220 * 1024   # bytes of pipelined operand tiles per program (headroom for the epilogue)
+MAX_ACC_REGS = 128        # fp32 accumulator registers per thread of a dot kernel (the rest: addresses, operands)
+MAX_ROW_VALUES = 256      # fp32 values per thread a row kernel keeps in registers (beyond: spills)
+MAX_WARPS_PER_SM = 64
+WARP = 32
+
+
+def elem_bytes(dtype: Any) -> int:
+    """Bytes per element of a dtype given as a torch dtype, a name ("bf16", "bfloat16", "float32", ...)
+    or already as a byte count."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        return dtype
+    if isinstance(dtype, torch.dtype):
+        return dtype.itemsize
+    names = {"float32": 4, "fp32": 4, "tf32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
+    key = str(dtype).replace("torch.", "")
+    if key not in names:
+        raise ValueError(f"dtype must be a torch dtype, one of {sorted(names)} or a byte count, got {dtype!r}")
+    return names[key]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The declaration
+# ----------------------------------------------------------------------------------------------------
+Values = "tuple | Callable[[dict], tuple]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One kernel of a family: its knobs (Config.kwargs, in order; values a tuple or ``f(ctx)``), fixed
+    kwargs that select it (e.g. TMA=1), warps and stages, and when it is available for a context."""
+
+    name: str
+    knobs: tuple[tuple[str, Any], ...]
+    warps: tuple[int, ...]
+    stages: tuple[int, ...]
+    fixed: tuple[tuple[str, int], ...] = ()
+    when: Callable[[dict], bool] = lambda ctx: True
+
+    def configs(self, ctx: dict) -> Iterable[Config]:
+        names = [n for n, _ in self.knobs]
+        values = [v(ctx) if callable(v) else v for _, v in self.knobs]
+        for combo in itertools.product(*values, self.warps, self.stages):
+            kwargs = dict(zip(names, combo[:len(names)]))
+            kwargs.update(self.fixed)
+            yield Config(kwargs, combo[-2], combo[-1])
+
+    def owns(self, config: Config) -> bool:
+        """Whether a config is of this variant (its kwargs name exactly this variant's knobs and fixed values)."""
+        names = {n for n, _ in self.knobs} | {n for n, _ in self.fixed}
+        return set(config.kwargs) == names and all(config.kwargs[n] == v for n, v in self.fixed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A predicate a config must satisfy for a context; ``kind``: "hardware" (cannot compile or run),
+    "kernel" (the kernel cannot serve these operands) or "shape" (cannot suit the shape)."""
+
+    name: str
+    kind: str
+    ok: Callable[[Config, dict], bool]
+    doc: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    kernel: str
+    variants: tuple[Variant, ...]
+    rules: tuple[Rule, ...]
+    context: Callable[..., dict]
+    tuner: Callable[[dict], list[Config]]
+    interpret: Callable[[dict], Config]
+    doc: str = ""
+
+    def variant_of(self, config: Config) -> Variant | None:
+        return next((v for v in self.variants if v.owns(config)), None)
+
+    def raw(self, ctx: dict) -> list[Config]:
+        """Every config of every variant available in ``ctx``, before the rules."""
+        return [c for v in self.variants if v.when(ctx) for c in v.configs(ctx)]
+
+    def broken(self, config: Config, ctx: dict) -> list[str]:
+        """Names of the rules ``config`` breaks in ``ctx`` ("variant" when no available variant owns it)."""
+        variant = self.variant_of(config)
+        if variant is None or not variant.when(ctx):
+            return ["variant"]
+        return [r.name for r in self.rules if not r.ok(config, ctx)]
+
+    def valid(self, ctx: dict, kinds: Iterable[str] = ("hardware", "kernel", "shape")) -> list[Config]:
+        kinds = tuple(kinds)
+        rules = [r for r in self.rules if r.kind in kinds]
+        return list(dict.fromkeys(c for c in self.raw(ctx) if all(r.ok(c, ctx) for r in rules)))
+
+
+SPACES: dict[str, Space] = {}
+
+
+def _register(space: Space) -> Space:
+    SPACES[space.kernel] = space
+    return space
+
+
+def space(kernel: str) -> Space:
+    if kernel not in SPACES:
+        raise ValueError(f"kernel must be one of {sorted(SPACES)}, got {kernel!r}")
+    return SPACES[kernel]
+
+
+def context(kernel: str, **shape: Any) -> dict:
+    """The normalised context (shape, element size, flags) of a kernel's space."""
+    return space(kernel).context(**shape)
+
+
+def candidates(kernel: str, **shape: Any) -> list[Config]:
+    """The runtime tuner's candidates for this shape, best guess first: exactly the list it times."""
+    sp = space(kernel)
+    return list(sp.tuner(sp.context(**shape)))
+
+
+def full(kernel: str, *, kinds: Iterable[str] = ("hardware", "kernel", "shape"), **shape: Any) -> list[Config]:
+    """The full space for this shape after the rules of ``kinds`` (all by default)."""
+    sp = space(kernel)
+    return sp.valid(sp.context(**shape), kinds)
+
+
+def rejected(kernel: str, config: Config, **shape: Any) -> list[str]:
+    """Names of the rules ``config`` breaks for this shape ([] when it is valid)."""
+    sp = space(kernel)
+    return sp.broken(config, sp.context(**shape))
+
+
+def interpret_config(kernel: str, **shape: Any) -> Config:
+    """The one config the CPU interpreter runs for this shape."""
+    sp = space(kernel)
+    return sp.interpret(sp.context(**shape))
+
+
+def _pow2(lo: int, hi: int) -> tuple[int, ...]:
+    out, v = [], lo
+    while v <= hi:
+        out.append(v)
+        v *= 2
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GEMM (triton_kernels/gemm.py): the pointer kernel, the persistent TMA kernel, the TMA kernel on a
+# re-laid-out copy of B
+# ----------------------------------------------------------------------------------------------------
+def _gemm_cfg(bm, bn, bk, warps, stages, group=8):
+    return Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, warps, stages)
+
+
+GEMM_CONFIGS = [
+    # large tiles for Hopper (wgmma 64xN per warpgroup; 8 warps = 2 warpgroups); first = best guess
+    _gemm_cfg(128, 256, 64, 8, 3), _gemm_cfg(256, 128, 64, 8, 3), _gemm_cfg(128, 256, 64, 8, 4),
+    _gemm_cfg(128, 128, 64, 8, 4), _gemm_cfg(128, 128, 64, 4, 4), _gemm_cfg(128, 128, 128, 8, 3),
+    _gemm_cfg(128, 64, 64, 4, 4), _gemm_cfg(64, 128, 64, 4, 4), _gemm_cfg(64, 64, 64, 4, 4),
+    # fp32 friendly (smaller K tile)
+    _gemm_cfg(128, 128, 32, 8, 3), _gemm_cfg(64, 64, 32, 4, 3),
+    # small / skinny shapes
+    _gemm_cfg(64, 32, 32, 4, 4), _gemm_cfg(32, 64, 32, 4, 4), _gemm_cfg(32, 32, 32, 4, 3), _gemm_cfg(16, 32, 32, 2, 3),
+]
+# the persistent TMA kernel (Hopper+, 16-byte aligned rows): same tiles, marked TMA=1
+GEMM_TMA_CONFIGS = [
+    Config({**c.kwargs, "TMA": 1}, c.num_warps, c.num_stages) for c in (
+        _gemm_cfg(128, 256, 64, 8, 3), _gemm_cfg(128, 256, 64, 8, 4), _gemm_cfg(256, 128, 64, 8, 3),
+        _gemm_cfg(128, 128, 64, 8, 4), _gemm_cfg(128, 128, 64, 4, 4), _gemm_cfg(128, 128, 128, 8, 3),
+        _gemm_cfg(128, 64, 64, 4, 4), _gemm_cfg(128, 128, 32, 8, 3), _gemm_cfg(128, 256, 32, 8, 3))
+]
+# the same TMA kernel on a copy of B in the other layout: fp32 tiles for tf32 with an N-major B, 16-bit
+# tiles for a K-major B
+GEMM_TMA_RELAYOUT_CONFIGS = [
+    Config({**c.kwargs, "TMA": 1, "B_RELAYOUT": 1}, c.num_warps, c.num_stages) for c in (
+        _gemm_cfg(128, 128, 32, 8, 3), _gemm_cfg(128, 256, 32, 8, 3), _gemm_cfg(128, 64, 32, 4, 4),
+        _gemm_cfg(128, 256, 64, 8, 3), _gemm_cfg(256, 128, 64, 8, 3), _gemm_cfg(128, 128, 64, 8, 4))
+]
+GEMM_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
+# every config the GEMM tuner may try (its persistent cache is keyed by a hash of these)
+GEMM_TUNER_CONFIGS = GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS
+
+
+def _gemm_context(M: int, N: int, K: int, dtype: Any = "float32", tma: bool = False, relayout: bool = False) -> dict:
+    return {"M": int(M), "N": int(N), "K": int(K), "elem": elem_bytes(dtype), "tma": bool(tma),
+            "relayout": bool(tma and relayout)}
+
+
+def _tiles(c: Config) -> tuple[int, int, int]:
+    return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
+
+
+def _gemm_smem(c: Config, ctx: dict) -> bool:
+    bm, bn, bk = _tiles(c)
+    return c.num_stages * (bm * bk + bk * bn) * ctx["elem"] <= SMEM_LIMIT
+
+
+def _gemm_not_too_large(c: Config, ctx: dict) -> bool:
+    bm, bn, bk = _tiles(c)
+    return bm <= 2 * bucket(ctx["M"]) and bn <= 2 * bucket(ctx["N"]) and bk <= 2 * bucket(ctx["K"])
+
+
+def _gemm_not_too_small(c: Config, ctx: dict) -> bool:
+    bm, bn, _ = _tiles(c)
+    return not (ctx["M"] * ctx["N"] >= 2048 * 2048 and bm * bn < 64 * 64)
+
+
+def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
+    bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+    return bm * bn * accumulators <= MAX_ACC_REGS * WARP * c.num_warps
+
+
+def _gemm_tuner(ctx: dict) -> list[Config]:
+    """gemm.py's ``_prune``: the lists above (TMA ones where TMA can read the operands, re-laid-out ones
+    where the copy of B stays TMA-aligned), minus what overflows shared memory, tiles far larger than
+    the problem and tiny tiles on a large problem."""
+    out = []
+    pool = GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
+    for c in pool:
+        if _gemm_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx):
+            out.append(c)
+    return out or [GEMM_INTERPRET_CONFIG]
+
+
+_GEMM_TILES = (("BLOCK_M", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)), ("BLOCK_K", _pow2(16, 128)),
+               ("GROUP_M", (1, 4, 8, 16)))
+_GEMM_WARPS, _GEMM_STAGES = (2, 4, 8, 16), (1, 2, 3, 4, 5)
+
+GEMM = _register(Space(
+    "gemm",
+    variants=(
+        Variant("pointer", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES),
+        Variant("tma", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1),), when=lambda ctx: ctx["tma"]),
+        Variant("tma_relayout", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1), ("B_RELAYOUT", 1)),
+                when=lambda ctx: ctx["relayout"]),
+    ),
+    rules=(
+        Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (A tile + B tile) bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _acc_registers,
+             "BLOCK_M x BLOCK_N fp32 accumulators <= MAX_ACC_REGS per thread"),
+        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
+             "at least 4 accumulators per thread (smaller tiles leave warps idle)"),
+        Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem (power-of-two bucket)"),
+        Rule("not_too_small", "shape", _gemm_not_too_small, "no tile under 64 x 64 on an M x N >= 2048^2 problem"),
+    ),
+    context=_gemm_context,
+    tuner=_gemm_tuner,
+    interpret=lambda ctx: GEMM_INTERPRET_CONFIG,
+    doc="C = act(A @ B + bias): M, N, K; dtype; tma: TMA can read A and B (Hopper, 16-byte aligned rows); "
+        "relayout: the re-laid-out copy of B would stay TMA-aligned",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# conv1d (triton_kernels/conv1d.py): the implicit-GEMM forward, and the weight-gradient kernel
+# ----------------------------------------------------------------------------------------------------
+CONV_CONFIGS = [
+    _gemm_cfg(128, 256, 64, 8, 3), _gemm_cfg(128, 128, 64, 8, 4), _gemm_cfg(128, 128, 64, 4, 4),
+    _gemm_cfg(256, 128, 64, 8, 3), _gemm_cfg(64, 256, 64, 8, 3), _gemm_cfg(128, 64, 64, 4, 4),
+    _gemm_cfg(64, 128, 64, 4, 4), _gemm_cfg(64, 64, 64, 4, 4), _gemm_cfg(128, 128, 32, 8, 3),
+    _gemm_cfg(64, 64, 32, 4, 3), _gemm_cfg(32, 64, 32, 4, 4), _gemm_cfg(32, 32, 32, 4, 3),
+]
+CONV_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
+DW_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc, bn, bm, w, s in (
+    (128, 128, 64, 8, 3), (128, 128, 32, 4, 4), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3), (64, 64, 64, 4, 3),
+    (128, 256, 64, 8, 3), (64, 64, 32, 4, 4))]
+DW_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 32}, 4, 1)
+
+
+def _conv_context(M: int, N: int, C: int, dtype: Any = "float32", pool: int = 1) -> dict:
+    """M = B x output rows (after pooling), N = output channels, C = input channels."""
+    return {"M": int(M), "N": int(N), "K": int(C), "C": int(C), "elem": elem_bytes(dtype), "pool": int(pool)}
+
+
+def _conv_registers(c: Config, ctx: dict) -> bool:  # pooling keeps two accumulators live
+    return _acc_registers(c, ctx, 2 if ctx["pool"] > 1 else 1)
+
+
+def _conv_tuner(ctx: dict) -> list[Config]:
+    """conv1d.py's ``_prune_conv``: shared memory, registers (two accumulators when pooling), not far
+    larger than the problem."""
+    out = [c for c in CONV_CONFIGS if _gemm_smem(c, ctx) and _conv_registers(c, ctx) and _gemm_not_too_large(c, ctx)]
+    return out or [CONV_INTERPRET_CONFIG]
+
+
+CONV1D = _register(Space(
+    "conv1d",
+    variants=(Variant("implicit_gemm", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES),),
+    rules=(
+        Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (x tile + weight tile) bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _conv_registers, "accumulators (two when pooling) <= MAX_ACC_REGS per thread"),
+        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
+             "at least 4 accumulators per thread"),
+        Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem"),
+    ),
+    context=_conv_context, tuner=_conv_tuner, interpret=lambda ctx: CONV_INTERPRET_CONFIG,
+    doc="y = act(conv1d(x, w) + bias) (+ max-pool): M = B x L_out / pool, N = C_out, C = C_in; dtype; pool",
+))
+
+
+def _dw_context(C: int, N: int, dtype: Any = "float32") -> dict:
+    return {"C": int(C), "N": int(N), "elem": elem_bytes(dtype)}
+
+
+def _dw_smem(c: Config, ctx: dict) -> bool:
+    k = c.kwargs
+    return c.num_stages * (k["BLOCK_C"] + k["BLOCK_N"]) * k["BLOCK_M"] * ctx["elem"] <= SMEM_LIMIT
+
+
+def _dw_not_too_large(c: Config, ctx: dict) -> bool:
+    return c.kwargs["BLOCK_C"] <= 2 * bucket(ctx["C"]) and c.kwargs["BLOCK_N"] <= 2 * bucket(ctx["N"])
+
+
+def _dw_registers(c: Config, ctx: dict) -> bool:
+    return c.kwargs["BLOCK_C"] * c.kwargs["BLOCK_N"] <= MAX_ACC_REGS * WARP * c.num_warps
+
+
+CONV1D_DW = _register(Space(
+    "conv1d_dw",
+    variants=(Variant("split_k", (("BLOCK_C", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)), ("BLOCK_M", _pow2(16, 128))),
+                      _GEMM_WARPS, _GEMM_STAGES),),
+    rules=(
+        Rule("shared_memory", "hardware", _dw_smem, "num_stages x (x tile + dz tile) bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _dw_registers, "BLOCK_C x BLOCK_N accumulators <= MAX_ACC_REGS per thread"),
+        Rule("not_too_large", "shape", _dw_not_too_large, "tiles at most twice the problem"),
+    ),
+    context=_dw_context,
+    tuner=lambda ctx: [c for c in DW_CONFIGS if _dw_smem(c, ctx) and _dw_not_too_large(c, ctx)] or [DW_INTERPRET_CONFIG],
+    interpret=lambda ctx: DW_INTERPRET_CONFIG,
+    doc="dw[n, c, t] = sum over rows of x[row + t, c] dz[row, n]: C = C_in, N = C_out; dtype",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# softmax (triton_kernels/softmax.py): row kernels (whole rows in registers) and looped kernels
+# ----------------------------------------------------------------------------------------------------
+SOFTMAX_MAX_FUSED_N = 16384  # softmax.MAX_FUSED_N: longest row (power of two) of the row kernels
+_ROW_WARPS = (1, 2, 4, 8, 16, 32)
+
+
+def _softmax_context(M: int, N: int) -> dict:
+    bn = next_power_of_2(N)
+    return {"M": int(M), "N": int(N), "bn": bn, "looped": bn > SOFTMAX_MAX_FUSED_N}
+
+
+def _softmax_row_tuner(M: int, N: int) -> list[Config]:
+    """softmax.py's ``_row_configs``: rows per program x warps, sized to the row length."""
+    bn = next_power_of_2(N)
+    out = []
+    for elems in (8192, 4096, 16384, 2048):
+        bm = max(1, elems // bn)
+        if bm > bucket(M, 1) or bm * bn > max(SOFTMAX_MAX_FUSED_N, bn):
+            continue
+        for warps in (8, 4, 16):
+            if warps * 32 * 4 > max(bm * bn, 512):  # fewer than 4 elements per thread: too many warps
+                continue
+            out.append(Config({"BLOCK_M": bm}, warps, 1))
+    return list(dict.fromkeys(out)) or [Config({"BLOCK_M": 1}, 4, 1)]
+
+
+def _softmax_looped_tuner() -> list[Config]:
+    """softmax.py's ``_looped_configs``."""
+    return [Config({"BLOCK_N": bn}, w, 1) for bn in (4096, 8192, 2048) for w in (8, 16, 4) if bn >= w * 32 * 4]
+
+
+def _row_values(c: Config, ctx: dict) -> bool:
+    """fp32 values each thread holds: BLOCK_M rows of the padded row length (or one BLOCK_N chunk)."""
+    per_program = c.kwargs["BLOCK_M"] * ctx["bn"] if "BLOCK_M" in c.kwargs else c.kwargs["BLOCK_N"]
+    return per_program <= MAX_ROW_VALUES * WARP * c.num_warps
+
+
+SOFTMAX = _register(Space(
+    "softmax",
+    variants=(
+        Variant("row", (("BLOCK_M", _pow2(1, SOFTMAX_MAX_FUSED_N)),), _ROW_WARPS, (1,), when=lambda ctx: not ctx["looped"]),
+        Variant("looped", (("BLOCK_N", _pow2(256, SOFTMAX_MAX_FUSED_N)),), _ROW_WARPS, (1,), when=lambda ctx: ctx["looped"]),
+    ),
+    rules=(
+        Rule("registers", "hardware", _row_values, "values per thread <= MAX_ROW_VALUES"),
+        Rule("program_values", "hardware",
+             lambda c, ctx: "BLOCK_M" not in c.kwargs or c.kwargs["BLOCK_M"] * ctx["bn"] <= max(SOFTMAX_MAX_FUSED_N, ctx["bn"]),
+             "a row program holds at most MAX_FUSED_N values (or one row)"),
+        Rule("rows", "shape", lambda c, ctx: "BLOCK_M" not in c.kwargs or c.kwargs["BLOCK_M"] <= bucket(ctx["M"], 1),
+             "no more rows per program than the (bucketed) batch"),
+        Rule("chunk", "shape", lambda c, ctx: "BLOCK_N" not in c.kwargs or c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
+             "a looped chunk gives every thread at least 4 values"),
+    ),
+    context=_softmax_context,
+    tuner=lambda ctx: _softmax_looped_tuner() if ctx["looped"] else _softmax_row_tuner(ctx["M"], ctx["N"]),
+    interpret=lambda ctx: (Config({"BLOCK_N": 256}, 4, 1) if ctx["looped"]
+                           else Config({"BLOCK_M": max(1, min(64, 4096 // ctx["bn"]))}, 4, 1)),
+    doc="(log-)softmax over rows of length N, forward and backward (same space): M rows, N",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# LayerNorm (triton_kernels/layernorm.py): the row kernels (rows of at most MAX_ROW_D values)
+# ----------------------------------------------------------------------------------------------------
+LN_MAX_ROW_D = 16384
+
+
+def _ln_context(M: int, D: int) -> dict:
+    return {"M": int(M), "D": int(D), "bn": next_power_of_2(D)}
+
+
+def _ln_fwd_tuner(ctx: dict) -> list[Config]:
+    """layernorm.py's ``_fwd_configs``."""
+    bd, M = ctx["bn"], ctx["M"]
+    out = []
+    for bm in (1, 2, 4, 8, 16):
+        if bm * bd > max(LN_MAX_ROW_D, bd) or bm > bucket(M, 1) or bm * bd < 1024 and bm < 16:
+            continue
+        for w in (8, 4, 16, 2):
+            if w * 32 * 4 <= max(bm * bd, 128):
+                out.append(Config({"BLOCK_M": bm}, w, 1))
+    return out or [Config({"BLOCK_M": 1}, 4, 1)]
+
+
+def _ln_bwd_tuner(ctx: dict) -> list[Config]:
+    """layernorm.py's ``_bwd_configs``."""
+    bd = ctx["bn"]
+    return [Config({"PER_SM": p}, w, 1) for p in (2, 1, 4, 8) for w in (8, 4, 16, 2)
+            if w * 32 * 2 <= max(bd, 64) and p * w <= 32] or [Config({"PER_SM": 2}, 4, 1)]
+
+
+LAYERNORM_FWD = _register(Space(
+    "layernorm_fwd",
+    variants=(Variant("row", (("BLOCK_M", _pow2(1, 64)),), _ROW_WARPS, (1,)),),
+    rules=(
+        Rule("registers", "hardware", _row_values, "values per thread <= MAX_ROW_VALUES"),
+        Rule("program_values", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * ctx["bn"] <= max(LN_MAX_ROW_D, ctx["bn"]),
+             "a program holds at most MAX_ROW_D values (or one row)"),
+        Rule("rows", "shape", lambda c, ctx: c.kwargs["BLOCK_M"] <= bucket(ctx["M"], 1),
+             "no more rows per program than the (bucketed) batch"),
+    ),
+    context=_ln_context, tuner=_ln_fwd_tuner,
+    interpret=lambda ctx: Config({"BLOCK_M": max(1, min(32, 2048 // ctx["bn"]))}, 4, 1),
+    doc="y = (x - mean) * rstd * w + b over rows of D <= 16384 values: M rows, D",
+))
+
+
+def _ln_bwd_values(c: Config, ctx: dict) -> bool:  # a program walks one row at a time: x, dy and dw/db partials
+    return ctx["bn"] <= MAX_ROW_VALUES * WARP * c.num_warps
+
+
+LAYERNORM_BWD = _register(Space(
+    "layernorm_bwd",
+    variants=(Variant("row", (("PER_SM", (1, 2, 4, 8, 16, 32)),), _ROW_WARPS, (1,)),),
+    rules=(
+        Rule("registers", "hardware", _ln_bwd_values, "values of a row per thread <= MAX_ROW_VALUES"),
+        Rule("warps_per_sm", "hardware", lambda c, ctx: c.kwargs["PER_SM"] * c.num_warps <= MAX_WARPS_PER_SM,
+             "programs per SM x warps <= 64 resident warps"),
+        Rule("values_per_thread", "shape", lambda c, ctx: c.num_warps * WARP * 2 <= max(ctx["bn"], 8 * WARP),
+             "every thread at least 2 values of a row (up to 4 warps on short rows)"),
+    ),
+    context=_ln_context, tuner=_ln_bwd_tuner, interpret=lambda ctx: Config({"PER_SM": 2}, 4, 1),
+    doc="dx, dw, db of LayerNorm over rows of D <= 16384 values: M rows, D",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# cross-entropy (triton_kernels/cross_entropy.py): the row kernel (a row in registers) and the chunked one
+# ----------------------------------------------------------------------------------------------------
+CE_MAX_ONE_CHUNK_V = 8192
+CE_MAX_REG_ROW_V = 32768
+
+
+def _ce_context(M: int, V: int, dtype: Any = "float32") -> dict:
+    return {"M": int(M), "V": int(V), "npow": next_power_of_2(V), "elem": elem_bytes(dtype)}
+
+
+def _ce_tuner(ctx: dict) -> list[Config]:
+    """cross_entropy.py's ``_configs``: small rows in one block (warps x programs per SM); rows up to 32768
+    classes held in registers by 16 warps (the L2 prefetch of the next row first for rows of at most 64 KB);
+    longer rows chunked, register double-buffering first."""
+    npow, V, elem = ctx["npow"], ctx["V"], ctx["elem"]
+    if npow <= CE_MAX_ONE_CHUNK_V:
+        return [Config({"BLOCK_V": npow, "PER_SM": p}, w, 1) for w in (4, 2, 1, 8, 16) for p in (8, 4, 16, 32)
+                if w * 32 <= max(npow // 4, 32) and w * p <= 64]
+    out = []
+    if npow <= CE_MAX_REG_ROW_V:
+        pf_first = V * elem <= (1 << 16)
+        out += [Config({"BLOCK_V": npow, "PER_SM": 1, "PREFETCH": int(pf)}, 16, 1) for pf in (pf_first, not pf_first)]
+    out += [Config({"BLOCK_V": bv, "PER_SM": p, "REG_DB": db}, w, st)
+            for bv, w, p, db, st in ((8192, 16, 1, 1, 1), (8192, 16, 1, 0, 1), (4096, 8, 2, 0, 2), (4096, 8, 2, 1, 1))]
+    return out
+
+
+_CE_PER_SM = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _ce_values(c: Config, ctx: dict) -> bool:
+    return c.kwargs["BLOCK_V"] <= MAX_ROW_VALUES * WARP * c.num_warps
+
+
+CROSS_ENTROPY = _register(Space(
+    "cross_entropy",
+    variants=(
+        Variant("row", (("BLOCK_V", lambda ctx: (ctx["npow"],)), ("PER_SM", _CE_PER_SM)), _ROW_WARPS, (1,),
+                when=lambda ctx: ctx["npow"] <= CE_MAX_ONE_CHUNK_V),
+        Variant("row_prefetch", (("BLOCK_V", lambda ctx: (ctx["npow"],)), ("PER_SM", _CE_PER_SM), ("PREFETCH", (0, 1))),
+                _ROW_WARPS, (1,), when=lambda ctx: CE_MAX_ONE_CHUNK_V < ctx["npow"] <= CE_MAX_REG_ROW_V),
+        Variant("chunked", (("BLOCK_V", lambda ctx: tuple(b for b in _pow2(1024, 16384) if b < ctx["npow"])),
+                            ("PER_SM", _CE_PER_SM), ("REG_DB", (0, 1))), _ROW_WARPS, (1, 2),
+                when=lambda ctx: ctx["npow"] > CE_MAX_ONE_CHUNK_V),
+    ),
+    rules=(
+        Rule("registers", "hardware", _ce_values, "values of a block per thread <= MAX_ROW_VALUES"),
+        Rule("warps_per_sm", "hardware", lambda c, ctx: c.kwargs["PER_SM"] * c.num_warps <= MAX_WARPS_PER_SM,
+             "programs per SM x warps <= 64 resident warps"),
+        Rule("values_per_thread", "shape", lambda c, ctx: c.num_warps * WARP <= max(c.kwargs["BLOCK_V"] // 4, 32),
+             "every thread at least 4 values of a block"),
+    ),
+    context=_ce_context, tuner=_ce_tuner,
+    interpret=lambda ctx: Config({"BLOCK_V": min(1024, ctx["npow"]), "PER_SM": 2}, 4, 1),
+    doc="fused cross-entropy forward (+ gradient) over M rows of V classes; dtype",
+))

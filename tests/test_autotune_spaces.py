@@ -1,0 +1,136 @@
+"""Declared config spaces: the tuner's candidates are exactly what each kernel tries, every candidate lies in
+its shape's full space, the rules reject what cannot run, and the sweep plans the candidates the tuner does
+try (the re-laid-out-B TMA ones included)."""
+import itertools
+
+import pytest
+import torch
+
+from autotune import kernels, spaces, sweep
+from triton_kernels import conv1d, cross_entropy, gemm, layernorm, softmax
+from triton_kernels.runtime import ALL_TUNERS, Config, next_power_of_2
+
+DIMS = (1, 7, 16, 33, 64, 100, 256, 1000, 2048, 4096, 8192)
+ROWS = (1, 10, 100, 1000, 4096, 16384, 20000, 65536, 200000)
+
+
+def _kernel_list(module, name):
+    """The kernel file's own candidate function (absent once the kernel draws from autotune.spaces)."""
+    fn = getattr(module, name, None)
+    if fn is None:
+        pytest.skip(f"{module.__name__} has no {name}: its tuner draws from autotune.spaces")
+    return fn
+
+
+def test_gemm_candidates_are_the_tuners():
+    prune = _kernel_list(gemm, "_prune")
+    for M, N, K in itertools.product(DIMS, DIMS, DIMS):
+        for es, (tma, relayout) in itertools.product((2, 4), ((False, False), (True, False), (True, True))):
+            assert spaces.candidates("gemm", M=M, N=N, K=K, dtype=es, tma=tma, relayout=relayout) == \
+                prune(M, N, K, es, tma, relayout), (M, N, K, es, tma, relayout)
+    assert ALL_TUNERS["gemm"].configs == spaces.GEMM_TUNER_CONFIGS  # the list its cache file is keyed by
+
+
+def test_conv1d_candidates_are_the_tuners():
+    prune_conv, prune_dw = _kernel_list(conv1d, "_prune_conv"), _kernel_list(conv1d, "_prune_dw")
+    for M, N, C in itertools.product(DIMS, DIMS, (3, 16, 100, 1024)):
+        for es, pool in itertools.product((2, 4), (1, 3)):
+            assert spaces.candidates("conv1d", M=M, N=N, C=C, dtype=es, pool=pool) == prune_conv(M, N, C, es, pool)
+        assert spaces.candidates("conv1d_dw", C=C, N=N, dtype=2) == prune_dw(C, N, 2)
+
+
+def test_row_kernel_candidates_are_the_tuners():
+    row, looped = _kernel_list(softmax, "_row_configs"), _kernel_list(softmax, "_looped_configs")
+    ln_fwd, ln_bwd = _kernel_list(layernorm, "_fwd_configs"), _kernel_list(layernorm, "_bwd_configs")
+    ce = _kernel_list(cross_entropy, "_configs")
+    for M, N in itertools.product(ROWS, ROWS + (10, 40, 3000, 32000, 128256)):
+        long_row = next_power_of_2(N) > softmax.MAX_FUSED_N
+        assert spaces.candidates("softmax", M=M, N=N) == (looped() if long_row else row(M, N))
+        if next_power_of_2(N) <= layernorm.MAX_ROW_D:
+            assert spaces.candidates("layernorm_fwd", M=M, D=N) == ln_fwd(M, N)
+            assert spaces.candidates("layernorm_bwd", M=M, D=N) == ln_bwd(N)
+        for dtype in (torch.float32, torch.bfloat16):
+            assert spaces.candidates("cross_entropy", M=M, V=N, dtype=dtype) == list(ce(N, dtype.itemsize))
+
+
+SHAPES = {
+    "gemm": [dict(M=M, N=N, K=K, dtype=d, tma=t, relayout=r) for M, N, K in
+             [(16, 16, 16), (128, 10, 784), (1024, 16, 16), (4096, 1024, 8704), (8192, 8192, 8192), (100, 3000, 33)]
+             for d in ("bfloat16", "float32") for t, r in ((False, False), (True, False), (True, True))],
+    "conv1d": [dict(M=M, N=N, C=C, dtype=d, pool=p) for M, N, C in [(4, 16, 3), (5000, 256, 256), (64, 1024, 70)]
+               for d in ("float16", "float32") for p in (1, 3)],
+    "conv1d_dw": [dict(C=C, N=N, dtype=d) for C, N in [(3, 16), (256, 256), (70, 1024)] for d in ("float16", "float32")],
+    "softmax": [dict(M=M, N=N) for M, N in itertools.product((1, 100, 8192), (10, 1000, 16384, 32000, 200000))],
+    "layernorm_fwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],
+    "layernorm_bwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],
+    "cross_entropy": [dict(M=M, V=V, dtype=d) for M, V in itertools.product((8, 8192), (10, 4000, 32000, 128256))
+                      for d in ("float32", "bfloat16")],
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(SHAPES))
+def test_every_candidate_lies_in_the_full_space(kernel):
+    assert set(SHAPES) == set(spaces.SPACES)
+    sp = spaces.space(kernel)
+    for shape in SHAPES[kernel]:
+        ctx = sp.context(**shape)
+        for c in sp.tuner(ctx):
+            assert sp.broken(c, ctx) == [], (kernel, shape, c)
+        assert isinstance(sp.interpret(ctx), Config)
+
+
+def test_rules_reject_what_cannot_run():
+    big = dict(M=8192, N=8192, K=8192, dtype="bfloat16", tma=False)
+    tile = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8}
+    assert "shared_memory" in spaces.rejected("gemm", Config(tile, 16, 5), **big)  # 5 x 128 KB of tiles
+    assert "registers" in spaces.rejected("gemm", Config({**tile, "BLOCK_K": 32}, 4, 2), **big)  # 512 acc/thread
+    assert spaces.rejected("gemm", Config({**tile, "BLOCK_K": 32}, 16, 2), **big) == []
+    assert spaces.rejected("gemm", Config({**tile, "BLOCK_K": 32, "TMA": 1}, 16, 2), **big) == ["variant"]
+    assert spaces.rejected("gemm", Config({**tile, "BLOCK_K": 32, "TMA": 1}, 16, 2), **dict(big, tma=True)) == []
+    assert "not_too_large" in spaces.rejected("gemm", Config({**tile, "BLOCK_K": 32}, 16, 2), **dict(big, M=16))
+    assert spaces.rejected("cross_entropy", Config({"BLOCK_V": 1024, "PER_SM": 16}, 8, 1), M=8, V=1000) == \
+        ["warps_per_sm"]
+    fp32 = spaces.full("gemm", M=4096, N=4096, K=4096, dtype="float32")
+    bf16 = spaces.full("gemm", M=4096, N=4096, K=4096, dtype="bfloat16")
+    assert 1000 < len(fp32) < len(bf16)  # 4-byte tiles fill shared memory sooner
+    assert not any(spaces.rejected("gemm", c, M=4096, N=4096, K=4096, dtype="float32") for c in fp32[::50])
+
+
+def test_bad_arguments_name_themselves():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        spaces.candidates("matmul", M=1, N=1, K=1)
+    with pytest.raises(ValueError, match="dtype must be"):
+        spaces.candidates("gemm", M=1, N=1, K=1, dtype="int8")
+
+
+def test_sample_is_the_same_draw_for_every_shape_of_a_dtype():
+    sp = spaces.space("gemm")
+    a = sweep.sampled(sp, spaces.context("gemm", M=4096, N=4096, K=4096, dtype="bfloat16"), 40, seed=3)
+    b = sweep.sampled(sp, spaces.context("gemm", M=2048, N=3072, K=1024, dtype="bfloat16"), 40, seed=3)
+    c = sweep.sampled(sp, spaces.context("gemm", M=4096, N=4096, K=4096, dtype="bfloat16"), 40, seed=4)
+    small = sweep.sampled(sp, spaces.context("gemm", M=64, N=64, K=64, dtype="bfloat16"), 40, seed=3)
+    assert a == b and 10 < len(a) <= 40 and a != c
+    assert set(small) - set(a) and all(not spaces.rejected("gemm", x, M=64, N=64, K=64, dtype="bfloat16") for x in small)
+
+
+def test_sweep_plans_the_relayout_candidates_the_tuner_tries():
+    """The tuner tries TMA kernels on a re-laid-out copy of B (16-bit B stored K-major, as nn.Linear's
+    weight; tf32 with an N-major B); the sweep's --space tuner plans exactly the tuner's list for the
+    operands' flags, those included. (It used to call gemm._prune without relayout.)"""
+    M, N, K = 4096, 1024, 8704
+    a = torch.empty(M, K, device="meta", dtype=torch.bfloat16)
+    b = torch.empty(N, K, device="meta", dtype=torch.bfloat16).t()  # "nt": K-major B
+    flags = kernels.gemm_layout_flags(a, b, "ieee", on_tma_device=True)
+    assert flags["tma"] and flags["relayout"] and not flags["b_unit"]
+    assert not kernels.gemm_layout_flags(a, b, "ieee", on_tma_device=False)["tma"]
+    nn_flags = kernels.gemm_layout_flags(a, torch.empty(K, N, device="meta", dtype=torch.bfloat16), "ieee", True)
+    assert nn_flags["tma"] and not nn_flags["relayout"]
+    ctx = spaces.context("gemm", M=M, N=N, K=K, dtype=torch.bfloat16, tma=True, relayout=True)
+    case = sweep.Case("gemm", {"M": M, "N": N, "K": K}, torch.bfloat16, dict(kernels.GEMM.variant, layout="nt"),
+                      kernels.Plan(ctx, None, "gemm"))
+    planned = [t.config for t in sweep.plan_trials("gemm", [case], "tuner")]
+    assert planned == spaces.candidates("gemm", M=M, N=N, K=K, dtype=torch.bfloat16, tma=True, relayout=True)
+    assert any(c.kwargs.get("B_RELAYOUT") for c in planned)
+    assert [t.tuner_rank for t in sweep.plan_trials("gemm", [case], "tuner")] == list(range(len(planned)))
+    full = sweep.plan_trials("gemm", [case], "full", sample=30)
+    assert set(planned) <= {t.config for t in full} and len(full) > len(planned)
