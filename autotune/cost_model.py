@@ -255,7 +255,8 @@ class CostModel:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        params = {k: (torch.from_numpy(np.asarray(v)) if isinstance(v, np.ndarray) else v) for k, v in self.params.items()}
+        params = {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v.item() if isinstance(v, np.generic) else v)
+                  for k, v in self.params.items()}
         torch.save({"kernel": self.kernel, "learner": self.learner, "feature_names": self.feature_names,
                     "x_mean": torch.from_numpy(self.x_mean), "x_std": torch.from_numpy(self.x_std),
                     "y_mean": self.y_mean, "y_std": self.y_std, "params": params}, path)
@@ -294,6 +295,10 @@ def budget_of(n: int, k: float) -> int:
     return max(1, min(n, int(k) if k >= 1 else math.ceil(k * n)))
 
 
+def _fraction(n: int, share: float) -> int:
+    return max(1, min(n, math.ceil(share * n)))
+
+
 def top_configs(model: CostModel, kernel: str, shape: dict, dtype: str, variant: dict, ctx: dict,
                 configs: Sequence, k: float | None) -> list:
     """``configs`` ranked by predicted run time, fastest first, cut to k (all when k is None)."""
@@ -307,10 +312,10 @@ def top_configs(model: CostModel, kernel: str, shape: dict, dtype: str, variant:
     return ranked if k is None else ranked[:budget_of(len(ranked), k)]
 
 
-def pruned_candidates(kernel: str, k: float = 8, *, model: CostModel | str | Path | None = None,
+def pruned_candidates(kernel: str, k: float | None = 8, *, model: CostModel | str | Path | None = None,
                       space: str = "tuner", variant: dict | None = None, **shape: Any) -> list:
     """For the runtime tuner: its candidates (``space="tuner"``) or the valid full space for this shape,
-    ranked by a cost model and cut to k; the candidates unchanged when no model is given.
+    ranked by a cost model and cut to k (None: all, ranked); the candidates unchanged when no model is given.
 
         pruned_candidates("gemm", 6, model=path, M=M, N=N, K=K, dtype=a.dtype, tma=tma, relayout=relayout)
     """
@@ -423,7 +428,7 @@ def evaluate(df, kernel: str, learners: Sequence[str] = ("ridge",), budget: floa
                                   "fold": int(fold[idx[j]]), "predicted_log_ms": float(p[j]),
                                   "measured_log_ms": float(np.log(m[j])) if np.isfinite(m[j]) else np.nan})
             for b in curve_budgets:
-                kb = budget_of(n, b)
+                kb = _fraction(n, b)
                 curve_rows.append({"case": cid, "backend": "model", "learner": lr, "budget": b, "trials": kb,
                                    **pick_stats(m, order, kb)})
         draws = [rng.permutation(n) for _ in range(random_draws)]
@@ -432,7 +437,7 @@ def evaluate(df, kernel: str, learners: Sequence[str] = ("ridge",), budget: floa
                           "regret": float(np.mean(reg)), "trials": k,
                           "trials_to_5pct": (n + 1) / (good + 1), "kendall_tau": np.nan})
         for b in curve_budgets:
-            kb = budget_of(n, b)
+            kb = _fraction(n, b)
             curve_rows.append({"case": cid, "backend": "random", "learner": "", "budget": b, "trials": kb,
                                "within": random_share(n, good, kb),
                                "regret": float(np.median([pick_stats(m, d, kb)["regret"] for d in draws[:50]])),
