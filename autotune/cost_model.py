@@ -4,7 +4,7 @@ measure only the configs it ranks first.
     python -m autotune.cost_model --kernel gemm [--trials results/<device>/sweeps/gemm.csv[.gz]] \\
         [--learners ridge,glonet,mlp] [--budget 0.1] [--folds 4] [--save-model PATH] [--out DIR]
     python -m autotune.cost_model --synthetic            # on a generated landscape (CPU demo)
-    python -m autotune.cost_model --compare --model PATH --shapes random:6:99   # GPU: vs cuBLAS, max-autotune
+    python -m autotune.cost_model --compare --model PATH --shapes random:3:99   # GPU: vs cuBLAS, max-autotune
 
 Target: log run time (ms) of the configs that ran (failed configs are never the best and cost a trial
 when a pruner picks them). Features (``features``): log sizes, log tiles, tiles per SM (waves) and the
@@ -26,8 +26,9 @@ Rows go to cost_model.csv (suite=cost_model, backend=model|random|default); the 
 per-trial predictions and the regret curves (share within 5 % vs budget) go beside it for the notebook.
 
 The pruner: ``top_configs(model, kernel, shape, dtype, variant, ctx, configs, k)`` (the sweep's
-``--prune model``) and ``pruned_candidates(kernel, k, model=..., **shape)`` for the runtime tuner: the
-tuner's candidates (or the full space) ranked by the model, cut to k.
+``--prune model``), ``pruned_candidates(kernel, k, model=..., **shape)`` (the tuner's candidates or the full
+space ranked by the model, cut to k) and ``runtime_candidates(kernel, **shape)`` for the runtime tuner:
+its list, pruned when $TRITON_PLAYGROUND_COST_MODEL names a saved model.
 """
 from __future__ import annotations
 
@@ -331,6 +332,32 @@ def pruned_candidates(kernel: str, k: float | None = 8, *, model: CostModel | st
     return top_configs(model, kernel, dims, dtype, variant or {}, ctx, configs, k)
 
 
+MODEL_ENV = "TRITON_PLAYGROUND_COST_MODEL"  # a saved model: the runtime tuner times only its top-k candidates
+TOP_K_ENV = "TRITON_PLAYGROUND_PRUNE_K"    # k (default 4; < 1: a fraction of the list)
+_LOADED: dict[str, CostModel] = {}
+
+
+def runtime_candidates(kernel: str, **shape: Any) -> list:
+    """What the runtime tuner should time for this shape: ``spaces.candidates`` (its fixed list, best guess
+    first), or -- when $TRITON_PLAYGROUND_COST_MODEL names a saved model for this kernel -- that list
+    ranked by the model and cut to $TRITON_PLAYGROUND_PRUNE_K. A kernel's launcher calls it where it
+    builds its candidate list, e.g. gemm's
+    ``lambda: runtime_candidates("gemm", M=M, N=N, K=K, dtype=es, tma=tma, relayout=relayout)``."""
+    import os
+
+    from . import spaces
+
+    path = os.environ.get(MODEL_ENV)
+    if not path:
+        return spaces.candidates(kernel, **shape)
+    model = _LOADED.get(path)
+    if model is None:
+        model = _LOADED[path] = load(path)
+    if model.kernel != kernel:
+        return spaces.candidates(kernel, **shape)
+    return pruned_candidates(kernel, float(os.environ.get(TOP_K_ENV, "4")), model=model, **shape)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Evaluation on held-out shapes
 # ----------------------------------------------------------------------------------------------------
@@ -513,79 +540,88 @@ def synthetic_landscape(n_shapes: int = 16, n_configs: int = 80, seed: int = 0, 
 # ----------------------------------------------------------------------------------------------------
 # GPU: the pruned tuner against cuBLAS and torch.compile(max-autotune), in one process
 # ----------------------------------------------------------------------------------------------------
-def compare(model: CostModel, shape_list, dtype, k: float, rep: int = 20) -> list[dict]:
-    """Per shape: the model-pruned sweep's best config (measured top-k of the full space), the runtime
-    tuner's pick (its fixed list, tuned in a fresh cache), cuBLAS (torch.addmm) and
-    torch.compile(mode="max-autotune"), each checked and timed with the harness's timer."""
+def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150, seed: int = 0, rep: int = 20,
+            out_dir: Path | None = None, workers: int | None = None) -> list[dict]:
+    """Per held-out shape: the model-pruned tuner -- the k configs it ranks first among the landscape's
+    candidates for the shape (the same ``sample`` of the full space plus the tuner's list), compiled in
+    parallel, checked and timed by the sweep (their trials appended to sweeps/gemm-compare.csv) -- then
+    its pick timed against cuBLAS (torch.addmm) and torch.compile(mode="max-autotune") on the same
+    operands, in this one process."""
     import os
-    import tempfile
 
     import torch
 
     from bench import results as R
     from bench.harness import median, quantile, time_call
-    from triton_kernels import gemm
 
-    from . import kernels, spaces, sweep
+    from . import kernels, spaces, store, sweep
 
-    rows = []
-    os.environ["TRITON_PLAYGROUND_CACHE"] = tempfile.mkdtemp(prefix="autotune-cache-")
-    os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "1"
     device = torch.device("cuda")
     variant = dict(kernels.GEMM.variant)
-    opts = sweep.Options(rep=rep)
-    for (M, N, K) in shape_list:
-        shape = {"M": M, "N": N, "K": K}
-        plan = kernels.GEMM.plan(shape, dtype, variant, device)
-        problem = kernels.GEMM.problem(shape, dtype, variant, device)
-        params = {"M": M, "N": N, "K": K, "top_k": k, "learner": model.learner}
-        t0 = time.perf_counter()
-        configs = top_configs(model, "gemm", shape, sweep._dtype_name(dtype), variant, plan.ctx,
-                              spaces.space("gemm").valid(plan.ctx), k)
-        results = []
-        for cfg in configs:
-            try:
-                r = sweep.measure(problem, cfg, opts, device)
-            except Exception as e:  # noqa: BLE001
-                r = {"status": sweep.classify(e)}
-            if r["status"] == "ok":
-                results.append((r["ms"], cfg, r))
-        tune_s = time.perf_counter() - t0
+    cases = [sweep.Case("gemm", {"M": M, "N": N, "K": K}, dtype, variant,
+                        kernels.GEMM.plan({"M": M, "N": N, "K": K}, dtype, variant, device)) for M, N, K in shape_list]
+    sp = spaces.space("gemm")
+    trials = []
+    for case in cases:
+        pool = list(dict.fromkeys(sweep.sampled(sp, case.plan.ctx, sample, seed) + sp.tuner(case.plan.ctx)))
+        ranked = top_configs(model, "gemm", case.shape, sweep._dtype_name(dtype), variant, case.plan.ctx, pool, k)
+        rank = {c: i for i, c in enumerate(sp.tuner(case.plan.ctx))}
+        for cfg in ranked:
+            tid = store.trial_id("gemm", case.shape, sweep._dtype_name(dtype), variant, cfg.to_json())
+            trials.append(sweep.Trial(tid, case, cfg, rank.get(cfg, -1), f"full-sample{sample}+model-top{k:g}"))
+    out_dir = Path(out_dir) if out_dir is not None else R.results_dir()
+    trial_store = store.TrialStore(out_dir / "sweeps" / "gemm-compare.csv", sweep.trial_columns("gemm"))
+    trial_store.open()
+    recorded = trial_store.recorded()
+    t0 = time.perf_counter()
+    sweep.run_trials([t for t in trials if t.id not in recorded], trial_store,
+                     sweep.Options(rep=rep, workers=workers or os.cpu_count() or 1, seed=seed), device)
+    tune_s = time.perf_counter() - t0
+    measured = store.read_trials(trial_store.path)
+    rows = []
+    for case in cases:
+        M, N, K = (case.shape[d] for d in ("M", "N", "K"))
+        mine = measured[measured["trial_id"].isin([t.id for t in trials if t.case is case]) & (measured["status"] == "ok")]
+        problem = kernels.GEMM.problem(case.shape, dtype, variant, device, seed)
+        params = {"M": M, "N": N, "K": K, "top_k": k, "sample": sample, "learner": model.learner,
+                  "measured": int(sum(1 for t in trials if t.case is case)), "tune_s_all_shapes": round(tune_s, 1)}
         g = torch.Generator(device=device)
-        g.manual_seed(0)
+        g.manual_seed(seed)
         a = torch.randn(M, K, device=device, dtype=dtype, generator=g)
         b = torch.randn(K, N, device=device, dtype=dtype, generator=g) / K ** 0.5
         bias = torch.randn(N, device=device, dtype=dtype, generator=g)
         ref = a.double() @ b.double() + bias.double()
-        from triton_kernels.testing import rel_err
 
         def timed(backend, fn, extra=None):
-            out = fn()
-            err = rel_err(out, ref)
+            err = kernels.device_rel_err(fn(), ref)
             ts = time_call(fn, rep, device=device)
             med = median(ts)
             p = dict(params, **(extra or {}))
+            status = "ok" if err <= problem.tolerance else "wrong"
             rows.append(R.make_row("cost_model", "gemm_vs_libraries", p, dtype, backend, "time_ms", med, "ms",
-                                   p20=quantile(ts, 0.2), p80=quantile(ts, 0.8), error_vs_fp64=err))
+                                   p20=quantile(ts, 0.2), p80=quantile(ts, 0.8), error_vs_fp64=err, status=status))
             rows.append(R.make_row("cost_model", "gemm_vs_libraries", p, dtype, backend, "tflops",
-                                   2.0 * M * N * K / med / 1e9, "TFLOP/s", error_vs_fp64=err))
+                                   2.0 * M * N * K / med / 1e9, "TFLOP/s", error_vs_fp64=err, status=status))
 
-        if results:
-            ms, cfg, _ = min(results, key=lambda x: x[0])
-            timed("model-pruned", lambda: gemm.gemm_forward(a, b, bias, config=cfg)[0],
-                  {"config": str(cfg), "measured": len(configs), "tune_s": round(tune_s, 2)})
-        t0 = time.perf_counter()
-        gemm.gemm_forward(a, b, bias)
-        torch.cuda.synchronize()
-        timed("default", lambda: gemm.gemm_forward(a, b, bias)[0], {"tune_s": round(time.perf_counter() - t0, 2)})
+        from triton_kernels import gemm
+
+        if len(mine):
+            cfg = _config_from_json(mine.loc[mine["ms"].idxmin(), "config"])
+            timed("model-pruned", lambda: gemm.gemm_forward(a, b, bias, config=cfg)[0], {"config": str(cfg)})
         timed("cublas", lambda: torch.addmm(bias, a, b))
         torch._dynamo.reset()
         compiled = torch.compile(lambda x, w, c: torch.addmm(c, x, w), mode="max-autotune", dynamic=False)
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         compiled(a, b, bias)
         torch.cuda.synchronize()
-        timed("compile-max-autotune", lambda: compiled(a, b, bias), {"compile_s": round(time.perf_counter() - t0, 1)})
+        timed("compile-max-autotune", lambda: compiled(a, b, bias), {"compile_s": round(time.perf_counter() - t1, 1)})
     return rows
+
+
+def _config_from_json(text: str):
+    from triton_kernels.runtime import Config
+
+    return Config.from_json(json.loads(text))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -615,7 +651,9 @@ def main(argv=None) -> int:
     p.add_argument("--compare", action="store_true", help="GPU: the pruned tuner vs the default tuner, cuBLAS and "
                                                           "torch.compile(max-autotune) on --shapes")
     p.add_argument("--model", default=None, help="--compare: a saved model")
-    p.add_argument("--shapes", default="random:6:99", help="--compare: GEMM shapes (sets as in autotune.sweep)")
+    p.add_argument("--shapes", default="random:3:99", help="--compare: GEMM shapes (sets as in autotune.sweep; "
+                                                         "held out: not in the landscape the model learnt from)")
+    p.add_argument("--sample", type=int, default=150, help="--compare: the landscape's --sample (candidate pool)")
     p.add_argument("--top-k", type=float, default=0.1, help="--compare: configs measured (< 1: a fraction)")
     p.add_argument("--out", default=None, help="results folder (default results/<device>/; CPU: .local/...)")
     args = p.parse_args(argv)
@@ -634,7 +672,8 @@ def main(argv=None) -> int:
         from .shapes import gemm_shapes
         from .sweep import DTYPES
 
-        rows = compare(load(args.model), gemm_shapes(args.shapes), DTYPES[args.dtype or "bfloat16"], args.top_k)
+        rows = compare(load(args.model), gemm_shapes(args.shapes), DTYPES[args.dtype or "bfloat16"], args.top_k,
+                       sample=args.sample, seed=args.seed, out_dir=out_dir)
         path = R.write_rows(rows, out_dir, "cost_model", tag="compare")
         t = pd.DataFrame(rows)
         print(t[t["metric"] == "tflops"][["params", "backend", "value"]].to_string(index=False))

@@ -83,6 +83,33 @@ class Adapter:
         return out
 
 
+def device_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """testing.rel_err computed where the tensors are (a GPU's outputs are not copied to the host):
+    ||out - ref|| / ||ref|| in float64; a non-finite output against a finite reference gives inf."""
+    if out.shape != ref.shape:
+        raise ValueError(f"shape mismatch: out {tuple(out.shape)} vs ref {tuple(ref.shape)}")
+    if out.device.type == "cpu":
+        return rel_err(out, ref)
+    out64, ref64 = out.detach().double(), ref.detach().double()
+    if not bool(torch.isfinite(out64).all()) and bool(torch.isfinite(ref64).all()):
+        return float("inf")
+    den = float(ref64.norm())
+    num = float((out64 - ref64).norm())
+    return num if den == 0.0 else num / den
+
+
+class Lazy:
+    """A value computed at its first use (references: a capture pass needs only the inputs)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make, self.value, self.done = make, None, False
+
+    def __call__(self) -> Any:
+        if not self.done:
+            self.value, self.done = self.make(), True
+        return self.value
+
+
 def _generator(seed: int, device) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(seed)
@@ -162,14 +189,18 @@ def _gemm_problem(shape: dict, dtype: torch.dtype, variant: dict, device, seed: 
     b = b / K ** 0.5
     bias = _randn((N,), dtype, device, g) if variant["bias"] else None
     act, prec = variant["act"], variant["precision"]
-    z = a.double() @ b.double() + (bias.double() if bias is not None else 0.0)
-    ref = {"none": z, "relu": torch.relu(z), "gelu": torch.nn.functional.gelu(z)}[act]
+
+    def reference():
+        z = a.double() @ b.double() + (bias.double() if bias is not None else 0.0)
+        return {"none": z, "relu": torch.relu(z), "gelu": torch.nn.functional.gelu(z)}[act]
+
+    ref = Lazy(reference)
 
     def call(cfg: Config):
         return gemm.gemm_forward(a, b, bias, activation=act, precision=prec, config=cfg)[0]
 
     tf32 = dtype == torch.float32 and prec == "tf32" and not INTERPRET
-    return Problem(call, lambda out: rel_err(out, ref), tolerance(dtype, tf32), flops=2.0 * M * N * K,
+    return Problem(call, lambda out: device_rel_err(out, ref()), tolerance(dtype, tf32), flops=2.0 * M * N * K,
                    bytes=float((M * K + K * N + M * N) * dtype.itemsize))
 
 
@@ -202,19 +233,24 @@ def _conv_problem(shape: dict, dtype: torch.dtype, variant: dict, device, seed: 
     weight = (_randn((k, C, N), dtype, device, g) / (k * C) ** 0.5).permute(2, 1, 0)  # (C_out, C_in, k) view
     bias = _randn((N,), dtype, device, g)
     act, prec = variant["act"], variant["precision"]
-    z = torch.nn.functional.conv1d(x.double().transpose(1, 2), weight.double(), bias.double())
-    if act == "relu":
-        z = torch.relu(z)
-    if pool > 1:
-        z = torch.nn.functional.max_pool1d(z, pool)
-    ref = z.transpose(1, 2)
+
+    def reference():
+        z = torch.nn.functional.conv1d(x.double().transpose(1, 2), weight.double(), bias.double())
+        if act == "relu":
+            z = torch.relu(z)
+        if pool > 1:
+            z = torch.nn.functional.max_pool1d(z, pool)
+        return z.transpose(1, 2)
+
+    ref = Lazy(reference)
     LP = (L - k + 1) // pool
 
     def call(cfg: Config):
         return conv1d.conv1d_forward(x, weight, bias, activation=act, pool=pool, precision=prec, config=cfg)
 
     tf32 = dtype == torch.float32 and prec == "tf32" and not INTERPRET
-    return Problem(call, lambda out: rel_err(out, ref), tolerance(dtype, tf32), flops=2.0 * B * (L - k + 1) * N * C * k,
+    return Problem(call, lambda out: device_rel_err(out, ref()), tolerance(dtype, tf32),
+                   flops=2.0 * B * (L - k + 1) * N * C * k,
                    bytes=float((B * L * C + k * C * N + B * LP * N) * dtype.itemsize))
 
 
@@ -245,14 +281,18 @@ def _softmax_problem(shape: dict, dtype: torch.dtype, variant: dict, device, see
     log = variant["log"]
     f = torch.log_softmax if log else torch.softmax
     if variant["direction"] == "forward":
-        ref = f(x.double(), dim=1)
-        return Problem(lambda cfg: softmax.softmax_forward(x, log, config=cfg), lambda out: rel_err(out, ref),
+        ref = Lazy(lambda: f(x.double(), dim=1))
+        return Problem(lambda cfg: softmax.softmax_forward(x, log, config=cfg), lambda out: device_rel_err(out, ref()),
                        tolerance(dtype), bytes=2.0 * M * N * dtype.itemsize)
     y = f(x.float(), dim=1).to(dtype)
     dy = _randn((M, N), dtype, device, g)
-    y64, dy64 = y.double(), dy.double()
-    ref = dy64 - torch.exp(y64) * dy64.sum(1, keepdim=True) if log else y64 * (dy64 - (dy64 * y64).sum(1, keepdim=True))
-    return Problem(lambda cfg: softmax.softmax_backward(dy, y, log, config=cfg), lambda out: rel_err(out, ref),
+
+    def reference():
+        y64, dy64 = y.double(), dy.double()
+        return dy64 - torch.exp(y64) * dy64.sum(1, keepdim=True) if log else y64 * (dy64 - (dy64 * y64).sum(1, keepdim=True))
+
+    ref = Lazy(reference)
+    return Problem(lambda cfg: softmax.softmax_backward(dy, y, log, config=cfg), lambda out: device_rel_err(out, ref()),
                    tolerance(dtype), bytes=3.0 * M * N * dtype.itemsize)
 
 
@@ -280,13 +320,13 @@ def _ln_problem(shape: dict, dtype: torch.dtype, variant: dict, device, seed: in
     x = _randn((M, D), dtype, device, g)
     w = _randn((D,), dtype, device, g) if variant["affine"] else None
     b = _randn((D,), dtype, device, g) if variant["affine"] else None
-    ref = torch.nn.functional.layer_norm(x.double(), (D,), w.double() if w is not None else None,
-                                         b.double() if b is not None else None, 1e-5)
+    ref = Lazy(lambda: torch.nn.functional.layer_norm(x.double(), (D,), w.double() if w is not None else None,
+                                                      b.double() if b is not None else None, 1e-5))
 
     def call(cfg: Config):
         return layernorm.layer_norm_forward(x, w, b, 1e-5, False, config=cfg)[0]
 
-    return Problem(call, lambda out: rel_err(out, ref), tolerance(dtype), bytes=2.0 * M * D * dtype.itemsize)
+    return Problem(call, lambda out: device_rel_err(out, ref()), tolerance(dtype), bytes=2.0 * M * D * dtype.itemsize)
 
 
 LAYERNORM_FWD = Adapter("layernorm_fwd", ("M", "D"), {"affine": True}, {"affine": (True, False)}, _ln_plan, _ln_problem,
@@ -313,11 +353,13 @@ def _ce_problem(shape: dict, dtype: torch.dtype, variant: dict, device, seed: in
     logits = _randn((M, V), dtype, device, g) * 3
     target = torch.randint(0, V, (M,), device=device, generator=g)
     reduction, grad = variant["reduction"], variant["grad"]
-    x64 = logits.double().requires_grad_(grad)
-    loss64 = torch.nn.functional.cross_entropy(x64, target, reduction=reduction)
-    refs = [loss64.detach()]
-    if grad:
-        refs.append(torch.autograd.grad(loss64.sum(), x64)[0])
+
+    def reference():
+        x64 = logits.double().requires_grad_(grad)
+        loss64 = torch.nn.functional.cross_entropy(x64, target, reduction=reduction)
+        return [loss64.detach()] + ([torch.autograd.grad(loss64.sum(), x64)[0]] if grad else [])
+
+    refs = Lazy(reference)
 
     def call(cfg: Config):
         loss, _, g_ = cross_entropy.cross_entropy_forward(logits, target, reduction=reduction, compute_grad=grad,
@@ -325,7 +367,7 @@ def _ce_problem(shape: dict, dtype: torch.dtype, variant: dict, device, seed: in
         return (loss, g_) if grad else (loss,)
 
     def error(out) -> float:
-        return max(rel_err(o, r) for o, r in zip(out, refs))
+        return max(device_rel_err(o, r) for o, r in zip(out, refs()))
 
     return Problem(call, error, tolerance(dtype), bytes=float(M * V * dtype.itemsize * (2 if grad else 1)))
 

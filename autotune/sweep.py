@@ -253,7 +253,8 @@ def capture(fn: Callable[[], Any]) -> list[tuple[str, str, str]]:
         data = comp.get("specialization_data")
         if info is None or data is None:
             return False  # an unknown Triton: compile as usual
-        found.append((info.module, info.name, data))
+        module = info.module if isinstance(info.module, str) else info.module.__name__
+        found.append((module, info.name, data))
         return True  # skip the compile (and the launch)
 
     runtime = triton.knobs.runtime
@@ -326,7 +327,7 @@ def run_trials(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Opt
                         if key not in jobs:
                             jobs[key] = pool.submit(compile_spec, module, name, data)
                         needs[t.id].append(key)
-                del problem
+                problem = None  # the inputs of one case at a time
         for group in groups:
             case = group[0].case
             problem = kernels.adapter(case.kernel).problem(case.shape, case.dtype, case.variant, device, opts.seed)
@@ -364,7 +365,7 @@ def run_trials(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Opt
                 if result["status"] != "ok" and not _context_alive(device):
                     raise SweepAborted(f"the CUDA context is unusable after trial {t.id} ({result.get('note')}); "
                                        "it is recorded: run the same command again to resume")
-            del problem
+            problem = None
     except KeyboardInterrupt:
         stats.stopped_by = "interrupted"
         raise
@@ -579,8 +580,8 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
     kernel = args.kernel
     dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if INTERPRET else torch.bfloat16)
     if INTERPRET and dtype == torch.bfloat16 and kernel in NEEDS_DOT:
-        raise SystemExit(f"autotune.sweep: the CPU interpreter has no bfloat16 dot; pass --dtype float32 or "
-                         f"float16 here (bfloat16 on a GPU)")
+        raise SystemExit("autotune.sweep: the CPU interpreter has no bfloat16 dot; pass --dtype float32 or "
+                         "float16 here (bfloat16 on a GPU)")
     if args.prune and not args.model:
         p.error("--prune model needs --model PATH")
     if args.sample is not None and args.space != "full":

@@ -63,7 +63,7 @@ def test_statistics_are_exact():
     assert cost_model.budget_of(95, 0.1) == 10 and cost_model.budget_of(5, 0.1) == 1 and cost_model.budget_of(5, 8) == 5
 
 
-def test_a_saved_model_prunes_the_sweep_and_the_tuners_list(tmp_path):
+def test_a_saved_model_prunes_the_sweep_and_the_tuners_list(tmp_path, monkeypatch):
     X, names, y = cost_model._trial_frame(LANDSCAPE, "gemm")
     model = cost_model.fit("gemm", X, names, y, "ridge")
     path = model.save(tmp_path / "gemm.pt")
@@ -78,6 +78,11 @@ def test_a_saved_model_prunes_the_sweep_and_the_tuners_list(tmp_path):
     pred = loaded.predict_rows([cost_model.features("gemm", {"M": 4096, "N": 1024, "K": 8704}, "bfloat16", {}, c)
                                 for c in ranked])
     assert len(ranked) > 1000 and (np.diff(pred) >= 0).all()
+    # the runtime tuner's entry: its list, or the model's top k of it when a model is named
+    assert cost_model.runtime_candidates("gemm", **shape) == listed
+    monkeypatch.setenv(cost_model.MODEL_ENV, str(path))
+    monkeypatch.setenv(cost_model.TOP_K_ENV, "3")
+    assert cost_model.runtime_candidates("gemm", **shape) == pruned[:3]
     # --prune model in a sweep: only the top 2 configs per shape are measured
     argv = ["--shapes", "40x24x33", "--dtype", "float32", "--space", "full", "--sample", "8", "--prune", "model",
             "--model", str(path), "--top-k", "2", "--rep", "1", "--serial", "--no-cache", "--no-progress",
