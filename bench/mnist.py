@@ -45,7 +45,7 @@ from bench.mnist_ladder import GRAPH_VARIANTS, VARIANTS, make_trainer
 from models.softmax_regression import SoftmaxRegression
 from triton_kernels.testing import rel_err
 
-from . import results as R
+from . import results
 from .cli import argument_parser, cpu_notice, guard_cpu, run
 from .harness import quantile
 
@@ -150,7 +150,7 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
         trainer = make_trainer(variant, model, train.images, train.labels, args.batch, args.lr, device,
                                precision=args.precision, x_dtype=getattr(torch, args.x_dtype))
         trainer.prepare()
-        R_sync(device)
+        _sync(device)
         out["setup_s"] = time.perf_counter() - t0
         fused = getattr(trainer, "fused", None)
         if fused is not None:
@@ -159,7 +159,7 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
         wall0 = time.perf_counter()
         if variant != "eager-dataloader":  # the epoch orders are preloaded to the device, like the data
             perms = [p.to(device) for p in perms]
-            R_sync(device)
+            _sync(device)
         cuda = device.type == "cuda"
         for e, perm in enumerate(perms):
             if cuda:
@@ -172,7 +172,7 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
                 log.append({"epoch": e + 1, "train_loss": loss, "train_acc": acc})
             if cuda:
                 ev[1].record()
-            R_sync(device)
+            _sync(device)
             epoch_ms.append(1e3 * (time.perf_counter() - t))
             if cuda:
                 dev_ms.append(ev[0].elapsed_time(ev[1]))
@@ -198,14 +198,14 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
     return out
 
 
-def R_sync(device) -> None:
+def _sync(device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def to_rows(results: list[dict], params: dict) -> list[dict]:
+def to_rows(outcomes: list[dict], params: dict) -> list[dict]:
     rows = []
-    for r in results:
+    for r in outcomes:
         v, st, note = r["variant"], r["status"], r.get("note", "")
         if v.startswith("triton"):
             tags = [t for t in (params.get("precision"), params.get("x_dtype")) if t not in (None, "ieee", "float32")]
@@ -213,7 +213,7 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
         p = json.dumps(params, sort_keys=True)
         def mk(metric, value, unit, **kw):
             kw.setdefault("note", note)
-            return R.make_row(SUITE, "epoch", p, torch.float32, v, metric, value, unit, status=st, **kw)
+            return results.make_row(SUITE, "epoch", p, torch.float32, v, metric, value, unit, status=st, **kw)
 
         if "epoch_ms" not in r:
             rows.append(mk("epoch_ms", None, "ms"))
@@ -234,15 +234,15 @@ def to_rows(results: list[dict], params: dict) -> list[dict]:
     return rows
 
 
-def print_table(results: list[dict], args, device) -> None:
+def print_table(outcomes: list[dict], args, device) -> None:
     print(f"\nMNIST softmax regression, batch {args.batch}, lr {args.lr}, {args.epochs} epochs, "
           f"Triton dot precision {args.precision}, Triton x {args.x_dtype}, "
-          f"{device_name(device)}" + (f"  [{R.CPU_NOTE}]" if INTERPRET else ""))
+          f"{device_name(device)}" + (f"  [{results.CPU_NOTE}]" if INTERPRET else ""))
     hdr = f"{'variant':<20} {'epoch ms':>10} {'p20-p80':>17} {'device ms':>9} {'total s':>8} {'test acc':>8} " \
           f"{'vs fp64':>9} {'status':<12} reference"
     print(hdr)
     print("-" * len(hdr))
-    for r in results:
+    for r in outcomes:
         ref = SEED_STUDY.get(r["variant"])
         ref_s = f"{ref[1]:g} ms ({ref[0]})" if ref else ""
         if "epoch_ms" in r:
@@ -261,7 +261,7 @@ def data_root(args) -> str | None:
         return args.data
     from bench.data.fetch import fetch  # (imported only when asked for)
 
-    return str(fetch("mnist", R.REPO / ".data"))
+    return str(fetch("mnist", results.REPO / ".data"))
 
 
 def main(argv=None) -> int:
@@ -293,26 +293,26 @@ def main(argv=None) -> int:
     if args.x_dtype != "float32":
         params["x_dtype"] = args.x_dtype
 
-    results = []
+    outcomes = []
     for v in args.variants:
         r = run_variant(v, args, train, test, init, perms, ref_w, device)
-        results.append(r)
+        outcomes.append(r)
         print(f"[mnist] {v}: {r['status']}" + (f", {r['epoch_ms']:.3f} ms/epoch, test acc {r['test_acc']:.2f}%"
                                               if "epoch_ms" in r else f" {r.get('note', '')[:120]}"),
               file=sys.stderr)
-    eager = next((r for r in results if r["variant"] in ("eager-preloaded", "eager-dataloader")
+    eager = next((r for r in outcomes if r["variant"] in ("eager-preloaded", "eager-dataloader")
                   and "test_acc" in r), None)
     if eager is not None:
-        for r in results:
+        for r in outcomes:
             if "test_acc" in r and r["status"] == "ok" and abs(r["test_acc"] - eager["test_acc"]) > ACC_TOLERANCE_POINTS:
                 r["status"] = "wrong"
                 r["note"] = f"test accuracy {r['test_acc']:.2f}% vs eager {eager['test_acc']:.2f}%"
-    print_table(results, args, device)
+    print_table(outcomes, args, device)
     if not args.no_write:
         tags = [t for t in (args.precision, "u8" if args.x_dtype == "uint8" else None) if t not in (None, "ieee")]
-        path = R.write_rows(to_rows(results, params), args.out, SUITE, tag="-".join(tags) or None)
+        path = results.write_rows(to_rows(outcomes, params), args.out, SUITE, tag="-".join(tags) or None)
         print(f"rows -> {path}")
-    return 0 if all(r["status"] in ("ok", "unsupported") for r in results) else 1
+    return 0 if all(r["status"] in ("ok", "unsupported") for r in outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from triton_kernels import softmax_regression as S  # (first: the interpreter switch before triton loads)
+from triton_kernels import softmax_regression  # (first: the interpreter switch before triton loads)
 from triton_kernels.runtime import device_name
 
 from .cli import argument_parser, needs_gpu, run
@@ -67,7 +67,7 @@ def fp64_epoch(x, y, w, b, perm, batch: int, lr: float, scale: float):
 
 def measure(x, y, batch: int, lr: float, cfg, precision: str, epochs: int, modes, check: bool, init) -> dict:
     w, b = init[0].clone(), init[1].clone()
-    t = S.FusedSGDStep(w, b, x, y, batch, lr, precision=precision, config=cfg)
+    t = softmax_regression.FusedSGDStep(w, b, x, y, batch, lr, precision=precision, config=cfg)
     perm = torch.randperm(x.shape[0], device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     t.set_perm(perm)
     n = t.n_steps
@@ -75,7 +75,7 @@ def measure(x, y, batch: int, lr: float, cfg, precision: str, epochs: int, modes
            "precision": precision, "steps_per_epoch": n}
     if check:  # one epoch from the common start, vs float64
         t.epoch()
-        scale = S.U8_SCALE if x.dtype == torch.uint8 else 1.0
+        scale = softmax_regression.U8_SCALE if x.dtype == torch.uint8 else 1.0
         ref = fp64_epoch(x, y, init[0], init[1], perm.long(), batch, lr, scale)
         res["err_fp64"] = rel_err(torch.cat([w, b[:, None]], 1), ref)
         loss, correct = t.read_stats()
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--configs", default="all", help="'all' or comma-separated indices into STEP_CONFIGS")
     p.add_argument("--x-dtypes", default="float32,uint8")
-    p.add_argument("--precisions", default=",".join(S.PRECISIONS))
+    p.add_argument("--precisions", default=",".join(softmax_regression.PRECISIONS))
     p.add_argument("--modes", default="graph-epoch,persistent", help=f"comma-separated subset of {MODES}")
     p.add_argument("--check", action="store_true", help="also one epoch vs float64 per row")
     p.add_argument("--out", default=None)
@@ -135,7 +135,8 @@ def main(argv=None) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         p.error(f"--modes: unknown {bad}")
-    cfgs = S.STEP_CONFIGS if a.configs == "all" else [S.STEP_CONFIGS[int(i)] for i in a.configs.split(",")]
+    configs = softmax_regression.STEP_CONFIGS
+    cfgs = configs if a.configs == "all" else [configs[int(i)] for i in a.configs.split(",")]
     torch.manual_seed(0)
     init = (torch.randn(10, x.shape[1], device="cuda") * 0.01, torch.zeros(10, device="cuda"))
     rows = []

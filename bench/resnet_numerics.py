@@ -40,9 +40,8 @@ from bench.cli import argument_parser, needs_gpu, run
 from bench.results import provenance
 from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model
-from triton_kernels import fused_mlp as F
-from triton_kernels import fused_resnet, grid_sync
-from triton_kernels.runtime import atomic_write_text, cuda_time_ms
+from triton_kernels import fused_mlp, fused_resnet, grid_sync
+from triton_kernels.runtime import Config, atomic_write_text, cuda_time_ms
 from triton_kernels.testing import rel_err
 
 
@@ -63,8 +62,8 @@ def one_step(name, B, dev):
     e32 = copy.deepcopy(ref).float().to(dev)
     x, t = torch.randn(B, 14, device=dev), torch.randn(B, device=dev)
     flat, run = model.flatten_(), model.running_buffer()
-    out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False)
-    res = F.backward(model.layout, x, flat, out, target=t)
+    out = fused_mlp.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False)
+    res = fused_mlp.backward(model.layout, x, flat, out, target=t)
     nb = model.depth // 2
     ours = torch.stack([s for j in range(nb) for s in (out["a"][j] > 0, out["hs"][j + 1] > 0)]).cpu()
     with torch.no_grad():
@@ -154,8 +153,8 @@ def profile(name, data, dev, B=1024):
     for kind, cfg in (("forward", fcfg), ("backward", bcfg)):
         n_prog = -(-B // cfg.kwargs["BLOCK_M"])
         for _ in range(3):  # the last launch's numbers are kept
-            out = F.forward(lay, x, flat, target=t, running=tr.running.clone(), update_running=False,
-                            config=fcfg)
+            out = fused_mlp.forward(lay, x, flat, target=t, running=tr.running.clone(), update_running=False,
+                                    config=fcfg)
             if kind == "forward":
                 p = fused_resnet.timed_forward(lay, x, flat, out, target=t, running=tr.running.clone())
             else:
@@ -191,7 +190,7 @@ def _max_rel_diff(a, b):
 
 def _tiling(spec):
     bm, w = spec.split("/")
-    return F.Config({"BLOCK_M": int(bm)}, int(w), 1)
+    return Config({"BLOCK_M": int(bm)}, int(w), 1)
 
 
 def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
@@ -202,15 +201,16 @@ def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
     lay, flat = tr.layout, tr.flat
     x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
     run0 = tr.running.clone()
-    ref_o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=_tiling(fwd[0]))
-    ref_g = F.backward(lay, x, flat, ref_o, target=t, config=_tiling(bwd[0]))
+    ref_o = fused_mlp.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False,
+                              config=_tiling(fwd[0]))
+    ref_g = fused_mlp.backward(lay, x, flat, ref_o, target=t, config=_tiling(bwd[0]))
     grid_sync.check_sync(ref_o, ref_g["sync"])
 
     def forward_row(c, prec, train):
-        o = F.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=c,
-                      precision=prec, training=train)
-        ms = _median_ms(lambda: F.forward(lay, x, flat, target=t, running=run0, update_running=False, config=c,
-                                          out=o, precision=prec, training=train))
+        o = fused_mlp.forward(lay, x, flat, target=t, running=run0.clone(), update_running=False, config=c,
+                              precision=prec, training=train)
+        ms = _median_ms(lambda: fused_mlp.forward(lay, x, flat, target=t, running=run0, update_running=False, config=c,
+                                                  out=o, precision=prec, training=train))
         grid_sync.check_sync(o)
         r = {"ms": ms}
         if train:
@@ -218,9 +218,9 @@ def tilings(name, data, dev, fwd, bwd, precisions, B=1024):
         return r
 
     def backward_row(c, prec, _train):
-        g = F.backward(lay, x, flat, ref_o, target=t, config=c, precision=prec)
-        ms = _median_ms(lambda: F.backward(lay, x, flat, ref_o, target=t, config=c, reduce=False,
-                                           partials=g["partials"], sync=g["sync"], precision=prec))
+        g = fused_mlp.backward(lay, x, flat, ref_o, target=t, config=c, precision=prec)
+        ms = _median_ms(lambda: fused_mlp.backward(lay, x, flat, ref_o, target=t, config=c, reduce=False,
+                                                   partials=g["partials"], sync=g["sync"], precision=prec))
         grid_sync.check_sync(g["sync"])
         return {"ms": ms, "rel_diff_grad": _max_rel_diff(g["grad"], ref_g["grad"])}
 
@@ -247,9 +247,9 @@ def once(name, data, dev, fwd, bwd, B=1024):
     tr = FusedTrainer(build_model(name, seed=0, device=dev))
     x, t = data.train.x[:B].contiguous(), data.train.y[:B].contiguous()
     for _ in range(2):
-        o = F.forward(tr.layout, x, tr.flat, target=t, running=tr.running.clone(), update_running=False,
-                      config=_tiling(fwd))
-        g = F.backward(tr.layout, x, tr.flat, o, target=t, config=_tiling(bwd))
+        o = fused_mlp.forward(tr.layout, x, tr.flat, target=t, running=tr.running.clone(), update_running=False,
+                              config=_tiling(fwd))
+        g = fused_mlp.backward(tr.layout, x, tr.flat, o, target=t, config=_tiling(bwd))
     torch.cuda.synchronize()
     grid_sync.check_sync(o, g["sync"])
 

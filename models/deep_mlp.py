@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from triton_kernels import fused_mlp as F
+from triton_kernels import fused_mlp
 from triton_kernels import grid_sync
 from triton_kernels.adam import FlatAdam
 
@@ -40,9 +40,9 @@ class _DeepMLPBase(nn.Module):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if precision not in F.PRECISIONS:
-            raise ValueError(f"precision must be one of {F.PRECISIONS}, got {precision!r}")
-        self.layout = F.Layout(self.kind, in_features, width, depth)  # validates depth / width
+        if precision not in fused_mlp.PRECISIONS:
+            raise ValueError(f"precision must be one of {fused_mlp.PRECISIONS}, got {precision!r}")
+        self.layout = fused_mlp.Layout(self.kind, in_features, width, depth)  # validates depth / width
         self.depth, self.in_features, self.width = depth, in_features, width
         self.backend, self.precision = backend, precision
         self._compiled = None
@@ -111,8 +111,8 @@ class _DeepMLPBase(nn.Module):
         raise NotImplementedError
 
     def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
-        y, _ = F.fused_mlp(self.layout, x, self.flat_parameters(), self.running_buffer(), self.training,
-                           self.precision)
+        y, _ = fused_mlp.fused_mlp(self.layout, x, self.flat_parameters(), self.running_buffer(), self.training,
+                                   self.precision)
         return y
 
     @torch.no_grad()
@@ -273,7 +273,7 @@ class ResNetMLP(_DeepMLPBase):
 
     def forward_triton(self, x):
         run = self.running_buffer()
-        y, stats = F.fused_mlp(self.layout, x, self.flat_parameters(), run, self.training, self.precision)
+        y, stats = fused_mlp.fused_mlp(self.layout, x, self.flat_parameters(), run, self.training, self.precision)
         if self.training and stats is not None:
             with torch.no_grad():
                 note_batch(run, stats, x.shape[0], self._bns()[0].momentum)
@@ -369,13 +369,13 @@ class FusedTrainer:
         L = self.layout
         B = x.shape[0]
         fb = self._fwd.get(B)
-        fwd = F.forward(L, x, self.flat, target=t, running=self.running, training=True, update_running=True,
-                        precision=self.precision, out=fb, config=fb["config"] if fb else None)
+        fwd = fused_mlp.forward(L, x, self.flat, target=t, running=self.running, training=True, update_running=True,
+                                precision=self.precision, out=fb, config=fb["config"] if fb else None)
         self._fwd[B] = fwd
         bb = self._bwd.get(B)
-        bwd = F.backward(L, x, self.flat, fwd, target=t, training=True, precision=self.precision, reduce=False,
-                         partials=bb["partials"] if bb else None, sync=bb["sync"] if bb else None,
-                         config=bb["config"] if bb else None)
+        bwd = fused_mlp.backward(L, x, self.flat, fwd, target=t, training=True, precision=self.precision, reduce=False,
+                                 partials=bb["partials"] if bb else None, sync=bb["sync"] if bb else None,
+                                 config=bb["config"] if bb else None)
         self._bwd[B] = bwd
         self.opt.step(bwd["partials"])
         if L.kind == "resnet":
@@ -385,14 +385,14 @@ class FusedTrainer:
     def step(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """One training step on (x (B, IN), target (B,)); returns the batch MSE (device scalar, before
         the update, as loss.item() after a torch step would)."""
-        F.validate(self.layout, x, self.flat, target, self.running, self.precision, training=True)
+        fused_mlp.validate(self.layout, x, self.flat, target, self.running, self.precision, training=True)
         return self._step(x, target)
 
     def capture(self, x: torch.Tensor, target: torch.Tensor):
         """Capture one step on the static tensors (x, target) in a CUDA graph (after a warm-up step that
         tunes and allocates). Returns (graph, loss tensor). Replaying advances the training by one step; the warm-up
         step's loss is ``self.warm_loss``."""
-        F.validate(self.layout, x, self.flat, target, self.running, self.precision, training=True)
+        fused_mlp.validate(self.layout, x, self.flat, target, self.running, self.precision, training=True)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -420,7 +420,7 @@ class FusedTrainer:
         outs = []
         for i in range(0, x.shape[0], batch):
             xb = x[i:i + batch]
-            buf = F.forward(self.layout, xb, self.flat, running=self.running, training=False, save=False,
-                            precision=self.precision)
+            buf = fused_mlp.forward(self.layout, xb, self.flat, running=self.running, training=False, save=False,
+                                    precision=self.precision)
             outs.append(buf["y"].clone())
         return torch.cat(outs)

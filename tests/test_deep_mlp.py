@@ -141,39 +141,40 @@ def test_block_l1_norms():
 
 
 def test_bench_session_writes_and_resumes(tmp_path):
-    from bench import sgemm as B
-    from bench.data import sgemm as S
+    from bench import sgemm as sgemm_bench
+    from bench.data import sgemm as sgemm_data
 
-    S.write_synthetic(tmp_path / "data" / "sgemm_product.csv.gz", rows=300)
+    sgemm_data.write_synthetic(tmp_path / "data" / "sgemm_product.csv.gz", rows=300)
     common = ["--model", "GloNet3", "--data", str(tmp_path / "data"), "--results-dir", str(tmp_path / "tr"),
               "--batch", "64", "--no-progress", "--no-write"]
-    assert B.main(common + ["--epochs", "1"]) == 0
+    assert sgemm_bench.main(common + ["--epochs", "1"]) == 0
     sdir = tmp_path / "tr" / "GloNet3" / "session_1"
     for f in ("config.json", "parameters.pt", "metrics.csv", "metrics.json", "curves.png", "l1_norms.png",
               "report.pdf", "checkpoint.pt"):
         assert (sdir / f).exists(), f
-    assert B.main(common + ["--epochs", "2", "--resume"]) == 0
+    assert sgemm_bench.main(common + ["--epochs", "2", "--resume"]) == 0
     lines = (sdir / "metrics.csv").read_text().splitlines()
     assert len(lines) == 3  # header + epochs 0 and 1: resumed, not restarted
     summary = json.loads((sdir / "metrics.json").read_text())
     assert summary["epochs"] == 2 and len(summary["block_output_l1"]) == 3
-    assert B.main(common + ["--epochs", "1"]) == 0
+    assert sgemm_bench.main(common + ["--epochs", "1"]) == 0
     assert (tmp_path / "tr" / "GloNet3" / "session_2").exists()
 
 
 def test_bench_depth_suite_tables(tmp_path):
-    from bench import sgemm as B
-    from bench.data import sgemm as S
+    from bench import sgemm as sgemm_bench
+    from bench.data import sgemm as sgemm_data
 
-    S.write_synthetic(tmp_path / "d" / "sgemm_product.csv.gz", rows=200)
-    assert B.main(["--suite", "depth", "--depths", "2", "--models", "GloNet,ResNetMLP", "--epochs", "1",
-                   "--batch", "32", "--data", str(tmp_path / "d"), "--results-dir", str(tmp_path / "tr"),
-                   "--out", str(tmp_path / "rows"), "--no-progress"]) == 0
+    sgemm_data.write_synthetic(tmp_path / "d" / "sgemm_product.csv.gz", rows=200)
+    assert sgemm_bench.main(["--suite", "depth", "--depths", "2", "--models", "GloNet,ResNetMLP", "--epochs", "1",
+                             "--batch", "32", "--data", str(tmp_path / "d"), "--results-dir", str(tmp_path / "tr"),
+                             "--out", str(tmp_path / "rows"), "--no-progress"]) == 0
     md = (tmp_path / "tr" / "depth_study_triton.md").read_text()
     assert "GloNet ours | GloNet seed" in md and "| 2 |" in md
     assert (tmp_path / "rows" / "sgemm-depth.csv").exists()
     # the same tables rebuilt from the finished sessions, without training
-    assert B.main(["--suite", "report", "--results-dir", str(tmp_path / "tr"), "--out", str(tmp_path / "rep")]) == 0
+    assert sgemm_bench.main(["--suite", "report", "--results-dir", str(tmp_path / "tr"),
+                             "--out", str(tmp_path / "rep")]) == 0
     rep = (tmp_path / "tr" / "depth_study_triton.md").read_text()
     assert "| 2 |" in rep and (tmp_path / "rep" / "sgemm-report.csv").exists()
 

@@ -11,8 +11,7 @@ import triton
 import triton.language as tl
 
 from models.deep_mlp import FusedTrainer, build_model
-from triton_kernels import fused_mlp as F
-from triton_kernels import fused_resnet, grid_sync
+from triton_kernels import fused_mlp, fused_resnet, grid_sync
 from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
 
 from .conftest import DEVICE, GPU
@@ -124,17 +123,17 @@ def test_other_in_features_padding():
 
 
 def test_outputs_and_partials_fully_written():
-    layout = F.Layout("glonet", 14, 16, 3)
+    layout = fused_mlp.Layout("glonet", 14, 16, 3)
     params = torch.randn(layout.numel) * 0.3
     x, t = torch.randn(37, 14), torch.randn(37)
-    out = F.forward(layout, x, params, target=t)  # allocate once, then poison and reuse
+    out = fused_mlp.forward(layout, x, params, target=t)  # allocate once, then poison and reuse
     for k in ("y", "acts", "g", "loss_partials"):
         poison_(out[k])
-    out = F.forward(layout, x, params, target=t, out=out, config=out["config"])
+    out = fused_mlp.forward(layout, x, params, target=t, out=out, config=out["config"])
     for k in ("y", "acts", "g", "loss_partials"):
         assert torch.isfinite(out[k]).all(), k
     part = poison_(torch.empty(3, layout.numel))  # 37 rows / BLOCK_M 16 -> 3 programs
-    res = F.backward(layout, x, params, out, target=t, partials=part, config=F.ROW_INTERPRET)
+    res = fused_mlp.backward(layout, x, params, out, target=t, partials=part, config=fused_mlp.ROW_INTERPRET)
     assert res["partials"].data_ptr() == part.data_ptr()
     assert torch.isfinite(part).all() and torch.isfinite(res["grad"]).all()
     # in-kernel MSE loss / gradient agree with autograd on the same parameters
@@ -171,7 +170,7 @@ def test_resnet_kernels_have_no_profiling_hooks():
                fused_resnet._bn_batch_stats, grid_sync.exchange, grid_sync.gather, grid_sync.barriers_begin,
                grid_sync.barriers_end):
         assert not hooks & set(inspect.signature(fn.fn).parameters), fn.fn.__name__
-    for fn in (F.forward, F.backward, fused_resnet.launch_forward, fused_resnet.launch_backward):
+    for fn in (fused_mlp.forward, fused_mlp.backward, fused_resnet.launch_forward, fused_resnet.launch_backward):
         assert not hooks & set(inspect.signature(fn).parameters), fn.__name__
     timed_fwd, timed_bwd = fused_resnet.timed_kernels()
     assert timed_fwd.fn.__code__ is fused_resnet._resnet_fwd_kernel.fn.__code__
@@ -214,37 +213,38 @@ def _reference_glonet(layout, x, p):
 
 def test_layout_views_cover_buffer():
     for kind, depth in (("glonet", 5), ("mlp", 1), ("resnet", 4)):
-        lay = F.Layout(kind, 14, 16, depth)
+        lay = fused_mlp.Layout(kind, 14, 16, depth)
         flat = torch.arange(lay.numel, dtype=torch.float32)
         total = sum(v.numel() for v in lay.views(flat).values())
         assert total == lay.numel
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda L, x, p, r: F.fused_mlp(L, x.double(), p), "x has dtype"),
-    (lambda L, x, p, r: F.fused_mlp(L, x[:, :13], p), "x has 13 features"),
-    (lambda L, x, p, r: F.fused_mlp(L, x, p[:-1]), "params has"),
-    (lambda L, x, p, r: F.fused_mlp(L, x, p, precision="fp8"), "precision must be"),
-    (lambda L, x, p, r: F.fused_mlp(L, x[0], p), "x must have 2 dims"),
-    (lambda L, x, p, r: F.fused_mlp(L, x[:0], p), "at least one row"),
-    (lambda L, x, p, r: F.fused_mlp(L, x, p.to("meta")), "params is on meta"),
-    (lambda L, x, p, r: F.fused_mlp(L, x.requires_grad_(), p.requires_grad_()), "x requires grad"),
-    (lambda L, x, p, r: F.forward(L, x, p, target=torch.randn(3)) if F.validate(L, x, p, torch.randn(3)) else None,
-     "target has 3 rows"),
-    (lambda L, x, p, r: F.Layout("resnet", 14, 16, 3), "must be even"),
-    (lambda L, x, p, r: F.Layout("glonet", 14, 24, 3), "width must be one of"),
-    (lambda L, x, p, r: F.Layout("densenet", 14, 16, 3), "kind must be one of"),
-    (lambda L, x, p, r: F.fused_mlp(F.Layout("resnet", 14, 16, 2), x, torch.randn(F.Layout("resnet", 14, 16, 2).numel),
-                                    torch.zeros(3)), "running must be"),
-    (lambda L, x, p, r: F.fused_mlp(F.Layout("resnet", 14, 16, 2), torch.randn(8192, 14),
-                                    torch.randn(F.Layout("resnet", 14, 16, 2).numel), torch.zeros(64)),
-     "training-mode batch norm"),
-    (lambda L, x, p, r: F.fused_mlp(F.Layout("resnet", 14, 16, 2), x[:1],
-                                    torch.randn(F.Layout("resnet", 14, 16, 2).numel), torch.zeros(64)),
-     "at least 2 rows"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x.double(), p), "x has dtype"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x[:, :13], p), "x has 13 features"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x, p[:-1]), "params has"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x, p, precision="fp8"), "precision must be"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x[0], p), "x must have 2 dims"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x[:0], p), "at least one row"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x, p.to("meta")), "params is on meta"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(L, x.requires_grad_(), p.requires_grad_()), "x requires grad"),
+    (lambda L, x, p, r: fused_mlp.forward(L, x, p, target=torch.randn(3))
+     if fused_mlp.validate(L, x, p, torch.randn(3)) else None, "target has 3 rows"),
+    (lambda L, x, p, r: fused_mlp.Layout("resnet", 14, 16, 3), "must be even"),
+    (lambda L, x, p, r: fused_mlp.Layout("glonet", 14, 24, 3), "width must be one of"),
+    (lambda L, x, p, r: fused_mlp.Layout("densenet", 14, 16, 3), "kind must be one of"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(fused_mlp.Layout("resnet", 14, 16, 2), x,
+                                            torch.randn(fused_mlp.Layout("resnet", 14, 16, 2).numel),
+                                            torch.zeros(3)), "running must be"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(fused_mlp.Layout("resnet", 14, 16, 2), torch.randn(8192, 14),
+                                            torch.randn(fused_mlp.Layout("resnet", 14, 16, 2).numel),
+                                            torch.zeros(64)), "training-mode batch norm"),
+    (lambda L, x, p, r: fused_mlp.fused_mlp(fused_mlp.Layout("resnet", 14, 16, 2), x[:1],
+                                            torch.randn(fused_mlp.Layout("resnet", 14, 16, 2).numel),
+                                            torch.zeros(64)), "at least 2 rows"),
 ])
 def test_bad_input_raises_before_launch(bad, match):
-    L = F.Layout("glonet", 14, 16, 3)
+    L = fused_mlp.Layout("glonet", 14, 16, 3)
     x, p = torch.randn(8, 14), torch.randn(L.numel)
     with pytest.raises(ValueError, match=match):
         bad(L, x, p, None)
@@ -260,8 +260,8 @@ def _check_resnet_on_own_masks(name, B, device=DEVICE, config=None):
     ref = copy.deepcopy(model).cpu().double()
     flat, run = model.flatten_(), model.running_buffer()
     x, t = torch.randn(B, 14, device=device), torch.randn(B, device=device)
-    out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=config)
-    res = F.backward(model.layout, x, flat, out, target=t, config=config)
+    out = fused_mlp.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=config)
+    res = fused_mlp.backward(model.layout, x, flat, out, target=t, config=config)
     grid_sync.check_sync(out, res["sync"])  # no exchange timed out
     h = ref.stem(x.double().cpu())
     for j, blk in enumerate(ref.blocks):
@@ -325,8 +325,8 @@ def test_gpu_resnet_timed_build_counts_and_matches():
     flat, run = model.flatten_(), model.running_buffer()
     x, t = torch.randn(1000, 14, device="cuda"), torch.randn(1000, device="cuda")
     cfg = fused_resnet.BN_CONFIGS[0]
-    out = F.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=cfg)
-    res = F.backward(model.layout, x, flat, out, target=t, config=cfg)
+    out = fused_mlp.forward(model.layout, x, flat, target=t, running=run.clone(), update_running=False, config=cfg)
+    res = fused_mlp.backward(model.layout, x, flat, out, target=t, config=cfg)
     y, xh = out["y"].clone(), out["xh"].clone()
     partials = torch.full_like(res["partials"], float("nan"))
     n_prog = -(-1000 // cfg.kwargs["BLOCK_M"])

@@ -4,18 +4,19 @@ import pytest
 import torch
 
 from bench import cli
-from bench import resnet_numerics as RN
-from bench.data import sgemm as S
+from bench import resnet_numerics
+from bench.data import sgemm as sgemm_data
 
 
 @pytest.fixture
 def data(tmp_path, device):
-    return S.load(S.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=120, seed=2), device=device)
+    return sgemm_data.load(sgemm_data.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=120, seed=2),
+                           device=device)
 
 
 @pytest.mark.parametrize("name", ["ResNetMLP4", "GloNet4"])
 def test_trajectories_report_permutation_baseline(data, name, device):
-    rows = RN.trajectories(name, data, 3, device, B=32)
+    rows = resnet_numerics.trajectories(name, data, 3, device, B=32)
     assert [r["step"] for r in rows] == [1, 3]
     keys = {"eager32_vs_fp64", "fused_vs_fp64", "fused_vs_eager32", "eager32_vs_eager32_permuted",
             "fused_vs_fused_permuted", "loss_fp64"}
@@ -27,12 +28,12 @@ def test_trajectories_report_permutation_baseline(data, name, device):
 
 
 def test_trajectories_without_permutation(data, device):
-    rows = RN.trajectories("ResNetMLP4", data, 1, device, B=16, permuted=False)
+    rows = resnet_numerics.trajectories("ResNetMLP4", data, 1, device, B=16, permuted=False)
     assert "eager32_vs_eager32_permuted" not in rows[0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without a GPU")
 def test_command_says_it_needs_a_gpu(capsys):
-    assert cli.run(RN.main, []) == 1
+    assert cli.run(resnet_numerics.main, []) == 1
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1 and "bench.resnet_numerics needs a CUDA GPU" in err

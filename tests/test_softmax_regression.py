@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from bench.data import mnist as mnist_data
 from bench.mnist_ladder import GRAPH_VARIANTS, make_trainer
 from models.softmax_regression import SoftmaxRegression
-from triton_kernels import softmax_regression as S
+from triton_kernels import softmax_regression
 from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
@@ -57,7 +57,7 @@ def test_step_matches_float64(N, K, C, B):
     x, y, w, b = _data(N, K, C)
     perm = torch.randperm(N, device=DEVICE)
     lr = 0.3
-    trainer = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
+    trainer = softmax_regression.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
     w0, b0 = w.clone(), b.clone()
     trainer.step()
     loss, correct, dw, db, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], lr)
@@ -78,7 +78,7 @@ def test_epoch_with_partial_last_batch(u8):
     N, K, C, B, lr = 70, 33, 10, 32, 0.5
     x, y, w, b = _data(N, K, C, u8=u8)
     perm = torch.randperm(N, device=DEVICE)
-    trainer = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
+    trainer = softmax_regression.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
     w_ref, b_ref = w.clone(), b.clone()
     loss_ref, correct_ref = 0.0, 0
     for s in range(3):
@@ -103,7 +103,7 @@ def test_precisions_and_uint8_match_float64(precision, u8):
     x, y, w, b = _data(N, K, C, u8=u8)
     perm = torch.randperm(N, device=DEVICE)
     w0, b0 = w.clone(), b.clone()
-    t = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm, precision=precision)
+    t = softmax_regression.FusedSGDStep(w, b, x, y, B, lr, perm=perm, precision=precision)
     t.step()
     loss, correct, dw, db, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], lr, u8=u8)
     tf32 = GPU and precision == "tf32"
@@ -120,8 +120,8 @@ def test_persistent_launches_match_single_steps():
     x, y, w, b = _data(N, K, C)
     perm = torch.randperm(N, device=DEVICE)
     w0, b0, w2, b2 = w.clone(), b.clone(), w.clone(), b.clone()
-    one = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
-    many = S.FusedSGDStep(w2, b2, x, y, B, lr, perm=perm)
+    one = softmax_regression.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
+    many = softmax_regression.FusedSGDStep(w2, b2, x, y, B, lr, perm=perm)
     _poison_stats(many.buf)
     many.reset_stats()
     splits = [1, 2, 4, 3, 6]  # 16 steps: 2 epochs + 4 steps
@@ -161,7 +161,7 @@ def test_epoch_launch_matches_float64():
     x, y, w, b = _data(N, K, C)
     perm = torch.randperm(N, device=DEVICE)
     w0, b0 = w.clone(), b.clone()
-    t = S.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
+    t = softmax_regression.FusedSGDStep(w, b, x, y, B, lr, perm=perm)
     t.epoch()
     t.epoch()
     w_ref, b_ref = _reference_train(x, y, w0, b0, perm, B, lr, 2 * t.n_steps)
@@ -176,8 +176,8 @@ def test_wait_timeout_sets_flag():
         pytest.skip("on a GPU two programs are co-resident: the wait never times out")
     N, K, C, B = 8, 32, 3, 8
     x, y, w, b = _data(N, K, C)
-    t = S.FusedSGDStep(w, b, x, y, B, 0.1)
-    S.launch(w, b, x, y, t.perm, t.buf, B, 0.1, t.config, block_k=16, max_spin=3)
+    t = softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1)
+    softmax_regression.launch(w, b, x, y, t.perm, t.buf, B, 0.1, t.config, block_k=16, max_spin=3)
     with pytest.raises(RuntimeError, match="timed out"):
         t.read_stats()
 
@@ -192,7 +192,7 @@ def test_strided_inputs():
     b = torch.randn(C, device=DEVICE) * 0.1
     perm = torch.randperm(N, device=DEVICE)
     w0, b0 = w.clone(), b.clone()
-    S.FusedSGDStep(w, b, x, y, B, 0.2, perm=perm).step()
+    softmax_regression.FusedSGDStep(w, b, x, y, B, 0.2, perm=perm).step()
     _, _, _, _, w1, b1 = _reference_step(x, y.long(), w0, b0, perm[:B], 0.2)
     assert_close(w, w1, torch.float32, name="W'")
     assert_close(b, b1, torch.float32, name="b'")
@@ -205,7 +205,7 @@ def test_huge_logits_and_ties():
     y = torch.tensor([0, 1, 2, 3], device=DEVICE)
     w = torch.zeros(C, K, device=DEVICE)
     b = torch.tensor([1e4, -1e4, 0.0, 1e4, 5.0], device=DEVICE)
-    t = S.FusedSGDStep(w, b, x, y, 4, 1e-3)
+    t = softmax_regression.FusedSGDStep(w, b, x, y, 4, 1e-3)
     t.step()
     loss, correct = t.read_stats()
     ref, ref_correct, *_ = _reference_step(x, y, torch.zeros(C, K), torch.tensor([1e4, -1e4, 0.0, 1e4, 5.0]),
@@ -224,13 +224,14 @@ def labels_case(device: str) -> None:
         y[7] = bad
         w0 = w.clone()
         with pytest.raises(ValueError, match=f"y holds label {bad} outside \\[0, {C}\\)"):
-            S.FusedSGDStep(w, b, x, y, B, 0.1)
+            softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1)
         if device == "cpu":
             with pytest.raises(ValueError, match="y holds label"):
-                S.sgd_step(w, b, x, y, torch.arange(N), S.StepBuffers.allocate(B, device), B, 0.1)
+                softmax_regression.sgd_step(w, b, x, y, torch.arange(N),
+                                            softmax_regression.StepBuffers.allocate(B, device), B, 0.1)
         assert torch.equal(w, w0)
         y[7] = 0
-        trainer = S.FusedSGDStep(w, b, x, y, B, 0.1)
+        trainer = softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1)
         y[7] = bad
         trainer.epoch()
         with pytest.raises(ValueError, match="label outside"):
@@ -252,7 +253,7 @@ def fixed_point_case(device: str) -> None:
     N, K, C, B = 24, 40, 6, 12
     x, y, w, b = _data(N, K, C, device=device)
     perm = torch.randperm(N, device=device)
-    trainer = S.FusedSGDStep(w, b, x, y, B, 0.1, perm=perm)
+    trainer = softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1, perm=perm)
     limit = 2.0 ** 23 / trainer.programs
     b[2] = 0.4 * limit  # within: no flag, the float64 update
     w0, b0 = w.clone(), b.clone()
@@ -263,7 +264,7 @@ def fixed_point_case(device: str) -> None:
     for value, what in ((1.2 * 2.0 ** 23, "bias"), (float("nan"), "weight")):
         x, y, w, b = _data(N, K, C, device=device)
         (b if what == "bias" else w)[1] = value
-        trainer = S.FusedSGDStep(w, b, x, y, B, 0.1)
+        trainer = softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1)
         trainer.step()
         with pytest.raises(RuntimeError, match="2\\*\\*23"):
             trainer.read_stats()
@@ -282,15 +283,15 @@ def test_torch_op():
     N, K, C, B = 30, 20, 10, 16
     x, y, w, b = _data(N, K, C)
     perm = torch.randperm(N, device=DEVICE)
-    buf = S.StepBuffers.allocate(B, DEVICE)
+    buf = softmax_regression.StepBuffers.allocate(B, DEVICE)
     w0, b0 = w.clone(), b.clone()
-    S.sgd_step(w, b, x, y, perm, buf, B, 0.1)
+    softmax_regression.sgd_step(w, b, x, y, perm, buf, B, 0.1)
     _, _, _, _, w1, b1 = _reference_step(x, y, w0, b0, perm[:B], 0.1)
     assert_close(w, w1, torch.float32, name="W'")
     assert_close(b, b1, torch.float32, name="b'")
     assert int(buf.step.item()) == 1
     with pytest.raises(ValueError, match="buf"):
-        S.sgd_step(w, b, x, y, perm, buf, 64, 0.1)
+        softmax_regression.sgd_step(w, b, x, y, perm, buf, 64, 0.1)
 
 
 def test_errors_name_the_argument():
@@ -301,16 +302,17 @@ def test_errors_name_the_argument():
         (dict(weight=w.double()), "weight"), (dict(weight=torch.randn(17, K)), "weight"),
         (dict(bias=torch.randn(C + 1)), "bias"), (dict(x=x[:, :5]), "x has 5 features"),
         (dict(x=x.half()), "x has dtype"), (dict(y=y[:5]), "y has 5 labels"), (dict(y=y.float()), "y has dtype"),
-        (dict(batch_size=0), "batch_size"), (dict(batch_size=S.MAX_BATCH + 1), "batch_size"), (dict(lr=-1.0), "lr"), (dict(x=x.reshape(-1)), "x must have 2 dims"),
+        (dict(batch_size=0), "batch_size"), (dict(batch_size=softmax_regression.MAX_BATCH + 1), "batch_size"),
+        (dict(lr=-1.0), "lr"), (dict(x=x.reshape(-1)), "x must have 2 dims"),
     ]
     for change, msg in cases:
         with pytest.raises(ValueError, match=msg):
-            S.FusedSGDStep(**{**ok, **change})
+            softmax_regression.FusedSGDStep(**{**ok, **change})
     with pytest.raises(ValueError, match="perm"):
-        S.FusedSGDStep(**ok, perm=torch.arange(N - 1))
+        softmax_regression.FusedSGDStep(**ok, perm=torch.arange(N - 1))
     with pytest.raises(ValueError, match="precision"):
-        S.FusedSGDStep(**ok, precision="fp8")
-    t = S.FusedSGDStep(**ok)
+        softmax_regression.FusedSGDStep(**ok, precision="fp8")
+    t = softmax_regression.FusedSGDStep(**ok)
     with pytest.raises(ValueError, match="perm"):
         t.set_perm(torch.arange(N + 1))
     with pytest.raises(ValueError, match="n must be"):
@@ -398,15 +400,16 @@ def test_bench_quick_runs(tmp_path):
 # GPU: real shapes, tf32, CUDA graphs, torch.compile, the full study's accuracy
 # ----------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg,B", [(c, 128) for c in S.STEP_CONFIGS] + [(c, 200) for c in S.STEP_CONFIGS]
-                         + [(S.STEP_CONFIGS[0], b) for b in (1, 96, 1024)], ids=str)
+@pytest.mark.parametrize("cfg,B", [(c, 128) for c in softmax_regression.STEP_CONFIGS]
+                         + [(c, 200) for c in softmax_regression.STEP_CONFIGS]
+                         + [(softmax_regression.STEP_CONFIGS[0], b) for b in (1, 96, 1024)], ids=str)
 def test_gpu_step_real_shape(cfg, B):
     """Every tuning config (13..49 programs exchanging logits) on the real shape, vs float64."""
     N, K, C = 1100, 784, 10
     x, y, w, b = _data(N, K, C, device="cuda")
     perm = torch.randperm(N, device="cuda")
     w0, b0 = w.clone(), b.clone()
-    t = S.FusedSGDStep(w, b, x, y, B, 0.1, perm=perm, config=cfg)
+    t = softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1, perm=perm, config=cfg)
     _poison_stats(t.buf)
     t.reset_stats()
     t.step()
@@ -426,7 +429,7 @@ def test_gpu_tf32_and_uint8(B):
     perm = torch.randperm(N, device="cuda")
     for precision in ("ieee", "tf32", "tf32x3"):  # tf32x3: fp32 accuracy (split operands)
         w_, b_ = w.clone(), b.clone()
-        t = S.FusedSGDStep(w_, b_, x, y, B, 0.1, perm=perm, precision=precision)
+        t = softmax_regression.FusedSGDStep(w_, b_, x, y, B, 0.1, perm=perm, precision=precision)
         t.step()
         loss, correct, dw, _, w1, b1 = _reference_step(x, y, w, b, perm[:B], 0.1, u8=True)
         tf32 = precision == "tf32"
@@ -437,8 +440,9 @@ def test_gpu_tf32_and_uint8(B):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg,precision,u8", [(S.STEP_CONFIGS[0], "ieee", False), (S.STEP_CONFIGS[-1], "ieee", False),
-                                              (S.STEP_CONFIGS[0], "tf32x3", True)], ids=str)
+@pytest.mark.parametrize("cfg,precision,u8", [(softmax_regression.STEP_CONFIGS[0], "ieee", False),
+                                              (softmax_regression.STEP_CONFIGS[-1], "ieee", False),
+                                              (softmax_regression.STEP_CONFIGS[0], "tf32x3", True)], ids=str)
 def test_gpu_many_steps_vs_float64_and_bitwise(cfg, precision, u8):
     """Stress of the cross-program exchange: 3 epochs of 40 steps in launches of every size, bitwise equal to one-step
     launches and to a repeat of itself (the fixed-point sums make the order of arrival irrelevant),
@@ -450,7 +454,7 @@ def test_gpu_many_steps_vs_float64_and_bitwise(cfg, precision, u8):
     runs = []
     for split in ([1] * 120, [40, 40, 40], [7, 33, 1, 79], [120]):
         w_, b_ = w.clone(), b.clone()
-        t = S.FusedSGDStep(w_, b_, x, y, B, lr, perm=perm, config=cfg, precision=precision)
+        t = softmax_regression.FusedSGDStep(w_, b_, x, y, B, lr, perm=perm, config=cfg, precision=precision)
         for n in split:
             t.steps(n)
         runs.append((_wb(w_, b_), t.read_stats(), t.buf.state.tolist()))
@@ -488,11 +492,11 @@ def test_gpu_compile_fullgraph_traces_op():
     N, K, C, B = 512, 784, 10, 128
     x, y, w, b = _data(N, K, C, device="cuda")
     perm = torch.randperm(N, device="cuda")
-    buf = S.StepBuffers.allocate(B, "cuda")
+    buf = softmax_regression.StepBuffers.allocate(B, "cuda")
     w2, b2, buf2 = w.clone(), b.clone(), buf.clone()
 
     def step(w, b, buf):
-        S.sgd_step(w, b, x, y, perm, buf, B, 0.1)
+        softmax_regression.sgd_step(w, b, x, y, perm, buf, B, 0.1)
 
     compiled = torch.compile(step, fullgraph=True)
     for _ in range(3):

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from . import grid_sync
+from .launcher import bind
 from .runtime import is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op
 from .runtime import register_tuner
@@ -375,11 +376,12 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
                                         with_loss=target is not None, save=save, precision=precision,
                                         momentum=momentum, eps=eps)
         else:
-            _launch(_mlp_fwd_kernel, grid, x, t, params, buf["acts"], buf["g"], buf["y"], buf["loss_partials"],
-                    B, layout.in_features, NH, x.stride(0), x.stride(1),
-                    o["w_hid"], o["b_hid"], o["w_head"], o["b_head"],
-                    GLONET=layout.kind == "glonet", WITH_LOSS=target is not None, SAVE=save, PRECISION=precision,
-                    W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
+            bound = bind(_mlp_fwd_kernel, GLONET=layout.kind == "glonet", WITH_LOSS=target is not None, SAVE=save,
+                         PRECISION=precision, W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
+            bound.launch(grid, x_ptr=x, t_ptr=t, p_ptr=params, acts_ptr=buf["acts"], g_ptr=buf["g"], y_ptr=buf["y"],
+                         loss_ptr=buf["loss_partials"], B=B, IN=layout.in_features, NH=NH, stride_xm=x.stride(0),
+                         stride_xk=x.stride(1), OFF_WHID=o["w_hid"], OFF_BHID=o["b_hid"], OFF_WHEAD=o["w_head"],
+                         OFF_BHEAD=o["b_head"])
         return buf
 
     if config is None:
@@ -443,11 +445,12 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
                                          num_warps=cfg.num_warps, train=bn_train, loss_grad=dy is None,
                                          precision=precision)
         else:
-            _launch(_mlp_bwd_kernel, (n_prog,), x, t, d, params, saved["acts"], saved["g"], saved["y"], part,
-                    B, layout.in_features, NH, P, x.stride(0), x.stride(1), 2.0 / B,
-                    o["w_hid"], o["b_hid"], o["w_head"], o["b_head"],
-                    GLONET=layout.kind == "glonet", LOSS_GRAD=dy is None, PRECISION=precision, W=W, KIN=KIN,
-                    BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
+            bound = bind(_mlp_bwd_kernel, GLONET=layout.kind == "glonet", LOSS_GRAD=dy is None, PRECISION=precision,
+                         W=W, KIN=KIN, BLOCK_M=bm, num_warps=cfg.num_warps, num_stages=1)
+            bound.launch((n_prog,), x_ptr=x, t_ptr=t, dy_ptr=d, p_ptr=params, acts_ptr=saved["acts"], g_ptr=saved["g"],
+                         y_ptr=saved["y"], part_ptr=part, B=B, IN=layout.in_features, NH=NH, P=P,
+                         stride_xm=x.stride(0), stride_xk=x.stride(1), dy_scale=2.0 / B, OFF_WHID=o["w_hid"],
+                         OFF_BHID=o["b_hid"], OFF_WHEAD=o["w_head"], OFF_BHEAD=o["b_head"])
         return part
 
     if config is None:
