@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from autotune import sweep
-from bench import ce_variants, cli, gemm, mnist, mnist_step_variants, ncu_stalls, ops, plot, resnet_numerics
+from bench import cli, gemm, mnist, mnist_step_variants, ncu_stalls, ops, plot, resnet_numerics
 from bench import results as R
 from bench import roofline, sgemm
 from bench.data import mnist as mnist_data
@@ -23,7 +23,7 @@ cpu_only = pytest.mark.skipif(GPU, reason="the CPU interpreter's defaults and me
 NOTICE = "CPU interpreter, tiny configuration"
 
 MODULES = {"bench.ops": ops.cli, "bench.gemm": gemm.cli, "bench.mnist": mnist.main, "bench.sgemm": sgemm.main,
-           "bench.roofline": roofline.main, "bench.plot": plot.main, "bench.ce_variants": ce_variants.main,
+           "bench.roofline": roofline.main, "bench.plot": plot.main,
            "bench.resnet_numerics": resnet_numerics.main, "bench.ncu_stalls": ncu_stalls.main,
            "bench.mnist_step_variants": mnist_step_variants.main, "autotune.sweep": sweep.main}
 
@@ -246,12 +246,6 @@ def test_steptime_and_depth_report_label_by_where_sessions_trained():
     lines = sgemm.steptime_lines([row])
     assert lines[-2].split() == ["model", "depth", "backend", "metric", "value", "status"]
     assert (R.CPU_NOTE in lines[0]) == (not GPU)
-
-
-@cpu_only
-def test_ce_variants_default_is_a_labelled_dry_run(tmp_path, capsys):
-    rc, out, _ = command(ce_variants.main, ["--out", tmp_path], capsys)
-    assert rc == 0 and NOTICE in out and R.CPU_NOTE in out and (tmp_path / "ce_variants.csv").exists()
 
 
 @cpu_only

@@ -15,11 +15,11 @@ from .view_matrix import Arg, ViewCase, check_case, view_cases
 
 
 def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-           grad_scale=None, dtype=None):
+           grad_scale=None, dtype=None, config=None):
     dtype = dtype or logits.dtype
     x = logits.detach().requires_grad_()
     loss, correct = CE.cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing,
-                                     return_correct=True)
+                                     return_correct=True, config=config)
     x64 = logits.detach().double().cpu().requires_grad_()
     w64 = weight.double().cpu() if weight is not None else None
     ref = F.cross_entropy(x64, target.cpu().long(), w64, ignore_index=ignore_index, reduction=reduction,
@@ -57,24 +57,31 @@ def _inputs(M, V, dtype=torch.float32, scale=3.0, device=DEVICE, ignore_frac=0.2
     return logits, target
 
 
-@pytest.fixture(params=["one_chunk", "chunked_db"])
-def variant(request, monkeypatch):
-    if request.param != "one_chunk":  # force several chunks per row on small vocabularies
-        monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 8)
-    # chunked_db: the sweeps load chunk i + 1 into registers before reducing chunk i (the chunked sweep
-    # without double-buffering runs in test_views and test_extreme_values: config CHUNKED)
-    monkeypatch.setattr(CE, "INTERPRET_REG_DB", request.param == "chunked_db")
-    return request.param
+def _chunks(block_v: int, reg_db: bool) -> Config:
+    """The chunked kernel in chunks of block_v (rows of at most block_v classes: the row kernel)."""
+    return Config({"BLOCK_V": block_v, "PER_SM": 2, "REG_DB": int(reg_db)}, 4, 1)
+
+
+# one_chunk: the interpreter's tuned choice (the row kernel up to 1024 classes); chunked_db: chunks of 8
+# (several per row on small vocabularies), the sweeps loading chunk i + 1 into registers before reducing
+# chunk i (the chunked sweep without double-buffering runs in test_views and test_extreme_values: CHUNKED)
+VARIANTS = {"one_chunk": None, "chunked_db": _chunks(8, True)}
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant(request):
+    """The launch config of the variant (None: the tuned one)."""
+    return VARIANTS[request.param]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
 @pytest.mark.parametrize("V", [3, 17, 1000])
 def test_loss_grad_correct(V, reduction, dtype, variant):
-    if variant != "one_chunk" and V > 100:
+    if variant is not None and V > 100:
         pytest.skip("slow in the interpreter; long rows are chunked in test_vocab_32001_chunked")
     logits, target = _inputs(23, V, dtype)
-    _check(logits, target, reduction=reduction)
+    _check(logits, target, reduction=reduction, config=variant)
 
 
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
@@ -82,13 +89,13 @@ def test_loss_grad_correct(V, reduction, dtype, variant):
 def test_label_smoothing_and_weights(reduction, smoothing, weighted, variant):
     logits, target = _inputs(19, 37)
     weight = torch.rand(37, device=DEVICE) + 0.25 if weighted else None
-    _check(logits, target, weight, reduction=reduction, label_smoothing=smoothing)
+    _check(logits, target, weight, reduction=reduction, label_smoothing=smoothing, config=variant)
 
 
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
 def test_class_weights(reduction, variant):
     logits, target = _inputs(31, 10)
-    _check(logits, target, torch.rand(10, device=DEVICE) * 2, reduction=reduction)
+    _check(logits, target, torch.rand(10, device=DEVICE) * 2, reduction=reduction, config=variant)
 
 
 def test_vocab_32001_chunked():
@@ -99,7 +106,7 @@ def test_vocab_32001_chunked():
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_huge_logits(reduction, variant):
     logits, target = _inputs(16, 50, scale=1e4)
-    _check(logits, target, reduction=reduction, label_smoothing=0.1)
+    _check(logits, target, reduction=reduction, label_smoothing=0.1, config=variant)
 
 
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
@@ -125,7 +132,7 @@ def test_custom_ignore_index_and_int32_targets(variant):
     logits, target = _inputs(20, 12)
     target[target == -100] = 7
     target[::3] = 7
-    _check(logits, target.to(torch.int32), ignore_index=7, label_smoothing=0.1)
+    _check(logits, target.to(torch.int32), ignore_index=7, label_smoothing=0.1, config=variant)
 
 
 def test_grad_output_scales_gradient():
@@ -138,12 +145,12 @@ def test_grad_output_scales_gradient():
 def test_strided_and_shaped_inputs(variant):
     base = torch.randn(30, 50, device=DEVICE)
     target = torch.randint(0, 40, (10,), device=DEVICE)
-    _check(base[::3, 5:45], target, label_smoothing=0.1)            # row stride 150
-    _check(torch.randn(40, 10, device=DEVICE).t(), target)          # class stride 10
-    _check(torch.randn(7, device=DEVICE), torch.tensor(4, device=DEVICE))   # (C,) with a 0-dim target
+    _check(base[::3, 5:45], target, label_smoothing=0.1, config=variant)            # row stride 150
+    _check(torch.randn(40, 10, device=DEVICE).t(), target, config=variant)          # class stride 10
+    _check(torch.randn(7, device=DEVICE), torch.tensor(4, device=DEVICE), config=variant)  # (C,), 0-dim target
     t3 = torch.randint(0, 5, (3, 4), device=DEVICE)
-    _check(torch.randn(3, 5, 4, device=DEVICE), t3, reduction="none")  # (N, C, d)
-    _check(torch.randn(3, 5, 4, device=DEVICE), t3)
+    _check(torch.randn(3, 5, 4, device=DEVICE), t3, reduction="none", config=variant)  # (N, C, d)
+    _check(torch.randn(3, 5, 4, device=DEVICE), t3, config=variant)
 
 
 def test_accuracy_ties_take_first_max():
@@ -154,11 +161,11 @@ def test_accuracy_ties_take_first_max():
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_mean_denominator_from_prologue(monkeypatch, weighted):
-    """Large M * programs: the "mean" denominator comes from the one-program prologue kernel."""
-    monkeypatch.setattr(CE, "DENOM_IN_KERNEL_MAX", 0)
+def test_mean_denominator_from_prologue(weighted):
+    """As for large M * programs: the "mean" denominator comes from the one-program prologue kernel."""
+    prologue = Config({"BLOCK_V": 64, "PER_SM": 2, "DENOM_IN_KERNEL": 0}, 4, 1)
     logits, target = _inputs(29, 40)
-    _check(logits, target, torch.rand(40, device=DEVICE) + 0.5 if weighted else None)
+    _check(logits, target, torch.rand(40, device=DEVICE) + 0.5 if weighted else None, config=prologue)
 
 
 def test_target_is_max_with_ties(variant):
@@ -170,15 +177,13 @@ def test_target_is_max_with_ties(variant):
         logits[i, target[i]] = top[i] + 1.0
     for i, j in ((0, 0), (4, 36), (8, 5)):         # ties: a class before / after the target
         logits[i, j] = logits[i, target[i]]
-    _check(logits, target)
-    _check(logits, target, label_smoothing=0.2, reduction="sum")
+    _check(logits, target, config=variant)
+    _check(logits, target, label_smoothing=0.2, reduction="sum", config=variant)
 
 
 @pytest.mark.parametrize("reg_db", [False, True])
-def test_accuracy_ties_across_chunks(monkeypatch, reg_db):
+def test_accuracy_ties_across_chunks(reg_db):
     """Chunked rows keep a per-lane first maximum; the row's argmax is the smallest such index."""
-    monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 4)
-    monkeypatch.setattr(CE, "INTERPRET_REG_DB", reg_db)
     logits = torch.randn(4, 13, device=DEVICE)
     logits[0, [6, 8, 12]] = 9.0    # lane 2 of chunk 1 comes before lane 0 of chunk 2
     logits[1, [3, 4]] = 9.0        # last lane of chunk 0 vs first lane of chunk 1
@@ -186,20 +191,18 @@ def test_accuracy_ties_across_chunks(monkeypatch, reg_db):
     logits[3, 12] = 9.0            # the maximum in the ragged last chunk
     want = torch.tensor([6, 3, 1, 12], device=DEVICE)
     for shift, n_correct in ((0, 4), (1, 0)):
-        _, correct = CE.cross_entropy(logits, (want + shift) % 13, return_correct=True)
+        _, correct = CE.cross_entropy(logits, (want + shift) % 13, return_correct=True, config=_chunks(4, reg_db))
         assert correct.item() == n_correct
 
 
 @pytest.mark.parametrize("reg_db", [False, True])
-def test_minus_inf_logits_chunked(monkeypatch, reg_db):
+def test_minus_inf_logits_chunked(reg_db):
     """-inf logits (masked classes) are skipped by the chunked online sum: finite loss and gradient."""
-    monkeypatch.setattr(CE, "INTERPRET_BLOCK_V", 4)
-    monkeypatch.setattr(CE, "INTERPRET_REG_DB", reg_db)
     logits = torch.randn(5, 11, device=DEVICE)
     logits[:, :5] = -float("inf")
     target = torch.randint(5, 11, (5,), device=DEVICE)
     x = logits.clone().requires_grad_()
-    loss = CE.cross_entropy(x, target)
+    loss = CE.cross_entropy(x, target, config=_chunks(4, reg_db))
     loss.backward()
     x64 = logits.double().requires_grad_()
     ref = F.cross_entropy(x64, target)
@@ -260,6 +263,11 @@ def test_module_matches_nn_and_trains():
     (lambda x, t: CE.cross_entropy(x, t, label_smoothing=1.5), "label_smoothing must be"),
     (lambda x, t: CE.cross_entropy(x, t, ignore_index=1.0), "ignore_index must be an int"),
     (lambda x, t: CE.cross_entropy(torch.tensor(1.0), t), "at least 1 dim"),
+    (lambda x, t: CE.cross_entropy(x, t, config=Config({"BLOCK_V": 6, "PER_SM": 2})), "BLOCK_V must be a"),
+    (lambda x, t: CE.cross_entropy(x, t, config=Config({"BLOCK_N": 8})), "config must name BLOCK_V"),
+    (lambda x, t: CE.cross_entropy(x, t, config=Config({"BLOCK_V": 4, "PER_SM": 2, "PREFETCH": 1})),
+     "PREFETCH is for rows held whole"),
+    (lambda x, t: CE.cross_entropy_forward(x, t, config=Config({"BLOCK_V": 8, "PER_SM": 0})), "PER_SM a positive"),
 ])
 def test_bad_input_raises(bad, match):
     x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
@@ -284,7 +292,7 @@ def test_unchecked_out_of_range_target_gives_nan():
 # function with every reduction, fp16 with "mean" (the one that reads the targets twice), the chunked
 # path with "mean" and "none"; on the GPU every combination, bf16 too.
 VIEW_V = 13
-CHUNKED = Config({"BLOCK_V": 8, "PER_SM": 2, "REG_DB": 0}, 4, 1)
+CHUNKED = _chunks(8, False)
 
 
 def _view_args(logits_grad: bool) -> dict:
