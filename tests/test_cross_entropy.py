@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from models.layers import CrossEntropyLoss
 from triton_kernels import cross_entropy as CE
+from triton_kernels import runtime
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err, tolerance
 
@@ -273,6 +274,34 @@ def test_bad_input_raises(bad, match):
     x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
     with pytest.raises(ValueError, match=match):
         bad(x, t)
+
+
+def _picks() -> int:
+    return sum(tuner.picks for tuner in runtime.ALL_TUNERS.values())
+
+
+def test_steady_state_asks_no_tuner():
+    """The launch plan of a key (M and V rounded up to powers of two, dtype, options) is found once,
+    through the tuner; repeated forward + backward calls then ask no tuner, nor does a call with
+    ``config=``. (3-4 rows of 100 classes: a key no other test of this file makes.)"""
+    x, target = _inputs(3, 100, ignore_frac=0.0)
+    x.requires_grad_()
+    weight = torch.rand(100, device=DEVICE) + 0.5
+    before = _picks()
+    CE.cross_entropy(x, target).backward()
+    assert _picks() - before == 1
+    before = _picks()
+    for i in range(4):  # the second call of each option set finds its plan kept
+        loss, _ = CE.cross_entropy(x, target, weight, label_smoothing=0.1 * (i % 2), return_correct=True)
+        loss.backward()
+    assert _picks() - before == 2
+    before = _picks()
+    x4, target4 = _inputs(4, 100)
+    for logits, t in ((x4.requires_grad_(), target4), (x, target)):  # 3 and 4 rows share a plan
+        CE.cross_entropy(logits, t).backward()
+        CE.cross_entropy(logits, t, weight, label_smoothing=0.1).backward()
+        CE.cross_entropy(logits, t, config=_chunks(32, True)).backward()
+    assert _picks() == before
 
 
 def test_unchecked_out_of_range_target_gives_nan():

@@ -30,21 +30,21 @@ Each program keeps its loss / weight / correct sums in registers and writes one 
 one-program finalize kernel adds the P partials -- no atomics, deterministic. For "mean" with a gradient,
 the denominator sum_i w_{t_i} is needed before the first gradient is written: each program computes it
 from the targets (cheap while M * P is small) or a one-program prologue kernel writes it to device memory.
-The tuner (`_configs`) picks the kernel and its tiling per shape and dtype; ``config=`` chooses them
-explicitly (`check_config`).
+The tuner (`_configs`) picks the kernel and its tiling per shape and dtype, a launch plan keeps the choice
+per key (`_PLANS`), and ``config=`` chooses them explicitly (`check_config`).
 """
 from __future__ import annotations
 
 import functools
 import json
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
 import triton.language as tl
 
+from .launcher import BoundKernel, bind
 from .runtime import is_fake as _is_fake
-from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -516,8 +516,88 @@ def _config_from(text: str) -> Optional[Config]:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Launchers
+# Launchers: per key a plan (the kernels bound to their config, launcher.bind), found once
 # ----------------------------------------------------------------------------------------------------
+class _Plan(NamedTuple):
+    fused: tuple[BoundKernel, BoundKernel]  # the row or chunked kernel, with DENOM_IN_KERNEL False / True
+    denominator: BoundKernel  # the "mean" denominator's prologue
+    finalize: BoundKernel
+    programs: int  # of the persistent grid, at most
+    need_denom: bool  # the gradient of a "mean"
+    denom_max: float  # every program sums the denominator itself while M x programs <= this
+
+
+# (M and V rounded up to powers of two, dtype, weighted, smoothed, gradient, reduction, unit class stride,
+# device) -> plan: within a key, the kernel, its constexprs and the finalize block hold for every M and V
+# (BLOCK_V and the prefetch bound are powers of two).
+_PLANS: dict[tuple, _Plan] = {}
+_SCALE_PLANS: dict[tuple, tuple[BoundKernel, int]] = {}
+
+
+def _make_plan(key: tuple, config: Optional[Config], logits, target, weight, grad, loss, ignore_index, eps) -> _Plan:
+    """The plan of ``config``, or of the tuner's config for ``key`` (timed on this call's arguments; kept
+    unless torch.compile is tracing)."""
+    block_m, block_v, dtype, has_weight, smooth, compute_grad, reduction, unit_stride, device = key
+    flags = dict(HAS_WEIGHT=has_weight, SMOOTH=smooth, COMPUTE_GRAD=compute_grad, REDUCTION=reduction)
+    sms = num_sms(device, default=2)
+
+    def plan_for(cfg: Config) -> _Plan:
+        bv = cfg.kwargs["BLOCK_V"]
+        if block_v <= bv:  # V <= BLOCK_V: the row in registers
+            prefetch = (bool(cfg.kwargs.get("PREFETCH", 0)) and not INTERPRET and unit_stride
+                        and block_v * dtype.itemsize <= PF_MAX_BYTES)
+            kernel, option = _ce_fwd_row_kernel, {"PREFETCH": prefetch}
+        else:
+            kernel, option = _ce_fwd_chunked_kernel, {"REG_DB": bool(cfg.kwargs.get("REG_DB", 0))}
+        fused = tuple(bind(kernel, **flags, DENOM_IN_KERNEL=in_kernel, BLOCK_V=bv, BLOCK_T=BLOCK_T, **option,
+                           num_warps=cfg.num_warps, num_stages=cfg.num_stages) for in_kernel in (False, True))
+        programs = max(1, min(sms * cfg.kwargs["PER_SM"], MAX_PARTIALS))
+        forced = cfg.kwargs.get("DENOM_IN_KERNEL")
+        return _Plan(fused, bind(_ce_denominator_kernel, HAS_WEIGHT=has_weight, BLOCK=BLOCK_T, num_warps=4),
+                     bind(_ce_finalize_kernel, REDUCTION=reduction, BLOCK_P=next_power_of_2(min(block_m, programs)),
+                          num_warps=4),
+                     programs, compute_grad and reduction == "mean",
+                     DENOM_IN_KERNEL_MAX if forced is None else (float("inf") if forced else -1))
+
+    if config is not None:
+        return plan_for(config)
+
+    def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
+        _launch_fused(plan_for(cfg), logits, target, weight, grad, loss, ignore_index, eps)
+
+    M, V = logits.shape
+    tracing = _is_fake(logits, target)
+    # the tuning key as before: shape buckets, dtype, flags, the reduction as its index in REDUCTIONS
+    tune_key = (bucket(M), bucket(V), str(dtype), has_weight, smooth, compute_grad, REDUCTIONS.index(reduction),
+                unit_stride)
+    cfg = _tuner.pick(tune_key, run, lambda: _configs(V, dtype.itemsize), tracing=tracing,
+                      interpret_config=_interpret_config(V))
+    plan = plan_for(cfg)
+    if not tracing:
+        _PLANS[key] = plan
+    return plan
+
+
+def _launch_fused(plan: _Plan, logits, target, weight, grad, loss, ignore_index, eps) -> tuple[int, torch.Tensor]:
+    """The prologue (when the kernel does not sum the "mean" denominator) and the fused kernel; returns
+    the number of programs P and the (3 P + 1,) partials."""
+    M, V = logits.shape
+    P = min(M, plan.programs)
+    in_kernel = plan.need_denom and M * P <= plan.denom_max
+    part = torch.empty((3 * P + 1,), device=logits.device, dtype=torch.float32)
+    w = weight if weight is not None else logits  # dummy pointer when there is no weight
+    stride_w = weight.stride(0) if weight is not None else 0
+    if plan.need_denom and not in_kernel:
+        plan.denominator.launch((1,), target_ptr=target, weight_ptr=w, denom_ptr=part[3 * P:], M=M, V=V,
+                                stride_t=target.stride(0), stride_w=stride_w, ignore_index=ignore_index)
+    plan.fused[in_kernel].launch(
+        (P,), logits_ptr=logits, target_ptr=target, weight_ptr=w, grad_ptr=grad if grad is not None else logits,
+        row_loss_ptr=loss, part_ptr=part, M=M, V=V, stride_lm=logits.stride(0), stride_lv=logits.stride(1),
+        stride_gm=grad.stride(0) if grad is not None else 0, stride_t=target.stride(0), stride_w=stride_w,
+        ignore_index=ignore_index, eps=eps)
+    return P, part
+
+
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor] = None,
                           ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                           compute_grad: bool = True, config: Optional[Config] = None):
@@ -544,47 +624,14 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
         if reduction == "none":
             return loss, correct.zero_(), grad
         return loss.fill_(float("nan") if reduction == "mean" else 0.0), correct.zero_(), grad
-    w = weight if weight is not None else logits  # dummy pointer when there is no weight
-    stride_w = weight.stride(0) if weight is not None else 0
     eps = float(label_smoothing)
-    n_sms = num_sms(dev, default=2)
-    need_denom = compute_grad and reduction == "mean"
-    flags = dict(HAS_WEIGHT=weight is not None, SMOOTH=eps > 0.0, COMPUTE_GRAD=compute_grad, REDUCTION=reduction)
-
-    def run(cfg: Config) -> tuple[int, torch.Tensor]:
-        P = max(1, min(M, n_sms * cfg.kwargs["PER_SM"], MAX_PARTIALS))
-        # each program sums the targets itself while that is cheap; otherwise a prologue kernel does
-        forced = cfg.kwargs.get("DENOM_IN_KERNEL")
-        in_kernel = need_denom and (M * P <= DENOM_IN_KERNEL_MAX if forced is None else bool(forced))
-        part = torch.empty((3 * P + 1,), device=dev, dtype=torch.float32)  # partial sums + the denominator
-        if need_denom and not in_kernel:
-            _launch(_ce_denominator_kernel, (1,), target_ptr=target, weight_ptr=w, denom_ptr=part[3 * P:], M=M, V=V,
-                    stride_t=target.stride(0), stride_w=stride_w, ignore_index=ignore_index,
-                    HAS_WEIGHT=weight is not None, BLOCK=BLOCK_T, num_warps=4)
-        bv = cfg.kwargs["BLOCK_V"]
-        if V <= bv:  # the row in registers
-            prefetch = (bool(cfg.kwargs.get("PREFETCH", 0)) and not INTERPRET and logits.stride(1) == 1
-                        and V * logits.element_size() <= PF_MAX_BYTES)
-            kernel, option = _ce_fwd_row_kernel, {"PREFETCH": prefetch}
-        else:
-            kernel, option = _ce_fwd_chunked_kernel, {"REG_DB": bool(cfg.kwargs.get("REG_DB", 0))}
-        _launch(kernel, (P,), logits_ptr=logits, target_ptr=target, weight_ptr=w,
-                grad_ptr=grad if grad is not None else logits, row_loss_ptr=loss, part_ptr=part, M=M, V=V,
-                stride_lm=logits.stride(0), stride_lv=logits.stride(1),
-                stride_gm=grad.stride(0) if grad is not None else 0, stride_t=target.stride(0), stride_w=stride_w,
-                ignore_index=ignore_index, eps=eps, **flags, DENOM_IN_KERNEL=in_kernel, BLOCK_V=bv,
-                BLOCK_T=BLOCK_T, **option, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return P, part
-
-    # the tuning key: shape buckets, dtype, flags, the reduction as its index in REDUCTIONS
-    key = (bucket(M), bucket(V), str(logits.dtype), weight is not None, eps > 0.0, compute_grad,
-           REDUCTIONS.index(reduction), logits.stride(1) == 1)
-    cfg = config if config is not None else _tuner.pick(
-        key, run, lambda: _configs(V, logits.element_size()), tracing=_is_fake(logits, target),
-        interpret_config=_interpret_config(V))
-    P, part = run(cfg)
-    _launch(_ce_finalize_kernel, (1,), part_ptr=part, loss_ptr=loss, correct_ptr=correct, P=P, REDUCTION=reduction,
-            BLOCK_P=next_power_of_2(P), num_warps=4)
+    key = (next_power_of_2(M), next_power_of_2(V), logits.dtype, weight is not None, eps > 0.0, compute_grad,
+           reduction, logits.stride(1) == 1, dev)
+    plan = _PLANS.get(key) if config is None else None
+    if plan is None:
+        plan = _make_plan(key, config, logits, target, weight, grad, loss, ignore_index, eps)
+    P, part = _launch_fused(plan, logits, target, weight, grad, loss, ignore_index, eps)
+    plan.finalize.launch((1,), part_ptr=part, loss_ptr=loss, correct_ptr=correct, P=P)
     return loss, correct, grad
 
 
@@ -593,12 +640,14 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
     M, V = grad.shape
     if M == 0 or V == 0:
         return grad
-    go = grad_output.reshape(1) if grad_output.ndim == 0 else grad_output
-    stride_go = 0 if grad_output.ndim == 0 else grad_output.stride(0)
-    bv = min(4096, next_power_of_2(V)) if not INTERPRET else min(256, next_power_of_2(V))
-    P = max(1, min(M, num_sms(grad.device, default=2) * 8))
-    _launch(_ce_scale_grad_kernel, (P,), grad_ptr=grad, go_ptr=go, M=M, V=V, stride_gm=grad.stride(0),
-            stride_go=stride_go, BLOCK_V=bv, num_warps=8)
+    key = (next_power_of_2(V), grad.device)
+    plan = _SCALE_PLANS.get(key)
+    if plan is None:
+        plan = _SCALE_PLANS[key] = (bind(_ce_scale_grad_kernel, BLOCK_V=min(256 if INTERPRET else 4096, key[0]),
+                                         num_warps=8), num_sms(grad.device, default=2) * 8)
+    plan[0].launch((min(M, plan[1]),), grad_ptr=grad, go_ptr=grad_output.reshape(1) if grad_output.ndim == 0
+                   else grad_output, M=M, V=V, stride_gm=grad.stride(0),
+                   stride_go=0 if grad_output.ndim == 0 else grad_output.stride(0))
     return grad
 
 
