@@ -476,6 +476,23 @@ def test_gpu_sizes(M, V, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("config", [
+    Config({"BLOCK_V": 32768, "PER_SM": 1, "PREFETCH": 1}, 16, 1),   # the row in registers, L2 prefetch
+    Config({"BLOCK_V": 32768, "PER_SM": 1, "PREFETCH": 0}, 16, 1),
+    Config({"BLOCK_V": 8192, "PER_SM": 1, "REG_DB": 1}, 16, 1),      # chunked, register double-buffering
+    Config({"BLOCK_V": 4096, "PER_SM": 2, "REG_DB": 0}, 8, 2),
+], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_tuning_candidates(config, dtype):
+    """Each kind of tuned candidate, chosen by config=, at an LLM-sized vocabulary: with and without
+    class weights and smoothing."""
+    logits, target = _inputs(1024, 32000, dtype, device="cuda")
+    _check(logits, target, config=config)
+    _check(logits, target, torch.rand(32000, device="cuda") + 0.5, label_smoothing=0.1, reduction="sum",
+           config=config)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("reduction", CE.REDUCTIONS)
 def test_gpu_options(reduction):
     logits, target = _inputs(2048, 5000, torch.bfloat16, device="cuda", scale=1e4)
