@@ -124,18 +124,11 @@ def _randn(shape, dtype, device, g) -> torch.Tensor:
 # GEMM
 # ----------------------------------------------------------------------------------------------------
 def tma_layout(t: torch.Tensor):
-    """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None (the
-    rule of gemm._tma_layout: one unit stride, the other stride and the base address 16-byte aligned)."""
-    es = t.element_size()
-    if t.stride(1) == 1 and t.shape[1] > 1:
-        trans, stride = False, t.stride(0)
-    elif t.stride(0) == 1 and t.shape[0] > 1:
-        trans, stride = True, t.stride(1)
-    else:
-        return None
-    if (stride * es) % 16 or t.data_ptr() % 16 or stride < 1:
-        return None
-    return trans, stride
+    """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None: the
+    GEMM launcher's own rule."""
+    from triton_kernels import gemm
+
+    return gemm.tma_layout(t)
 
 
 def tma_device(device: torch.device | str) -> bool:

@@ -285,7 +285,7 @@ def test_persistent_tma_kernel(ta, tb, act):
     a = torch.randn(K, M).t() if ta else torch.randn(M, K)
     b = torch.randn(N, K).t() if tb else torch.randn(K, N)
     bias, res = torch.randn(N), torch.randn(M, N)
-    assert G._tma_layout(a) == (ta, M if ta else K) and G._tma_layout(b) == (tb, K if tb else N)
+    assert G.tma_layout(a) == (ta, M if ta else K) and G.tma_layout(b) == (tb, K if tb else N)
     out = poison_(torch.empty(M, N))
     c, z = G.gemm_forward(a, b, bias, res, act, save_preact=True, out=out, config=TMA_SMALL)
     zref = a.double() @ b.double() + bias.double()
@@ -294,9 +294,9 @@ def test_persistent_tma_kernel(ta, tb, act):
 
 
 def test_tma_layout_rejects_unaligned():
-    assert G._tma_layout(torch.randn(10, 7)) is None            # 28-byte rows
-    assert G._tma_layout(torch.randn(10, 8)[:, ::2]) is None     # no unit stride
-    assert G._tma_layout(torch.randn(10, 8)) == (False, 8)
+    assert G.tma_layout(torch.randn(10, 7)) is None            # 28-byte rows
+    assert G.tma_layout(torch.randn(10, 8)[:, ::2]) is None     # no unit stride
+    assert G.tma_layout(torch.randn(10, 8)) == (False, 8)
 
 
 @pytest.mark.parametrize("tb", [False, True])

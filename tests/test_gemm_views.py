@@ -234,7 +234,7 @@ def tma_case(layout: str, dtype_name: str, device: str = "cuda") -> None:
     a, b, bias, residual = _tma_operands(layout, dtype, device)
     config = TMA_TILE[a.element_size()]
     if layout in ("offset1", "expanded"):
-        assert G._tma_layout(a) is None and G._tma_layout(b) is None
+        assert G.tma_layout(a) is None and G.tma_layout(b) is None
         assert not G._tma_eligible(a, b, a.shape[0], b.shape[1], a.shape[1])
         with pytest.raises(ValueError, match="TMA"):
             G.gemm_forward(a, b, bias, residual, "gelu", config=config)
@@ -256,13 +256,13 @@ def test_gpu_tma_views(isolated, layout, dtype_name):
 def test_tma_layout_refuses_stride0_and_offset_bases():
     """TMA needs a unit stride, a 16-byte-aligned other stride and a 16-byte-aligned base address."""
     t = torch.randn(64, 80)
-    assert G._tma_layout(t[:, :64]) == (False, 80)
-    assert G._tma_layout(t[:, :64].t()) == (True, 80)
-    assert G._tma_layout(torch.randn(64, 1).expand(64, 64)) is None   # stride 0 along dim 1
-    assert G._tma_layout(torch.randn(1, 64).expand(64, 64)) is None   # stride 0 along dim 0
-    assert G._tma_layout(torch.randn(64 * 64 + 1)[1:].view(64, 64)) is None  # base 4 bytes in
-    assert G._tma_layout(t[:, 1:65]) is None                         # base 4 bytes in, aligned rows
-    assert G._tma_layout(torch.randn(64, 71)[:, :64]) is None        # 284-byte rows
+    assert G.tma_layout(t[:, :64]) == (False, 80)
+    assert G.tma_layout(t[:, :64].t()) == (True, 80)
+    assert G.tma_layout(torch.randn(64, 1).expand(64, 64)) is None   # stride 0 along dim 1
+    assert G.tma_layout(torch.randn(1, 64).expand(64, 64)) is None   # stride 0 along dim 0
+    assert G.tma_layout(torch.randn(64 * 64 + 1)[1:].view(64, 64)) is None  # base 4 bytes in
+    assert G.tma_layout(t[:, 1:65]) is None                         # base 4 bytes in, aligned rows
+    assert G.tma_layout(torch.randn(64, 71)[:, :64]) is None        # 284-byte rows
 
 
 def test_forcing_tma_on_a_layout_it_cannot_read_is_refused():

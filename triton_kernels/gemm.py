@@ -321,7 +321,7 @@ def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_c
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def _tma_layout(t: torch.Tensor):
+def tma_layout(t: torch.Tensor):
     """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None.
 
     TMA needs one unit stride, the other stride and the base address 16-byte aligned: a stride-0
@@ -383,8 +383,8 @@ def _sm_count(t: torch.Tensor) -> int:
 
 
 def _tma_eligible(a, b, M, N, K) -> bool:
-    return (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and _tma_layout(a) is not None
-            and _tma_layout(b) is not None)
+    return (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and tma_layout(a) is not None
+            and tma_layout(b) is not None)
 
 
 def _needs_int64(*ts) -> bool:
@@ -499,7 +499,7 @@ def _forced_plan(config: Config, flags: dict, a, b):
         return _bind(config, flags, False, False, False, 0), b
     if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see _launch_plan) is made here, once
         b = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
-    layout_a, layout_b = _tma_layout(a), _tma_layout(b)
+    layout_a, layout_b = tma_layout(a), tma_layout(b)
     if layout_a is None or layout_b is None:
         raise ValueError(f"config {config} asks for the TMA kernel, but {'a' if layout_a is None else 'b'} "
                          "cannot be read through a TMA descriptor (it needs a unit stride, the other "
@@ -532,7 +532,7 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
         # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
         # alignment: tf32 with N-major B, 16-bit with K-major B
         tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not _is_fake(a, b)
-               and _tma_layout(a) is not None and _tma_layout(b) is not None)
+               and tma_layout(a) is not None and tma_layout(b) is not None)
         es = a.element_size()
         relayout = tma and ((prec == "tf32" and b_unit and (K * es) % 16 == 0)
                             or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
