@@ -40,6 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autotune import spaces
+
 from .runtime import is_fake as _is_fake
 from .launcher import BoundKernel, bind
 from .runtime import Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
@@ -179,30 +181,20 @@ def _softmax_bwd_looped_kernel(
 # Autotuning spaces
 # ----------------------------------------------------------------------------------------------------
 def _row_configs(M: int, N: int) -> list[Config]:
-    """Candidates for the row kernels: rows per program x warps, sized to the row length (best guess first:
-    the first candidate is used when autotuning is switched off)."""
-    bn = next_power_of_2(N)
-    out = []
-    for elems in (8192, 4096, 16384, 2048):
-        bm = max(1, elems // bn)
-        if bm > bucket(M, 1) or bm * bn > max(MAX_FUSED_N, bn):
-            continue
-        for warps in (8, 4, 16):
-            if warps * 32 * 4 > max(bm * bn, 512):  # fewer than 4 elements per thread: too many warps
-                continue
-            out.append(Config({"BLOCK_M": bm}, warps, 1))
-    return list(dict.fromkeys(out)) or [Config({"BLOCK_M": 1}, 4, 1)]
+    """Candidates for the row kernels, best guess first (the first is used when autotuning is off): the
+    declared softmax space's tuner list (autotune/spaces.py), rows per program x warps by the row length."""
+    return spaces.candidates("softmax", M=M, N=N)
 
 
 def _looped_configs() -> list[Config]:
-    return [Config({"BLOCK_N": bn}, w, 1) for bn in (4096, 8192, 2048) for w in (8, 16, 4) if bn >= w * 32 * 4]
+    return spaces.candidates("softmax", M=1, N=2 * MAX_FUSED_N)
 
 
 def _interpret_row_config(N: int) -> Config:
-    return Config({"BLOCK_M": max(1, min(64, 4096 // next_power_of_2(N)))}, 4, 1)
+    return spaces.interpret_config("softmax", M=1, N=N)
 
 
-_INTERPRET_LOOPED = Config({"BLOCK_N": 256}, 4, 1)
+_INTERPRET_LOOPED = spaces.interpret_config("softmax", M=1, N=2 * MAX_FUSED_N)
 
 _fwd_row_tuner = register_tuner(Autotuner("softmax_fwd_row", _softmax_fwd_row_kernel, _row_configs(1 << 14, 1024),
                                           interpret_config=Config({"BLOCK_M": 1}, 4, 1)))
