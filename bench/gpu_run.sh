@@ -19,8 +19,7 @@
 #   reorder    loss after 100 steps: eager fp32 / fused fp32 vs float64, vs each other, and vs themselves on
 #              the same batches with their rows shuffled (resnet_/glonet_reorder.json; needs .data/sgemm)  (~400 s)
 #   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~90 s)
-#   tests      every GPU test, one process per group, in parallel (TEST_TIMEOUT per group; the view
-#              matrices are long: run TEST_GROUPS in two calls if one exceeds the limit)   (~400 s)
+#   tests      every GPU test, one process per group shard, in parallel (TEST_TIMEOUT per process)  (~400 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
 # with `git rev-parse --short HEAD > .git_commit`) with the tree.
@@ -80,22 +79,29 @@ for stage in "$@"; do
       tar czf "${OUT:-/tmp}/training_results.tgz" --exclude checkpoint.pt -C /tmp training_results ;;
     overhead) timeout 300 python3 -m bench.overhead $(out) 2>&1 | grep -v -i warn | tail -30 ;;
     tests)
-      # one process per group, in parallel; TEST_GROUPS="1 3" runs a subset; every group's log goes to
-      # one file ($OUT/pytest.txt, or /tmp/pytest.txt): few files come back from the box
-      groups=("tests/test_gemm.py tests/test_launcher.py tests/test_overhead.py" "tests/test_gemm_views.py"
-              "tests/test_softmax.py" "tests/test_cross_entropy.py" "tests/test_layernorm.py"
-              "tests/test_fused_mlp.py" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py"
-              "tests/test_softmax_regression.py tests/test_mnist_data.py" "tests/test_conv1d.py tests/test_char_cnn.py"
-              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py" "tests/test_runtime.py tests/test_harness.py")
+      # one process per group shard, in parallel (16 on a 16-core box: compiling the kernels' many
+      # specialisations is what takes the time); TEST_GROUPS="1 3" runs a subset; "files|N" splits a group
+      # into N shards (pytest --shard K/N). Every log goes to one file ($OUT/pytest.txt, or /tmp/pytest.txt):
+      # few files come back from the box
+      groups=("tests/test_gemm.py tests/test_launcher.py tests/test_overhead.py|1" "tests/test_gemm_views.py|4"
+              "tests/test_softmax.py tests/test_cross_entropy.py|4" "tests/test_layernorm.py|3"
+              "tests/test_fused_mlp.py|1" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py|1"
+              "tests/test_softmax_regression.py tests/test_mnist_data.py|1" "tests/test_conv1d.py tests/test_char_cnn.py|1"
+              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py|1" "tests/test_runtime.py tests/test_harness.py|1")
       sel=${TEST_GROUPS:-$(seq -s " " 1 ${#groups[@]})}
+      logs=()
       for i in $sel; do
-        timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q -rf --tb=line -p no:logging ${groups[$((i-1))]} \
-          > "/tmp/pytest-$i.txt" 2>&1 &
+        files=${groups[$((i-1))]%|*}; n=${groups[$((i-1))]#*|}
+        for k in $(seq 1 "$n"); do
+          timeout ${TEST_TIMEOUT:-400} python3 -m pytest -m gpu -q -rf --tb=line -p no:logging --shard "$k/$n" $files \
+            > "/tmp/pytest-$i-$k.txt" 2>&1 &
+          logs+=("$i-$k")
+        done
       done
       wait
       log=${OUT:-/tmp}/pytest.txt
-      for i in $sel; do echo "--- group $i: ${groups[$((i-1))]}"; grep -vE "Warning|warn|^DEBUG|^$" "/tmp/pytest-$i.txt"; done > "$log"
-      for i in $sel; do echo "--- group $i"; grep -E "^(FAILED|ERROR)|passed|failed|Error" "/tmp/pytest-$i.txt" | tail -14; done ;;
+      for l in "${logs[@]}"; do echo "--- group ${l%-*} shard ${l#*-}: ${groups[$((${l%-*}-1))]}"; grep -vE "Warning|warn|^DEBUG|^$" "/tmp/pytest-$l.txt"; done > "$log"
+      for l in "${logs[@]}"; do echo "--- group $l"; grep -E "^(FAILED|ERROR)|passed|failed|Error" "/tmp/pytest-$l.txt" | tail -14; done ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -14,7 +14,23 @@ GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="K/N",
+                     help="run only every N-th selected test, starting at the K-th (1-based): N processes "
+                          "with K = 1..N split one file's tests between them")
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection, so the shards split what is actually run
 def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("--shard")
+    if shard:
+        k, n = (int(v) for v in shard.split("/"))
+        if not 1 <= k <= n:
+            raise pytest.UsageError(f"--shard {shard}: need 1 <= K <= N")
+        keep = items[k - 1::n]
+        kept = set(map(id, keep))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
     if GPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
