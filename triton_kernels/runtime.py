@@ -257,6 +257,34 @@ def read_json(path: Path) -> dict:
 _FLUSH: torch.Tensor | None = None
 
 
+class CudaEventTimer:
+    """CUDA-event pairs around pieces of GPU work, read after one synchronisation at the end::
+
+        timer = CudaEventTimer()
+        for batch in batches:
+            with timer.span():
+                step(batch)
+        per_batch_ms = timer.times_ms()
+
+    Every CUDA-event timing in the playground goes through this class."""
+
+    def __init__(self) -> None:
+        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    @contextlib.contextmanager
+    def span(self):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield
+        end.record()
+        self._pairs.append((start, end))
+
+    def times_ms(self) -> list[float]:
+        """Elapsed ms of every span so far, in order (synchronises the device once)."""
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) for start, end in self._pairs]
+
+
 def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush_l2: bool = True) -> list[float]:
     """Per-repetition times (ms) of ``fn`` with CUDA events, the L2 flushed (a 256 MB write, larger
     than any L2) before each repetition when ``flush_l2``. Shared by the autotuner and the harness."""
@@ -266,16 +294,34 @@ def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for s, e in zip(starts, ends):
+    timer = CudaEventTimer()
+    for _ in range(rep):
         if flush_l2:
             _FLUSH.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        with timer.span():
+            fn()
+    return timer.times_ms()
+
+
+def capture_graph(fn: Callable[[], Any], *, warmup: int = 3, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """Capture ``fn()`` in a CUDA graph; returns ``(graph, output of the captured call)``.
+
+    ``fn`` runs ``warmup`` times on a side stream first (JIT compilation, autotuning and the caching
+    allocator's first allocations must not happen during capture), then once under capture. Replaying
+    the graph reruns the captured kernels on the same memory: refresh inputs in place, read the returned
+    output after ``graph.replay()``. ``pool``: a memory pool to share with other graphs
+    (``torch.cuda.graph_pool_handle()`` or another graph's ``pool()``). Every CUDA-graph capture in the
+    playground goes through this function."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        output = fn()
+    return graph, output
 
 
 def _median(xs: Sequence[float]) -> float:
