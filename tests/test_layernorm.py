@@ -8,10 +8,10 @@ and torch.compile on the GPU."""
 import math
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from models.layers import LayerNorm, LayerNormReLUMaxPool
-from triton_kernels import layernorm as LN
+from triton_kernels import layernorm
 from triton_kernels import runtime
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err, tolerance
@@ -36,10 +36,10 @@ def _check(x, shape, affine=True, bias=True, dtype=None, eps=1e-5, path=None):
     x = x.detach().requires_grad_()
     w = (torch.randn(shape, device=x.device, dtype=x.dtype) * 0.5 + 1).requires_grad_() if affine else None
     b = (torch.randn(shape, device=x.device, dtype=x.dtype)).requires_grad_() if (affine and bias) else None
-    y = LN.layer_norm(x, shape, w, b, eps, config=_config(path, math.prod(shape)))
+    y = layernorm.layer_norm(x, shape, w, b, eps, config=_config(path, math.prod(shape)))
     assert y.shape == x.shape and y.dtype == x.dtype
     leaves = [t.detach().double().cpu().requires_grad_() if t is not None else None for t in (x, w, b)]
-    ref = F.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps)
+    ref = functional.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps)
     assert_close(y, ref, dtype, name="y")
     g = torch.randn_like(y)
     y.backward(g)
@@ -80,11 +80,11 @@ def test_partial_gradients(which, variant):
     b = torch.randn(3, 19, device=DEVICE)
     grad_x, grad_p = which == "x_only", which == "params_only"
     xs, ws, bs = (t.clone().requires_grad_(r) for t, r in ((x, grad_x), (w, grad_p), (b, grad_p)))
-    y = LN.layer_norm(xs, (3, 19), ws, bs, config=_config(variant, 57))
+    y = layernorm.layer_norm(xs, (3, 19), ws, bs, config=_config(variant, 57))
     g = torch.randn_like(y)
     y.backward(g)
     ref = [t.double().requires_grad_(r) for t, r in ((x, grad_x), (w, grad_p), (b, grad_p))]
-    F.layer_norm(ref[0], (3, 19), ref[1], ref[2]).backward(g.double())
+    functional.layer_norm(ref[0], (3, 19), ref[1], ref[2]).backward(g.double())
     for name, t, r in zip(("dx", "dw", "db"), (xs, ws, bs), ref):
         assert (t.grad is None) == (r.grad is None), name
         if t.grad is not None:
@@ -99,7 +99,7 @@ def test_without_affine_or_bias(affine, bias, variant):
 def test_rows_of_one_element():
     x = torch.randn(7, 1, device=DEVICE)
     w, b = torch.randn(1, requires_grad=True), torch.randn(1, requires_grad=True)
-    y = LN.layer_norm(x.requires_grad_(), (1,), w, b)
+    y = layernorm.layer_norm(x.requires_grad_(), (1,), w, b)
     assert torch.allclose(y, b.expand(7, 1))  # xhat = 0
     y.sum().backward()
     assert torch.equal(x.grad, torch.zeros_like(x)) and w.grad.abs().item() < 1e-6 and b.grad.item() == 7
@@ -109,9 +109,9 @@ def test_large_mean_small_variance(variant):
     # catastrophic-cancellation guard: with mean 1e3 and std 1e-2 a sum-of-squares variance would be
     # garbage; centred (Chan) statistics are as accurate as torch's own fp32 LayerNorm
     x = torch.randn(4, 300, device=DEVICE) * 1e-2 + 1e3
-    ref = F.layer_norm(x.double(), (300,))
-    torch_err = rel_err(F.layer_norm(x, (300,)), ref)
-    assert rel_err(LN.layer_norm(x, (300,), config=_config(variant, 300)), ref) <= max(2 * torch_err, 1e-5)
+    ref = functional.layer_norm(x.double(), (300,))
+    torch_err = rel_err(functional.layer_norm(x, (300,)), ref)
+    assert rel_err(layernorm.layer_norm(x, (300,), config=_config(variant, 300)), ref) <= max(2 * torch_err, 1e-5)
 
 
 @pytest.mark.parametrize("pool", [3, 2])
@@ -120,13 +120,15 @@ def test_fused_ln_relu_maxpool(B, C, L, pool):
     x = torch.randn(B, C, L, device=DEVICE) * 2 + 0.5
     w, b = torch.randn(C, L, device=DEVICE), torch.randn(C, L, device=DEVICE)
     with torch.no_grad():
-        y = LN.layer_norm_relu_maxpool(x, w, b, pool=pool)
-    ref = F.max_pool1d(F.relu(F.layer_norm(x.double(), (C, L), w.double(), b.double())), pool, pool)
+        y = layernorm.layer_norm_relu_maxpool(x, w, b, pool=pool)
+    ref = functional.max_pool1d(functional.relu(functional.layer_norm(x.double(), (C, L), w.double(), b.double())),
+                                pool, pool)
     assert y.shape == ref.shape
     assert_close(y, ref, torch.float32)
     with torch.no_grad():
-        y2 = LN.layer_norm_relu_maxpool(x[:, :, :], None, None, pool=pool)
-    assert_close(y2, F.max_pool1d(F.relu(F.layer_norm(x.double(), (C, L))), pool, pool), torch.float32)
+        y2 = layernorm.layer_norm_relu_maxpool(x[:, :, :], None, None, pool=pool)
+    assert_close(y2, functional.max_pool1d(functional.relu(functional.layer_norm(x.double(), (C, L))), pool, pool),
+                 torch.float32)
 
 
 def test_fused_module_state_dict_and_training_path():
@@ -137,7 +139,7 @@ def test_fused_module_state_dict_and_training_path():
     ref = torch.nn.LayerNorm([6, 24])
     ref.load_state_dict(m.state_dict())
     x = torch.randn(3, 6, 24)
-    expect = F.max_pool1d(F.relu(ref(x)), 3, 3)
+    expect = functional.max_pool1d(functional.relu(ref(x)), 3, 3)
     with torch.no_grad():
         assert_close(m(x), expect.double(), torch.float32)
     y = m(x)  # grad enabled: Triton LayerNorm + relu + max_pool1d, differentiable
@@ -179,8 +181,8 @@ def view_case(arg: str, layout: str, dtype_name: str, kind: str, size: str, path
     args, normalized = _ln_args(kind, size)
     config = _config(path, math.prod(normalized))
     check_case(ViewCase(arg, layout), args,
-               lambda x, weight, bias: LN.layer_norm(x, normalized, weight, bias, config=config),
-               lambda x, weight, bias: F.layer_norm(x, normalized, weight, bias),
+               lambda x, weight, bias: layernorm.layer_norm(x, normalized, weight, bias, config=config),
+               lambda x, weight, bias: functional.layer_norm(x, normalized, weight, bias),
                dtype=getattr(torch, dtype_name), device=DEVICE)
 
 
@@ -196,10 +198,10 @@ def pool_view_case(arg: str, layout: str, dtype_name: str, size: str, config_blo
     config = Config({"BLOCK_D": config_blocks[0], "BLOCK_O": config_blocks[1]}, 4, 1) if config_blocks else None
 
     def ref(x, weight, bias):
-        return F.max_pool1d(F.relu(F.layer_norm(x, x.shape[1:], weight, bias)), 3, 3)
+        return functional.max_pool1d(functional.relu(functional.layer_norm(x, x.shape[1:], weight, bias)), 3, 3)
 
     check_case(ViewCase(arg, layout), _pool_args(size),
-               lambda x, weight, bias: LN.layer_norm_relu_maxpool(x, weight, bias, pool=3, config=config), ref,
+               lambda x, weight, bias: layernorm.layer_norm_relu_maxpool(x, weight, bias, pool=3, config=config), ref,
                dtype=getattr(torch, dtype_name), device=DEVICE)
 
 
@@ -212,14 +214,14 @@ def backward_view_case(layout: str, dtype_name: str, size: str, path: str | None
     x = (torch.randn(M, D, device=DEVICE) * 2 + 1).to(dtype)
     w = (torch.randn(D, device=DEVICE) + 1).to(dtype)
     b = torch.randn(D, device=DEVICE).to(dtype)
-    _, mean, rstd = LN.layer_norm_forward(x, w, b, 1e-5, True, config)
+    _, mean, rstd = layernorm.layer_norm_forward(x, w, b, 1e-5, True, config)
     x64, w64, b64 = (t.detach().cpu().double().requires_grad_() for t in (x, w, b))
 
     def ours(dy):
-        return LN.layer_norm_backward(dy, x, w, mean, rstd, True, True, True, config)
+        return layernorm.layer_norm_backward(dy, x, w, mean, rstd, True, True, True, config)
 
     def ref(dy):
-        return torch.autograd.grad(F.layer_norm(x64, (D,), w64, b64), (x64, w64, b64), dy)
+        return torch.autograd.grad(functional.layer_norm(x64, (D,), w64, b64), (x64, w64, b64), dy)
 
     check_case(ViewCase("dy", layout), {"dy": Arg((M, D), broadcast=(0,), grad=False)}, ours, ref, dtype=dtype,
                device=DEVICE)
@@ -272,9 +274,9 @@ def test_large_mean_tiny_variance(offset, spread, variant):
     leaves["torch"] = tuple(t.detach().clone().requires_grad_() for t in (x, w, b))
     leaves["ref"] = tuple(t.detach().cpu().double().requires_grad_() for t in (x, w, b))
     g = torch.randn(M, D, device=DEVICE)
-    outs = {"ours": LN.layer_norm(x, (D,), w, b, config=_config(variant, D)),
-            "torch": F.layer_norm(leaves["torch"][0], (D,), *leaves["torch"][1:]),
-            "ref": F.layer_norm(leaves["ref"][0], (D,), *leaves["ref"][1:])}
+    outs = {"ours": layernorm.layer_norm(x, (D,), w, b, config=_config(variant, D)),
+            "torch": functional.layer_norm(leaves["torch"][0], (D,), *leaves["torch"][1:]),
+            "ref": functional.layer_norm(leaves["ref"][0], (D,), *leaves["ref"][1:])}
     for k, out in outs.items():
         out.backward(g.double().cpu() if k == "ref" else g)
     results = [("y", outs["ours"], outs["torch"], outs["ref"])]
@@ -292,10 +294,10 @@ def test_fused_large_mean_tiny_variance(offset, spread):
     w, b = torch.randn(4, 30, device=DEVICE), torch.randn(4, 30, device=DEVICE)
 
     def f(x, w, b):
-        return F.max_pool1d(F.relu(F.layer_norm(x, (4, 30), w, b)), 3, 3)
+        return functional.max_pool1d(functional.relu(functional.layer_norm(x, (4, 30), w, b)), 3, 3)
 
     with torch.no_grad():
-        y = LN.layer_norm_relu_maxpool(x, w, b, config=Config({"BLOCK_D": 16, "BLOCK_O": 16}, 4, 1))
+        y = layernorm.layer_norm_relu_maxpool(x, w, b, config=Config({"BLOCK_D": 16, "BLOCK_O": 16}, 4, 1))
     err, bound = _errors_vs_torch(y, f(x, w, b), f(x.double(), w.double(), b.double()))
     assert err <= bound and err <= tolerance(torch.float32), f"{err:.3e} (bound {bound:.1e})"
 
@@ -328,8 +330,8 @@ def test_fused_nan_and_inf_like_torch(where):
         b[2, 10:12] = float("-inf")
         b[3, 0:3] = float("-inf")  # a whole window of -inf: max -inf, relu 0
     with torch.no_grad():
-        y = LN.layer_norm_relu_maxpool(x, w, b, config=Config({"BLOCK_D": 16, "BLOCK_O": 16}, 4, 1))
-    _same_specials(y, F.max_pool1d(F.relu(F.layer_norm(x, (4, 30), w, b)), 3, 3))
+        y = layernorm.layer_norm_relu_maxpool(x, w, b, config=Config({"BLOCK_D": 16, "BLOCK_O": 16}, 4, 1))
+    _same_specials(y, functional.max_pool1d(functional.relu(functional.layer_norm(x, (4, 30), w, b)), 3, 3))
 
 
 def test_nan_propagates_like_torch(variant):
@@ -338,7 +340,8 @@ def test_nan_propagates_like_torch(variant):
     x[1, 3] = float("nan")
     x[2, 0] = float("inf")
     w[5] = float("nan")
-    _same_specials(LN.layer_norm(x, (40,), w, b, config=_config(variant, 40)), F.layer_norm(x, (40,), w, b))
+    _same_specials(layernorm.layer_norm(x, (40,), w, b, config=_config(variant, 40)),
+                   functional.layer_norm(x, (40,), w, b))
 
 
 @pytest.mark.parametrize("shape,normalized", [((0, 5), (5,)), ((3, 0), (0,)), ((2, 0, 4), (4,)),
@@ -347,9 +350,9 @@ def test_empty_like_torch(shape, normalized, variant):
     x = torch.randn(shape, device=DEVICE, requires_grad=True)
     w = torch.randn(normalized, device=DEVICE, requires_grad=True)
     b = torch.randn(normalized, device=DEVICE, requires_grad=True)
-    y = LN.layer_norm(x, normalized, w, b, config=_config(variant, 8))
+    y = layernorm.layer_norm(x, normalized, w, b, config=_config(variant, 8))
     theirs = [t.detach().clone().requires_grad_() for t in (x, w, b)]
-    ref = F.layer_norm(theirs[0], normalized, theirs[1], theirs[2])
+    ref = functional.layer_norm(theirs[0], normalized, theirs[1], theirs[2])
     assert y.shape == ref.shape and y.dtype == ref.dtype
     y.sum().backward()
     ref.sum().backward()
@@ -360,32 +363,34 @@ def test_empty_like_torch(shape, normalized, variant):
 def test_fused_empty_batch_like_torch():
     x = torch.randn(0, 3, 7, device=DEVICE)
     with torch.no_grad():
-        y = LN.layer_norm_relu_maxpool(x, torch.randn(3, 7, device=DEVICE), torch.randn(3, 7, device=DEVICE))
-    assert y.shape == F.max_pool1d(F.relu(F.layer_norm(x, (3, 7))), 3, 3).shape
+        y = layernorm.layer_norm_relu_maxpool(x, torch.randn(3, 7, device=DEVICE), torch.randn(3, 7, device=DEVICE))
+    assert y.shape == functional.max_pool1d(functional.relu(functional.layer_norm(x, (3, 7))), 3, 3).shape
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda x: LN.layer_norm(x, (7,)), "trailing dims must equal"),
-    (lambda x: LN.layer_norm(x.double(), (6,)), "x has dtype"),
-    (lambda x: LN.layer_norm(x, (6,), torch.ones(5)), "weight has shape"),
-    (lambda x: LN.layer_norm(x, (6,), None, torch.ones(6).to("meta")), "bias is on meta"),
-    (lambda x: LN.layer_norm(x, (6,), eps=-1.0), "eps must be"),
-    (lambda x: LN.layer_norm(x, ()), "at least one dim"),
-    (lambda x: LN.layer_norm_relu_maxpool(x), "x must have 3 dims"),
-    (lambda x: LN.layer_norm_relu_maxpool(x[None], torch.ones(4, 5)), "weight has shape"),
-    (lambda x: LN.layer_norm_relu_maxpool(x[None], pool=0), "pool must be"),
-    (lambda x: LN.layer_norm_relu_maxpool(x[None, :, :2]), "length 2 < pool 3"),
-    (lambda x: LN.layer_norm_relu_maxpool(x[None].requires_grad_()), "inference kernel"),
+    (lambda x: layernorm.layer_norm(x, (7,)), "trailing dims must equal"),
+    (lambda x: layernorm.layer_norm(x.double(), (6,)), "x has dtype"),
+    (lambda x: layernorm.layer_norm(x, (6,), torch.ones(5)), "weight has shape"),
+    (lambda x: layernorm.layer_norm(x, (6,), None, torch.ones(6).to("meta")), "bias is on meta"),
+    (lambda x: layernorm.layer_norm(x, (6,), eps=-1.0), "eps must be"),
+    (lambda x: layernorm.layer_norm(x, ()), "at least one dim"),
+    (lambda x: layernorm.layer_norm_relu_maxpool(x), "x must have 3 dims"),
+    (lambda x: layernorm.layer_norm_relu_maxpool(x[None], torch.ones(4, 5)), "weight has shape"),
+    (lambda x: layernorm.layer_norm_relu_maxpool(x[None], pool=0), "pool must be"),
+    (lambda x: layernorm.layer_norm_relu_maxpool(x[None, :, :2]), "length 2 < pool 3"),
+    (lambda x: layernorm.layer_norm_relu_maxpool(x[None].requires_grad_()), "inference kernel"),
     (lambda x: LayerNormReLUMaxPool([6]), "normalized_shape must be \\[C, L\\]"),
-    (lambda x: LN.layer_norm(x, (6,), config={"BLOCK_D": 16}), "config must be"),
-    (lambda x: LN.layer_norm(x, (6,), config=Config({"BLOCK_D": 16, "BLOCK_M": 2})), "config must name"),
-    (lambda x: LN.layer_norm(x, (6,), config=Config({"BLOCK_D": 12})), "power of two"),
-    (lambda x: LN.layer_norm(x, (6,), config=Config({"PER_SM": 0})), "positive int"),
-    (lambda x: LN.layer_norm_relu_maxpool(x[None], config=Config({"BLOCK_M": 2})), "config must name"),
-    (lambda x: LN.layer_norm_forward(x.t(), None, None, 1e-5, False), "unit column stride"),
-    (lambda x: LN.layer_norm_forward(x, torch.ones(2, 3), None, 1e-5, False), "weight has shape"),
-    (lambda x: LN.layer_norm_backward(x[:2], x, None, torch.ones(4), torch.ones(4), True, False, False), "dy has"),
-    (lambda x: LN.layer_norm_backward(x, x, None, torch.ones(3), torch.ones(4), True, False, False), "mean must"),
+    (lambda x: layernorm.layer_norm(x, (6,), config={"BLOCK_D": 16}), "config must be"),
+    (lambda x: layernorm.layer_norm(x, (6,), config=Config({"BLOCK_D": 16, "BLOCK_M": 2})), "config must name"),
+    (lambda x: layernorm.layer_norm(x, (6,), config=Config({"BLOCK_D": 12})), "power of two"),
+    (lambda x: layernorm.layer_norm(x, (6,), config=Config({"PER_SM": 0})), "positive int"),
+    (lambda x: layernorm.layer_norm_relu_maxpool(x[None], config=Config({"BLOCK_M": 2})), "config must name"),
+    (lambda x: layernorm.layer_norm_forward(x.t(), None, None, 1e-5, False), "unit column stride"),
+    (lambda x: layernorm.layer_norm_forward(x, torch.ones(2, 3), None, 1e-5, False), "weight has shape"),
+    (lambda x: layernorm.layer_norm_backward(x[:2], x, None, torch.ones(4), torch.ones(4), True, False, False),
+     "dy has"),
+    (lambda x: layernorm.layer_norm_backward(x, x, None, torch.ones(3), torch.ones(4), True, False, False),
+     "mean must"),
 ])
 def test_bad_input_raises(bad, match):
     x = torch.randn(4, 6)
@@ -403,7 +408,7 @@ def fresh_plans(monkeypatch):
     """Empty launch-plan caches for this test (the kernels, configs and tuner are untouched), so its
     first call of a shape is the first one of the process."""
     for name in ("_FORWARD_PLANS", "_BACKWARD_PLANS", "_POOL_PLANS"):
-        monkeypatch.setattr(LN, name, {}, raising=False)
+        monkeypatch.setattr(layernorm, name, {}, raising=False)
 
 
 def test_steady_state_asks_no_tuner(fresh_plans):
@@ -422,33 +427,33 @@ def test_steady_state_asks_no_tuner(fresh_plans):
     before = _picks()
     for _ in range(3):
         ln(x).backward(dy)
-        LN.layer_norm(x, 40, ln.weight, ln.bias).backward(dy)
+        layernorm.layer_norm(x, 40, ln.weight, ln.bias).backward(dy)
         with torch.no_grad():
             ln(x)
-            LN.layer_norm(x[:5], (40,))  # rows of the same power-of-two bucket, no affine: a new plan ...
+            layernorm.layer_norm(x[:5], (40,))  # rows of the same power-of-two bucket, no affine: a new plan ...
     assert _picks() - before == 1        # ... found once
     # a config runs that call's own plan: no tuner, nothing kept
-    kept = len(LN._FORWARD_PLANS)
-    LN.layer_norm(x, 40, ln.weight, ln.bias, config=Config({"BLOCK_M": 2}, 4, 1)).backward(dy)
-    assert _picks() - before == 1 and len(LN._FORWARD_PLANS) == kept
+    kept = len(layernorm._FORWARD_PLANS)
+    layernorm.layer_norm(x, 40, ln.weight, ln.bias, config=Config({"BLOCK_M": 2}, 4, 1)).backward(dy)
+    assert _picks() - before == 1 and len(layernorm._FORWARD_PLANS) == kept
 
 
 def test_steady_state_long_rows_and_fused_pool_keep_their_plans(fresh_plans):
     """Long rows (segmented kernels, no tuner) and the fused LN -> ReLU -> MaxPool: the first call makes
     the plan, repeated calls use it."""
-    D = LN.MAX_ROW_D + 16
+    D = layernorm.MAX_ROW_D + 16
     x = torch.randn(1, D, device=DEVICE)
     xp, wp, bp = (torch.randn(*s, device=DEVICE) for s in ((2, 4, 9), (4, 9), (4, 9)))
     before = _picks()
     with torch.no_grad():
-        y = LN.layer_norm(x, D)
-        pooled = LN.layer_norm_relu_maxpool(xp, wp, bp)
-        plans = (len(LN._FORWARD_PLANS), len(LN._POOL_PLANS))
+        y = layernorm.layer_norm(x, D)
+        pooled = layernorm.layer_norm_relu_maxpool(xp, wp, bp)
+        plans = (len(layernorm._FORWARD_PLANS), len(layernorm._POOL_PLANS))
         assert plans == (1, 1)
-        assert torch.equal(LN.layer_norm(x, D), y)
+        assert torch.equal(layernorm.layer_norm(x, D), y)
         for _ in range(3):
-            assert torch.equal(LN.layer_norm_relu_maxpool(xp, wp, bp), pooled)
-    assert (len(LN._FORWARD_PLANS), len(LN._POOL_PLANS)) == plans and _picks() == before
+            assert torch.equal(layernorm.layer_norm_relu_maxpool(xp, wp, bp), pooled)
+    assert (len(layernorm._FORWARD_PLANS), len(layernorm._POOL_PLANS)) == plans and _picks() == before
 
 
 # ---------------------------------------------------------------------------------------------- GPU
@@ -468,8 +473,9 @@ def test_gpu_charcnn_fused(dtype):
         w = torch.randn(256, L, device="cuda", dtype=dtype)
         b = torch.randn(256, L, device="cuda", dtype=dtype)
         with torch.no_grad():
-            y = LN.layer_norm_relu_maxpool(x, w, b)
-        ref = F.max_pool1d(F.relu(F.layer_norm(x.double(), (256, L), w.double(), b.double())), 3, 3)
+            y = layernorm.layer_norm_relu_maxpool(x, w, b)
+        ref = functional.max_pool1d(
+            functional.relu(functional.layer_norm(x.double(), (256, L), w.double(), b.double())), 3, 3)
         assert_close(y, ref, dtype)
 
 
@@ -527,7 +533,7 @@ def test_gpu_backward_view_matrix(case, dtype_name, size, isolated):
 def test_gpu_large_mean_tiny_variance(path):
     for offset, spread in ((1e4, 1e-3), (1e5, 1.0)):
         x = offset + spread * torch.randn(64, 4096, device="cuda")
-        ref = F.layer_norm(x.double(), (4096,))
-        err, bound = _errors_vs_torch(LN.layer_norm(x, (4096,), config=_config(path, 4096)), F.layer_norm(x, (4096,)),
-                                      ref)
+        ref = functional.layer_norm(x.double(), (4096,))
+        err, bound = _errors_vs_torch(layernorm.layer_norm(x, (4096,), config=_config(path, 4096)),
+                                      functional.layer_norm(x, (4096,)), ref)
         assert err <= bound, f"{err:.3e} > {bound:.1e}"
