@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from triton_kernels.runtime import cuda_time_ms, default_device
+from triton_kernels.runtime import capture_graph, cuda_time_ms, default_device
 from triton_kernels.testing import rel_err, tolerance
 
 from . import results as R
@@ -149,15 +149,7 @@ class CudaGraphed:
     """Capture ``fn(*inputs)`` once in a CUDA graph; calling it replays the graph (same inputs)."""
 
     def __init__(self, fn: Fn, inputs: tuple, warmup: int = 3):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up (JIT, autotune, allocator) outside the capture
-            for _ in range(warmup):
-                fn(*inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = fn(*inputs)
+        self.graph, self.out = capture_graph(lambda: fn(*inputs), warmup=warmup)
 
     def __call__(self, *inputs):
         self.graph.replay()

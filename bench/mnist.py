@@ -31,6 +31,7 @@ MNIST into .data/mnist first (skipped when it is there).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -39,7 +40,8 @@ import traceback
 
 import torch
 
-from triton_kernels.runtime import INTERPRET, default_device, device_name  # (interpreter switch before triton loads)
+# (the interpreter switch before triton loads)
+from triton_kernels.runtime import INTERPRET, CudaEventTimer, default_device, device_name
 from bench.data import mnist as mnist_data
 from bench.mnist_ladder import GRAPH_VARIANTS, VARIANTS, make_trainer
 from models.softmax_regression import SoftmaxRegression
@@ -155,27 +157,23 @@ def run_variant(variant: str, args, train, test, init, perms, ref_w, device) -> 
         fused = getattr(trainer, "fused", None)
         if fused is not None:
             out["note"] = f"config {fused.config} ({fused.programs} programs), x {args.x_dtype}, {args.precision}"
-        epoch_ms, dev_ms, log = [], [], []
+        epoch_ms, log = [], []
         wall0 = time.perf_counter()
         if variant != "eager-dataloader":  # the epoch orders are preloaded to the device, like the data
             perms = [p.to(device) for p in perms]
             _sync(device)
         cuda = device.type == "cuda"
+        timer = CudaEventTimer() if cuda else None
         for e, perm in enumerate(perms):
-            if cuda:
-                ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                ev[0].record()
-            t = time.perf_counter()
-            trainer.train_epoch(perm)
-            if variant == "eager-dataloader" or (e + 1) % args.log_every == 0 or e + 1 == len(perms):
-                loss, acc = trainer.read_stats()
-                log.append({"epoch": e + 1, "train_loss": loss, "train_acc": acc})
-            if cuda:
-                ev[1].record()
+            with timer.span() if cuda else contextlib.nullcontext():
+                t = time.perf_counter()
+                trainer.train_epoch(perm)
+                if variant == "eager-dataloader" or (e + 1) % args.log_every == 0 or e + 1 == len(perms):
+                    loss, acc = trainer.read_stats()
+                    log.append({"epoch": e + 1, "train_loss": loss, "train_acc": acc})
             _sync(device)
             epoch_ms.append(1e3 * (time.perf_counter() - t))
-            if cuda:
-                dev_ms.append(ev[0].elapsed_time(ev[1]))
+        dev_ms = timer.times_ms() if cuda else []
         out["total_s"] = time.perf_counter() - wall0
         half = epoch_ms[len(epoch_ms) // 2:]
         out.update(epoch_ms=sum(half) / len(half), p20=quantile(half, 0.2), p80=quantile(half, 0.8),

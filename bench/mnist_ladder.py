@@ -26,6 +26,7 @@ import torch
 
 from models.softmax_regression import SoftmaxRegression
 from triton_kernels import softmax_regression
+from triton_kernels.runtime import capture_graph
 
 VARIANTS = ("eager-dataloader", "eager-preloaded", "compile", "compile+amp", "eager+graph", "triton",
             "triton+graph", "triton+persistent", "triton+epoch-graph")
@@ -217,22 +218,21 @@ class EagerGraphTrainer(PreloadedTrainer):
         steps = [self._full_step] if self.n_full else []
         if self.n % self.batch_size:
             steps.append(self._tail_step)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                for f in steps:
-                    f()
-                self.counter.zero_()
-        torch.cuda.current_stream().wait_stream(s)
         pool = None
         for f in steps:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool):
-                f()
+            g, _ = capture_graph(self._rewinding(f), warmup=3, pool=pool)
             pool = g.pool()
             self.graphs.append(g)
         _restore(state, snap)
+
+    def _rewinding(self, step):
+        """``step`` for capture_graph: each warm-up call rewinds the batch counter after it (so the
+        warm-ups index the first batch, never past the last), the captured call does not."""
+        def run():
+            step()
+            if not torch.cuda.is_current_stream_capturing():
+                self.counter.zero_()
+        return run
 
     def train_epoch(self, perm: torch.Tensor) -> None:
         if not self.graphs:
@@ -276,13 +276,8 @@ class TritonTrainer(Trainer):
         self.fused.step()  # JIT-compile (and autotune) outside any capture
         if self.graph_mode in ("step", "epoch"):
             torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                if self.graph_mode == "step":
-                    self.fused.step()
-                else:
-                    self.fused.epoch()
-            self.graph = g
+            captured = self.fused.step if self.graph_mode == "step" else self.fused.epoch
+            self.graph, _ = capture_graph(captured, warmup=0)  # the step above compiled and tuned
         _restore(state, snap)
         if self.device.type == "cuda":
             torch.cuda.synchronize()

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from triton_kernels import softmax_regression  # (first: the interpreter switch before triton loads)
-from triton_kernels.runtime import device_name
+from triton_kernels.runtime import CudaEventTimer, capture_graph, device_name
 
 from .cli import argument_parser, needs_gpu, run
 from triton_kernels.testing import rel_err
@@ -40,15 +40,12 @@ MODES = ("graph-epoch", "persistent", "graph-step", "python-step")
 def _time_epochs(fn, epochs: int) -> list[float]:
     fn()  # warm-up
     torch.cuda.synchronize()
-    out = []
+    timer = CudaEventTimer()
     for _ in range(epochs):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
+        with timer.span():
+            fn()
         torch.cuda.synchronize()
-        out.append(s.elapsed_time(e))
-    return out
+    return timer.times_ms()
 
 
 def fp64_epoch(x, y, w, b, perm, batch: int, lr: float, scale: float):
@@ -82,15 +79,11 @@ def measure(x, y, batch: int, lr: float, cfg, precision: str, epochs: int, modes
         res["train_acc_epoch1"] = correct / x.shape[0]
     t.step()
     torch.cuda.synchronize()
-    graphs = {}
+    graphs = {}  # captured without a warm-up of their own: the step above compiled and tuned
     if "graph-step" in modes:
-        graphs["step"] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs["step"]):
-            t.step()
+        graphs["step"], _ = capture_graph(t.step, warmup=0)
     if "graph-epoch" in modes:
-        graphs["epoch"] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs["epoch"]):
-            t.epoch()
+        graphs["epoch"], _ = capture_graph(t.epoch, warmup=0)
 
     def graph_step():
         for _ in range(n):

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from triton_kernels.runtime import INTERPRET, default_device
+from triton_kernels.runtime import INTERPRET, capture_graph, default_device
 
 from . import results as R
 from .cli import parser, run
@@ -146,16 +146,11 @@ def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> list[float
 
 def graph_us(fn: Callable[[], object], calls: int, rounds: int, per_graph: int = 20) -> list[float]:
     """Per-call time (us) of ``per_graph`` calls captured in one CUDA graph, replayed."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def captured():
         for _ in range(per_graph):
             fn()
+
+    graph, _ = capture_graph(captured, warmup=1)  # warm-up (JIT, autotune, allocator): one round of per_graph calls
     replays = max(1, calls // per_graph)
     for _ in range(3):
         graph.replay()

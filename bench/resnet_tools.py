@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from triton_kernels.runtime import CudaEventTimer
+
 from . import resnet_data as D
 from . import results as R
 from .harness import _classify, bootstrap_ratio_ci, median, quantile
@@ -33,14 +35,12 @@ def _step_times(trainer: Trainer, batches, device) -> tuple[list[float], list[to
     """Per-step ms of back-to-back steps (CUDA events; perf_counter with a sync on the CPU) and the losses."""
     losses = []
     if device.type == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in batches]
+        timer = CudaEventTimer()
         torch.cuda.synchronize(device)
-        for (start, end), (x, y) in zip(events, batches):
-            start.record()
-            losses.append(trainer.step(x, y)[0])
-            end.record()
-        torch.cuda.synchronize(device)
-        return [s.elapsed_time(e) for s, e in events], losses
+        for x, y in batches:
+            with timer.span():
+                losses.append(trainer.step(x, y)[0])
+        return timer.times_ms(), losses
     times = []
     for x, y in batches:
         t0 = time.perf_counter()

@@ -27,6 +27,7 @@ from torch import nn
 from triton_kernels import fused_mlp
 from triton_kernels import grid_sync
 from triton_kernels.adam import FlatAdam
+from triton_kernels.runtime import capture_graph
 
 BACKENDS = ("eager", "compile", "triton")
 IN_FEATURES = 14
@@ -393,14 +394,14 @@ class FusedTrainer:
         tunes and allocates). Returns (graph, loss tensor). Replaying advances the training by one step; the warm-up
         step's loss is ``self.warm_loss``."""
         fused_mlp.validate(self.layout, x, self.flat, target, self.running, self.precision, training=True)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            self.warm_loss = self._step(x, target)  # tunes + allocates (a real step)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            loss = self._step(x, target)
+        losses = []  # the warm-up step's loss (tunes + allocates: a real step), then the captured one
+
+        def step():
+            losses.append(self._step(x, target))
+            return losses[-1]
+
+        g, loss = capture_graph(step, warmup=1)
+        self.warm_loss = losses[0]
         self.graph = g
         return g, loss
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from triton_kernels.adam import FlatAdam, adam_step
+from triton_kernels.runtime import capture_graph
 from triton_kernels.testing import assert_close
 
 from .conftest import DEVICE
@@ -173,10 +174,7 @@ def test_gpu_large_and_graph():
     p_ref, _, _ = _torch_adam(p0, grads, lr=1e-3, weight_decay=1e-4)
     opt = FlatAdam(p0.clone(), lr=1e-3, weight_decay=1e-4)
     g = grads[0].clone()
-    opt.step(g)  # tune outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        opt.step(g)
+    graph, _ = capture_graph(lambda: opt.step(g), warmup=1)  # the warm-up step tunes outside the capture
     for gi in grads[1:]:
         g.copy_(gi)
         graph.replay()
