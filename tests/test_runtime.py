@@ -3,6 +3,7 @@ import json
 import multiprocessing as mp
 import os
 import warnings
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -44,6 +45,11 @@ def test_cache_path_keys(cache):
     assert p.parent == cache and R.device_slug() in p.name and t._source_hash in p.name
 
 
+class _Key(NamedTuple):
+    name: str
+    n: int = 0
+
+
 def _simulate_tune(t, key, best):
     t._store(t.key_str(key), best, 0.5, [{"config": best.to_json(), "ms": 0.5}], 0.1)
 
@@ -54,22 +60,22 @@ def test_cache_hit_and_miss(cache, monkeypatch):
     monkeypatch.setenv(R.TUNE_ENV, "1")
     tuned = []
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: tuned.append(k) or cfgs[-1])
-    _simulate_tune(t, ("a", 1), t.configs[1])
-    assert t.pick(("a", 1), run=None) == t.configs[1]          # disk hit, no tuning
+    _simulate_tune(t, _Key("a", 1), t.configs[1])
+    assert t.pick(_Key("a", 1), run=None) == t.configs[1]          # disk hit, no tuning
     assert tuned == [] and t.events[-1][1] == "hit"
-    assert t.pick(("b", 2), run=None) == t.configs[-1]         # miss -> tune
-    assert tuned == [t.key_str(("b", 2))]
-    assert t.pick(("a", 1), run=None, tracing=True) == t.configs[1]
+    assert t.pick(_Key("b", 2), run=None) == t.configs[-1]         # miss -> tune
+    assert tuned == [t.key_str(_Key("b", 2))]
+    assert t.pick(_Key("a", 1), run=None, tracing=True) == t.configs[1]
     t2 = _fake_tuner()                                           # a new process sees the file
     monkeypatch.setattr(t2, "_tune", lambda *a: pytest.fail("should not tune"))
-    assert t2.pick(("a", 1), run=None) == t.configs[1]
-    assert t2.pick(("zzz",), run=None, tracing=True) == t2.configs[0]  # fake inputs: never time
+    assert t2.pick(_Key("a", 1), run=None) == t.configs[1]
+    assert t2.pick(_Key("zzz"), run=None, tracing=True) == t2.configs[0]  # fake inputs: never time
 
 
 def test_interpreter_uses_designated_config(cache):
     t = _fake_tuner()
     if R.INTERPRET:
-        assert t.pick("k", run=lambda c: pytest.fail("must not run")) == t.interpret_config
+        assert t.pick(_Key("k"), run=lambda c: pytest.fail("must not run")) == t.interpret_config
 
 
 def test_corrupt_cache_file_is_ignored(cache, monkeypatch):
@@ -79,19 +85,19 @@ def test_corrupt_cache_file_is_ignored(cache, monkeypatch):
     t.cache_path().write_text("{not json")
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[0])
     with pytest.warns(RuntimeWarning, match="corrupt"):
-        assert t.pick("k", run=None) == t.configs[0]
+        assert t.pick(_Key("k"), run=None) == t.configs[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _simulate_tune(t, "k2", t.configs[2])  # overwrites the corrupt file with a valid one
-    assert json.loads(t.cache_path().read_text())["k2"]["best"]["kwargs"] == {"B": 64}
+        _simulate_tune(t, _Key("k2"), t.configs[2])  # overwrites the corrupt file with a valid one
+    assert json.loads(t.cache_path().read_text())[t.key_str(_Key("k2"))]["best"]["kwargs"] == {"B": 64}
 
 
 def _cache_is_usable_again(t):
     """After a corrupt cache: the store path rewrites it (or warns), and a fresh read sees the entry."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _simulate_tune(t, "k2", t.configs[2])
-    assert R.read_json(t.cache_path())["k2"]["best"]["kwargs"] == {"B": 64}
+        _simulate_tune(t, _Key("k2"), t.configs[2])
+    assert R.read_json(t.cache_path())[t.key_str(_Key("k2"))]["best"]["kwargs"] == {"B": 64}
 
 
 def test_cache_file_not_utf8_is_ignored(cache):
@@ -110,7 +116,7 @@ def test_cache_file_that_is_a_directory_is_ignored(cache):
     with pytest.warns(RuntimeWarning, match="ignoring corrupt autotune cache .*Is a directory"):
         assert R.read_json(t.cache_path()) == {}
     with pytest.warns(RuntimeWarning) as record:
-        _simulate_tune(t, "k", t.configs[1])
+        _simulate_tune(t, _Key("k"), t.configs[1])
     assert [str(w.message).split(" /")[0] for w in record] == ["ignoring corrupt autotune cache",
                                                                "could not write autotune cache"]
     assert t.cache_path().is_dir() and not [f for f in cache.iterdir() if f.name.endswith(".tmp")]
@@ -125,7 +131,7 @@ def test_cache_env_pointing_at_a_file_is_ignored(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match=f"{not_a_dir} is not a directory .check \\${R.CACHE_ENV}"):
         assert R.read_json(t.cache_path()) == {}
     with pytest.warns(RuntimeWarning, match="could not write autotune cache"):
-        _simulate_tune(t, "k", t.configs[1])
+        _simulate_tune(t, _Key("k"), t.configs[1])
     assert not_a_dir.read_text() == "x"
 
 
@@ -133,7 +139,7 @@ def _writer(path_env, i):
     os.environ[R.CACHE_ENV] = path_env
     t = _fake_tuner()
     for j in range(20):
-        _simulate_tune(t, f"w{i}-{j}", t.configs[j % 3])
+        _simulate_tune(t, _Key(f"w{i}", j), t.configs[j % 3])
 
 
 def test_concurrent_writers_merge(cache):
@@ -167,7 +173,7 @@ def test_tuning_off_uses_first_candidate(cache, monkeypatch):
     t = _fake_tuner()
     monkeypatch.setattr(R, "INTERPRET", False)
     monkeypatch.setenv(R.TUNE_ENV, "0")
-    assert t.pick("k", run=lambda c: pytest.fail("must not time")) == t.configs[0]
+    assert t.pick(_Key("k"), run=lambda c: pytest.fail("must not time")) == t.configs[0]
 
 
 def test_candidates_built_only_when_needed(cache, monkeypatch):
@@ -183,7 +189,32 @@ def test_candidates_built_only_when_needed(cache, monkeypatch):
         built.append(1)
         return t.configs[::-1]
 
-    assert t.pick(("m", 7), run=None, configs=candidates) == t.configs[-1]  # miss: built, "tuned"
-    assert t.pick(("m", 7), run=None, configs=candidates) == t.configs[-1]  # hit: not built again
+    assert t.pick(_Key("m", 7), run=None, configs=candidates) == t.configs[-1]  # miss: built, "tuned"
+    assert t.pick(_Key("m", 7), run=None, configs=candidates) == t.configs[-1]  # hit: not built again
     assert len(built) == 1
     assert hash(t.configs[0]) == hash(R.Config.from_json(t.configs[0].to_json()))
+
+
+def test_cache_entries_are_readable_and_old_format_is_ignored(cache, monkeypatch):
+    """A NamedTuple key is written as a dict of its fields (dtypes by name); a file of the older format
+    (keys as unnamed lists) is ignored with a warning, never a crash, and replaced by the next tuning."""
+    class _GemmLikeKey(NamedTuple):
+        m: int
+        dtype: torch.dtype
+        act: str
+        has_bias: bool
+
+    t = _fake_tuner()
+    monkeypatch.setattr(R, "INTERPRET", False)
+    monkeypatch.setenv(R.TUNE_ENV, "1")
+    monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[-1])
+    key = _GemmLikeKey(256, torch.bfloat16, "relu", True)
+    assert t.key_str(key) == '{"m":256,"dtype":"bfloat16","act":"relu","has_bias":true}'
+    old = {'[256,"torch.bfloat16","relu",true]': {"best": t.configs[1].to_json()}}
+    t.cache_path().write_text(json.dumps(old))
+    with pytest.warns(RuntimeWarning, match="older format"):
+        assert t.pick(key, run=None) == t.configs[-1]  # the old entry is not used: tuned afresh
+    _simulate_tune(t, key, t.configs[2])
+    data = json.loads(t.cache_path().read_text())
+    assert list(data) == [t.key_str(key)]  # the old entry is gone
+    assert data[t.key_str(key)]["key"] == {"m": 256, "dtype": "bfloat16", "act": "relu", "has_bias": True}

@@ -24,7 +24,7 @@ which is why 1 - beta1 and 1 - beta2 are computed on the host too.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import math
 
@@ -76,6 +76,13 @@ def _adam_kernel(
 
 CONFIGS = [Config({"BLOCK": b}, w, 1) for b, w in ((1024, 4), (2048, 4), (4096, 8), (8192, 8))]
 INTERPRET_CONFIG = Config({"BLOCK": 1024}, 4, 1)
+class AdamKey(NamedTuple):
+    """What a tuned fused-Adam config depends on."""
+    n: int                # elements, bucketed
+    several_params: bool  # a flat multi-tensor launch
+    step_on_device: bool  # the step counter is read from the device
+
+
 _tuner = register_tuner(Autotuner("adam", _adam_kernel, CONFIGS, interpret_config=INTERPRET_CONFIG))
 
 
@@ -140,7 +147,7 @@ def adam_step(params: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
             scratch = (params.clone(), grad, exp_avg.clone(), exp_avg_sq.clone())
             run(cfg, scratch + args[4:])
 
-        config = _tuner.pick((bucket(N, 1024), NP > 1, on_device), trial)
+        config = _tuner.pick(AdamKey(n=bucket(N, 1024), several_params=NP > 1, step_on_device=on_device), trial)
     run(config)
     return config
 

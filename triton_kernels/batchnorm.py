@@ -40,7 +40,7 @@ mutates its inputs there).
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -331,7 +331,6 @@ class _Geometry:
         if N > 1 and self.stride_n == self.HW * self.stride_hw:
             self.N, self.HW, self.stride_n = 1, N * H * W, 0
         self.strides = (self.stride_n, self.stride_hw, self.stride_c)
-        self.key = (self.N, self.HW, self.C, self.stride_c == 1)  # what the tuned configs depend on
 
     def tiles(self, block_m: int) -> tuple[int, int]:
         """(tiles per sample, tiles) for BLOCK_M pixels per tile."""
@@ -401,7 +400,17 @@ def _config_from(text: str) -> Optional[Config]:
     return Config.from_json(json.loads(text)) if text else None
 
 
-def _pick(name: str, geo: _Geometry, dtype: torch.dtype, flags: tuple, run, tensors,
+class BatchNormKey(NamedTuple):
+    """What a tuned batch-norm tiling depends on (one tuner per kernel)."""
+    samples: int  # N, or 1 when samples and pixels merge (channels_last dense)
+    pixels: int   # H*W per sample (all N*H*W when merged)
+    channels: int
+    channels_contiguous: bool
+    dtype: torch.dtype
+    flags: str    # the kernel's constexpr flags, e.g. "HAS_RES=1 RELU=0"
+
+
+def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, tensors,
           config: Optional[Config] = None) -> Config:
     if config is not None:
         kw = dict(config.kwargs)
@@ -411,7 +420,8 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, flags: tuple, run, tens
             kw.pop("PER_SM", None)
         return Config(kw, config.num_warps, config.num_stages)
     configs = _reduce_configs if name in ("stats", "bwd_reduce") else _stream_configs
-    key = (*geo.key, str(dtype), *flags)
+    key = BatchNormKey(samples=geo.N, pixels=geo.HW, channels=geo.C, channels_contiguous=geo.stride_c == 1,
+                       dtype=dtype, flags=" ".join(f"{flag}={int(value)}" for flag, value in constexprs.items()))
     return _tuners[name].pick(key, run, lambda: configs(geo), tracing=_is_fake(*tensors))
 
 
@@ -437,7 +447,7 @@ def _finalize_blocks(C: int, groups: int) -> dict:
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, device, config=None):
+def _launch_reduction(name, kernel, geo, inputs, dtype, constexprs, device, config=None):
     """Run a (group, channel block) reduction kernel; returns (partials, groups). ``inputs``: the
     leading pointer arguments; the kernel's partial buffer has ``rows`` (3 or 2) x groups x C values."""
     rows = 3 if name == "stats" else 2
@@ -450,10 +460,10 @@ def _launch_reduction(name, kernel, geo, inputs, dtype, flags, constexprs, devic
                 per_group, groups, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return part, groups
 
-    return run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
+    return run(_pick(name, geo, dtype, constexprs, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
 
 
-def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs, config=None):
+def _launch_stream(name, kernel, geo, inputs, dtype, constexprs, config=None):
     """Run a (tile, channel block) elementwise kernel over the whole tensor."""
     def run(cfg):
         per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])
@@ -461,7 +471,7 @@ def _launch_stream(name, kernel, geo, inputs, dtype, flags, constexprs, config=N
         _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides, per_sample, **constexprs, **cfg.kwargs,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-    run(_pick(name, geo, dtype, flags, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
+    run(_pick(name, geo, dtype, constexprs, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
 
 
 def _dense_strides(shape: tuple, fmt: torch.memory_format) -> tuple[int, int, int, int]:
@@ -500,7 +510,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     if has_running and not update_in_place:
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
-    part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, (), {}, dev, config)
+    part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, {}, dev, config)
     _launch(_bn_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
             weight if weight is not None else stats, bias if bias is not None else stats, stats,
             running_mean if has_running else stats, running_var if has_running else stats,
@@ -509,7 +519,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
             UPDATE_RUNNING=has_running, **_finalize_blocks(geo.C, groups), num_warps=4)
     y = _empty_like_layout(x, fmt)
     _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu}, config)
+                   {"HAS_RES": residual is not None, "RELU": relu}, config)
     return y, stats, running
 
 
@@ -518,7 +528,7 @@ def batch_norm_apply(x, residual, stats, relu: bool, config: Optional[Config] = 
     (x, residual), fmt, geo = _prepare(x, residual)
     y = _empty_like_layout(x, fmt)
     _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                   (residual is not None, relu), {"HAS_RES": residual is not None, "RELU": relu}, config)
+                   {"HAS_RES": residual is not None, "RELU": relu}, config)
     return y
 
 
@@ -530,10 +540,9 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     dev = x.device
     mask_from_y = relu and y is not None
     g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
-    flags = (relu, mask_from_y, store_g)
     part, groups = _launch_reduction(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
-        dy.dtype, flags, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config)
+        dy.dtype, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config)
     dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     _launch(_bn_bwd_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, stats, coef, dwb, geo.C, groups,
@@ -543,7 +552,6 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
         dx = _empty_like_layout(x, fmt)
         _launch_stream("bwd_dx", _bn_bwd_dx_kernel, geo,
                        (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
-                       (relu, mask_from_y, store_g),
                        {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g}, config)
     return dx, g, dwb
 

@@ -27,7 +27,7 @@ weight gradient is `_conv1d_dw_kernel` with the one-hot built in registers (X_IS
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -192,6 +192,31 @@ DW_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 32}, 4, 1
 SMEM_LIMIT = 220 * 1024
 MAX_ACC_REGS = 128  # fp32 accumulator registers per thread a config may use
 
+class ConvKey(NamedTuple):
+    """What a tuned conv1d forward config depends on."""
+    m: int  # output positions (batch x length), bucketed
+    n: int  # output channels
+    c: int  # input channels
+    kernel_size: int
+    pool: int
+    pad: int
+    dtype: torch.dtype
+    precision: str
+    activation: str
+    has_bias: bool
+
+
+class ConvWeightGradKey(NamedTuple):
+    """What a tuned conv1d weight-gradient config depends on."""
+    m: int
+    n: int
+    c: int
+    kernel_size: int
+    dtype: torch.dtype
+    precision: str
+    x_is_index: bool
+
+
 _conv_tuner = register_tuner(Autotuner("conv1d", [_conv1d_kernel, _tile_coords, _apply_act], CONV_CONFIGS,
                                        interpret_config=CONV_INTERPRET_CONFIG))
 _dw_tuner = register_tuner(Autotuner("conv1d_dw", _conv1d_dw_kernel, DW_CONFIGS, interpret_config=DW_INTERPRET_CONFIG))
@@ -253,7 +278,8 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
-        key = (bucket(M), N, C, k, pool, pad, str(x.dtype), prec, activation, bias is not None)
+        key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
+                      activation=activation, has_bias=bias is not None)
         config = _conv_tuner.pick(key, run, lambda: _prune_conv(M, N, C, x.element_size(), pool),
                                   tracing=is_fake(x, weight))
     run(config)
@@ -303,7 +329,8 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
         return part
 
     if config is None:
-        key = (bucket(M), N, C, k, str(dz.dtype), prec, x_is_index)
+        key = ConvWeightGradKey(m=bucket(M), n=N, c=C, kernel_size=k, dtype=dz.dtype, precision=prec,
+                                x_is_index=x_is_index)
         config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=is_fake(x, dz))
     return run(config).sum(0)
 

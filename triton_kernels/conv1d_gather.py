@@ -25,7 +25,7 @@ one k x C x BLOCK_N slice of the weight, small enough to stay in L1.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -197,6 +197,41 @@ TILE_CONFIGS = [Config({"BLOCK_M": bm, "BLOCK_N": bn}, w, 1) for bm, bn, w in (
     (64, 256, 8), (16, 256, 4))]
 INTERPRET_TILE = Config({"BLOCK_M": 32, "BLOCK_N": 32}, 4, 1)
 
+class GatherConvKey(NamedTuple):
+    """What a tuned embedding-gather convolution config depends on."""
+    m: int  # output positions, bucketed
+    n: int  # output channels
+    c: int  # embedding width
+    kernel_size: int
+    dtype: torch.dtype
+    activation: str
+    has_bias: bool
+
+
+class LayerNormStatsKey(NamedTuple):
+    """What a tuned config of the fused convolution + LayerNorm statistics pass depends on."""
+    batch: int  # bucketed
+    length: int  # convolution output length
+    n: int
+    c: int
+    kernel_size: int
+    dtype: torch.dtype
+    gather: bool  # the input is token indices (embedding gather)
+
+
+class LayerNormPoolKey(NamedTuple):
+    """What a tuned config of the fused convolution + LayerNorm + ReLU + max-pool pass depends on."""
+    batch: int
+    length: int
+    n: int
+    c: int
+    kernel_size: int
+    pool: int
+    dtype: torch.dtype
+    gather: bool
+    channels_first: bool  # the output's layout
+
+
 _conv_tuner = register_tuner(Autotuner("conv1d_gather", [_gather_conv_kernel, _gather_sum, _apply_act], TILE_CONFIGS,
                                        interpret_config=INTERPRET_TILE))
 _stats_tuner = register_tuner(Autotuner("conv1d_ln_stats", [_ln_stats_kernel, _tile_values, _gather_sum],
@@ -238,7 +273,8 @@ def gather_conv_forward(indices, weight, bias, activation="none", config: Config
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
-        key = (bucket(M), N, C, k, str(weight.dtype), activation, bias is not None)
+        key = GatherConvKey(m=bucket(M), n=N, c=C, kernel_size=k, dtype=weight.dtype, activation=activation,
+                            has_bias=bias is not None)
         config = _conv_tuner.pick(key, run, lambda: _prune(M, N), tracing=is_fake(indices, weight))
     run(config)
     return y
@@ -280,7 +316,7 @@ def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool
 
     fake = is_fake(src, wt)
     if stats_config is None:
-        key = (bucket(B), L_out, N, C, k, str(dtype), gather)
+        key = LayerNormStatsKey(batch=bucket(B), length=L_out, n=N, c=C, kernel_size=k, dtype=dtype, gather=gather)
         stats_config = _stats_tuner.pick(key, run_stats, lambda: _prune(L_out, N), tracing=fake)
     part = run_stats(stats_config)
     P = part.shape[2]
@@ -299,7 +335,8 @@ def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
-        key = (bucket(B), L_out, N, C, k, pool, str(dtype), gather, channels_first)
+        key = LayerNormPoolKey(batch=bucket(B), length=L_out, n=N, c=C, kernel_size=k, pool=pool, dtype=dtype,
+                               gather=gather, channels_first=channels_first)
         config = _pool_tuner.pick(key, run, lambda: _prune(LO, N), tracing=fake)
     run(config)
     return y

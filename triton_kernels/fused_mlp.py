@@ -37,7 +37,7 @@ counter: all capturable in one CUDA graph (no host syncs, static shapes).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -335,8 +335,22 @@ def validate(layout: Layout, x, params, target=None, running=None, precision="ie
         fused_resnet.validate_running(layout, x, running, training)
 
 
-def _key(layout: Layout, B: int, precision: str, extra=()):
-    return (layout.kind, layout.width, layout.kin, bucket(B), bucket(max(layout.n_hidden, 1), 1), precision) + tuple(extra)
+class FusedMLPKey(NamedTuple):
+    """What a tuned fused deep-MLP config depends on."""
+    kind: str        # the layout's family (GloNet, MLP)
+    width: int
+    inputs: int      # input features
+    batch: int       # bucketed
+    hidden_layers: int  # bucketed
+    precision: str
+    batch_norm_training: bool
+    save: Optional[bool]  # forward: keep the activations for a backward (None for the backward's key)
+
+
+def _key(layout: Layout, B: int, precision: str, bn_train: bool, save: Optional[bool] = None) -> FusedMLPKey:
+    return FusedMLPKey(kind=layout.kind, width=layout.width, inputs=layout.kin, batch=bucket(B),
+                       hidden_layers=bucket(max(layout.n_hidden, 1), 1), precision=precision,
+                       batch_norm_training=bn_train, save=save)
 
 
 def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Optional[torch.Tensor] = None,
@@ -386,7 +400,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
 
     if config is None:
         tuner = fused_resnet.forward_tuner if layout.kind == "resnet" else _fwd_tuner
-        config = tuner.pick(_key(layout, B, precision, (bn_train, save)), lambda c: run(c, update=False),
+        config = tuner.pick(_key(layout, B, precision, bn_train, save), lambda c: run(c, update=False),
                             lambda: _configs(layout, B, bn_train, dev), tracing=_is_fake(x, params))
     buf = run(config)
     buf = dict(buf)
@@ -455,7 +469,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
 
     if config is None:
         tuner = fused_resnet.backward_tuner if layout.kind == "resnet" else _bwd_tuner
-        config = tuner.pick(_key(layout, B, precision, (bn_train,)), run,
+        config = tuner.pick(_key(layout, B, precision, bn_train), run,
                             lambda: _configs(layout, B, bn_train, x.device), tracing=_is_fake(x, params))
     part = run(config, partials)
     res = {"partials": part, "config": config, "sync": sync}

@@ -330,6 +330,20 @@ def _median(xs: Sequence[float]) -> float:
     return ys[n // 2] if n % 2 else 0.5 * (ys[n // 2 - 1] + ys[n // 2])
 
 
+def key_fields(key: Any) -> Any:
+    """A tuning key as plain JSON values: a NamedTuple becomes a dict of its fields; dtypes are written
+    as their names (``"bfloat16"``), devices and other objects as ``str``."""
+    if isinstance(key, tuple) and hasattr(key, "_fields"):
+        return {name: key_fields(value) for name, value in zip(key._fields, key)}
+    if isinstance(key, (list, tuple)):
+        return [key_fields(value) for value in key]
+    if isinstance(key, torch.dtype):
+        return str(key).removeprefix("torch.")
+    if key is None or isinstance(key, (bool, int, float, str)):
+        return key
+    return str(key)
+
+
 class Autotuner:
     """Choose and remember the best :class:`Config` of a kernel per key.
 
@@ -393,7 +407,11 @@ class Autotuner:
 
     @staticmethod
     def key_str(key: Any) -> str:
-        return json.dumps(key, default=str, separators=(",", ":")) if not isinstance(key, str) else key
+        """The cache file's name for ``key``: a tuning key is a small NamedTuple, written as a readable
+        JSON object of its fields (``{"m":256,"dtype":"bfloat16","act":"relu","has_bias":true,...}``)."""
+        if isinstance(key, str):
+            return key
+        return json.dumps(key_fields(key), separators=(",", ":"))
 
     # -- the main entry -----------------------------------------------------------------------------
     def pick(self, key: Any, run: Callable[[Config], Any],
@@ -417,7 +435,7 @@ class Autotuner:
         if callable(configs):  # a candidate list built only when it is needed
             configs = configs()
         configs = list(configs) if configs is not None else self.configs
-        entry = read_json(self.cache_path()).get(k)
+        entry = self._read_cache().get(k)
         if entry is not None:
             try:
                 cfg = Config.from_json(entry["best"])
@@ -434,6 +452,17 @@ class Autotuner:
             return configs[0]
         best = self._memory[mk] = self._tune(k, run, configs)
         return best
+
+    def _read_cache(self) -> dict:
+        """The cache file's entries; entries of an older format (keys written as unnamed lists) are
+        ignored with a warning, and replaced when this key is tuned again."""
+        data = read_json(self.cache_path())
+        old = [k for k in data if not k.startswith("{")]
+        if old:
+            warnings.warn(f"ignoring {len(old)} autotune cache entries of an older format (unnamed keys) in "
+                          f"{self.cache_path()}; they are retuned as needed", RuntimeWarning, stacklevel=3)
+            data = {k: v for k, v in data.items() if k.startswith("{")}
+        return data
 
     def _memory_key(self, key: Any) -> Any:
         try:
@@ -466,6 +495,7 @@ class Autotuner:
     def _store(self, k: str, best: Config, best_ms: float, trials: list, elapsed: float) -> None:
         path = self.cache_path()
         entry = {
+            "key": json.loads(k) if k.startswith("{") else k,
             "best": best.to_json(), "best_ms": best_ms, "trials": trials, "tune_seconds": elapsed,
             "device": device_name(), "triton": triton.__version__, "torch": torch.__version__,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -473,6 +503,7 @@ class Autotuner:
         try:
             with _file_lock(path):
                 data = read_json(path)  # merge with what other processes wrote meanwhile
+                data = {key: value for key, value in data.items() if key.startswith("{")}  # older format out
                 data[k] = entry
                 atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
         except OSError as e:  # a read-only cache must never break a run

@@ -196,6 +196,16 @@ def _interpret_row_config(N: int) -> Config:
 
 _INTERPRET_LOOPED = spaces.interpret_config("softmax", M=1, N=2 * MAX_FUSED_N)
 
+class SoftmaxKey(NamedTuple):
+    """What a tuned softmax config depends on (its cache entry's fields)."""
+    m: int                 # rows, bucketed to a power of two
+    n: int                 # row length, bucketed
+    dtype: torch.dtype
+    grad_dtype: Optional[torch.dtype]  # the backward's incoming gradient; None for the forward
+    log: bool              # log-softmax
+    unit_stride: bool      # rows contiguous (stride 1 along the softmax dim)
+
+
 _fwd_row_tuner = register_tuner(Autotuner("softmax_fwd_row", _softmax_fwd_row_kernel, _row_configs(1 << 14, 1024),
                                           interpret_config=Config({"BLOCK_M": 1}, 4, 1)))
 _fwd_loop_tuner = register_tuner(Autotuner("softmax_fwd_looped", _softmax_fwd_looped_kernel, _looped_configs(),
@@ -310,8 +320,8 @@ def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
 
     tracing = _is_fake(args[0])
     if config is None:
-        dtypes = (str(key[3]),) if name == "forward" else (str(key[3]), str(key[4]))
-        tune_key = (bucket(M), bucket(N), *dtypes, log, key[6])
+        tune_key = SoftmaxKey(m=bucket(M), n=bucket(N), dtype=key[3], grad_dtype=key[4] if name == "backward" else None,
+                              log=log, unit_stride=key[6])
         if looped:
             config = _pick(loop_tuner, tune_key, run, _looped_configs(), _INTERPRET_LOOPED, tracing)
         else:
