@@ -50,11 +50,11 @@ from bench.data import sgemm as sgemm_data
 from models.deep_mlp import FusedTrainer, build_model, canonical_name, parse_name
 from triton_kernels.runtime import INTERPRET, atomic_write_text, default_device, device_name
 
-from .cli import argument_parser, cpu_notice, guard_cpu, run
-from .results import CPU_NOTE, local_dir
+from ..cli import argument_parser, cpu_notice, guard_cpu
+from ..results import CPU_NOTE, local_dir
 
 SUITE = "sgemm"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRAINING_RESULTS = REPO / "training_results"
 DEPTHS = (10, 24, 50, 100, 200, 600, 1000)
 STUDY_MODELS = ("GloNet", "ResNetMLP", "MLP")
@@ -225,7 +225,7 @@ class _Runner:
 
 def train_session(args, name: str, backend: str | None = None, progress: bool = True) -> dict:
     """Train one model; writes the session folder; returns the summary (metrics.json)."""
-    from . import results as R
+    from .. import results as R
 
     backend = backend or args.backend
     name = canonical_name(name)
@@ -469,7 +469,7 @@ def suite_depth(args) -> list[dict]:
 
 
 def _depth_rows(summaries, args) -> list[dict]:
-    from . import results as R
+    from .. import results as R
 
     rows = []
     for s in summaries:
@@ -635,8 +635,8 @@ def loss_agreement(name, args, device, data) -> dict:
 
 
 def suite_steptime(args) -> list[dict]:
-    from . import harness as H
-    from . import results as R
+    from .. import harness as H
+    from .. import results as R
 
     device = default_device()
     default = "eager,triton" if INTERPRET else "eager,compile,triton,triton+graph"
@@ -736,10 +736,10 @@ def data_path(args) -> str | None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.show:
-        from .cli import show
+        from ..cli import show
 
         return show("sgemm", None)
-    from . import results as R
+    from .. import results as R
 
     args.data = data_path(args)
     if INTERPRET and args.suite != "report":
@@ -764,6 +764,3 @@ def main(argv=None) -> int:
         print(f"wrote {len(rows)} rows to {path}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(run(main))
