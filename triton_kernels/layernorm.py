@@ -81,6 +81,26 @@ def _bwd_configs(D: int) -> list[Config]:
     return spaces.candidates("layernorm_bwd", M=1, D=D)
 
 
+class LayerNormForwardKey(NamedTuple):
+    """What a tuned LayerNorm forward row config depends on."""
+    m: int  # rows, bucketed
+    d: int  # normalised length, bucketed
+    dtype: torch.dtype
+    has_weight: bool
+    has_bias: bool
+    save_stats: bool
+
+
+class LayerNormBackwardKey(NamedTuple):
+    """What a tuned LayerNorm backward row config depends on."""
+    m: int
+    d: int
+    dtype: torch.dtype
+    has_weight: bool
+    need_dx: bool
+    need_weight_partials: bool  # per-program partial sums for dweight / dbias
+
+
 _fwd_tuner = register_tuner(Autotuner("layernorm_fwd_row", _ln_fwd_row_kernel, _fwd_configs(1 << 14, 1 << 13),
                                       interpret_config=spaces.interpret_config("layernorm_fwd", M=1 << 14, D=1 << 13)))
 _bwd_tuner = register_tuner(Autotuner("layernorm_bwd_row", _ln_bwd_row_kernel, _bwd_configs(1 << 13),
@@ -243,7 +263,8 @@ def _forward_plan(key: tuple, config: Optional[Config], x2, w, b, y, mean, rstd,
     def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
         _launch_forward(plan_for(cfg), x2, w, b, y, mean, rstd, stride_w, stride_b, eps)
 
-    tune_key = (bucket(M), bucket(D), str(x2.dtype), has_w, has_b, save_stats)
+    tune_key = LayerNormForwardKey(m=bucket(M), d=bucket(D), dtype=x2.dtype, has_weight=has_w, has_bias=has_b,
+                                   save_stats=save_stats)
     cfg = _fwd_tuner.pick(tune_key, run, lambda: _fwd_configs(M, D), tracing=_is_fake(x2),
                           interpret_config=spaces.interpret_config("layernorm_fwd", M=M, D=D))
     return plan_for(cfg)
@@ -304,7 +325,8 @@ def _backward_plan(key: tuple, config: Optional[Config], x2, w, dy, dx, mean, rs
     def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
         _launch_backward(plan_for(cfg), x2, w, dy, dx, mean, rstd, stride_w, need_parts)
 
-    tune_key = (bucket(M), bucket(D), str(x2.dtype), has_w, need_dx, need_parts)
+    tune_key = LayerNormBackwardKey(m=bucket(M), d=bucket(D), dtype=x2.dtype, has_weight=has_w, need_dx=need_dx,
+                                    need_weight_partials=need_parts)
     cfg = _bwd_tuner.pick(tune_key, run, lambda: _bwd_configs(D), tracing=_is_fake(x2, dy),
                           interpret_config=spaces.interpret_config("layernorm_bwd", M=M, D=D))
     return plan_for(cfg)
