@@ -35,10 +35,10 @@ import sys
 
 import torch
 
-from bench import sgemm as sgemm_bench
 from bench.cli import argument_parser, needs_gpu, run
-from bench.results import provenance
 from bench.data import sgemm as sgemm_data
+from bench.results import provenance
+from bench.sgemm.suites import batch_starts, rel_diff, step_fns
 from models.deep_mlp import FusedTrainer, build_model
 from triton_kernels import fused_mlp, fused_resnet, grid_sync
 from triton_kernels.runtime import Config, atomic_write_text, cuda_time_ms
@@ -96,8 +96,8 @@ def trajectories(name, data, steps, dev, B=1024, permuted=True):
     runs measure how far a network amplifies nothing but the order of fp32 additions: a baseline for
     "fused vs eager" that no fp32 implementation summing in its own order can beat."""
     # the same step functions as bench.sgemm's loss check
-    make = sgemm_bench._step_fns(name, argparse.Namespace(width=16, seed=0, lr=1e-3, weight_decay=0.0,
-                                                          precision="ieee"), dev)
+    make = step_fns(name, argparse.Namespace(width=16, seed=0, lr=1e-3, weight_decay=0.0, precision="ieee"),
+                    dev)
     fused = make["triton"]()
     fns = {"fp64": make["eager64"](), "eager32": make["eager"](), "fused": fused}
     if permuted:
@@ -105,8 +105,8 @@ def trajectories(name, data, steps, dev, B=1024, permuted=True):
     gen = torch.Generator().manual_seed(1)
     marks, out = {1, 10, 30, 100, steps}, []
     B = min(B, len(data.train))
-    rel = sgemm_bench.rel_diff
-    for s, i in enumerate(sgemm_bench.batch_starts(len(data.train), B, steps)):
+    rel = rel_diff
+    for s, i in enumerate(batch_starts(len(data.train), B, steps)):
         x, t = data.train.x[i:i + B], data.train.y[i:i + B]
         p = torch.randperm(B, generator=gen).to(x.device)
         ls = {k: float(f(x[p], t[p]) if k.endswith("_perm") else f(x, t)) for k, f in fns.items()}
