@@ -275,29 +275,40 @@ def _classify(e: BaseException) -> str:
     return "error"
 
 
+def _case_row(case: Case, backend: str, metric: str, value, unit: str, **kw) -> dict:
+    return R.make_row(case.suite, case.name, dict(case.params), case.dtype, backend, metric, value, unit, **kw)
+
+
 def run_case(case: Case, cfg: RunConfig) -> list[dict]:
-    """Check and time one case on every requested backend; returns long-format rows."""
+    """Check and time one case on every requested backend; returns long-format rows (the check's rows,
+    then the timing's)."""
     device = default_device()
-    is_cuda = device.type == "cuda"
-    ceilings = load_ceilings() if is_cuda else None
-    params = dict(case.params)
-    rows: list[dict] = []
-
-    def row(backend, metric, value, unit, **kw):
-        rows.append(R.make_row(case.suite, case.name, params, case.dtype, backend, metric, value, unit, **kw))
-
     try:
         inputs = case.inputs(cfg.seed, device)
     except Exception as e:  # e.g. OOM building inputs
-        for b in cfg.backends:
-            row(b, "time_ms", None, "ms", status=_classify(e), note=f"inputs: {type(e).__name__}: {e}"[:300])
-        return rows
+        return [_case_row(case, b, "time_ms", None, "ms", status=_classify(e),
+                          note=f"inputs: {type(e).__name__}: {e}"[:300]) for b in cfg.backends]
+    ready, errors, rows = check_case(case, cfg, inputs, device)
+    if ready:
+        rows += time_case(case, cfg, inputs, ready, errors, device)
+    return rows
+
+
+def check_case(case: Case, cfg: RunConfig, inputs: tuple,
+               device: torch.device) -> tuple[dict[str, Fn], dict[str, float | None], list[dict]]:
+    """Build every requested backend, make its first call (compile / autotune / capture time) and check
+    its output against the float64 reference. Returns the backends ready to time, their errors, and the
+    rows: first-call times, and a time_ms row with its status for each backend that cannot be timed."""
+    is_cuda = device.type == "cuda"
+    rows: list[dict] = []
+
+    def row(backend, metric, value, unit, **kw):
+        rows.append(_case_row(case, backend, metric, value, unit, **kw))
+
     ref = None
     if cfg.check and case.reference is not None:
         with torch.no_grad():
             ref = case.reference(*inputs)  # float64, on the inputs' device (fast fp64 on the GPU)
-
-    # 1. build, first call (compile / autotune time), correctness
     ready: dict[str, Fn] = {}
     errors: dict[str, float | None] = {}
     for b in cfg.backends:
@@ -336,11 +347,21 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
                 note=f"relative error {err:.3e} > tolerance {case.tolerance():.1e}: not timed")
             continue
         ready[b] = fn
+    return ready, errors, rows
 
-    if not ready:
-        return rows
 
-    # 2. timing: interleaved rounds, cold (L2 flushed); warm for small working sets
+def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], errors: dict[str, float | None],
+              device: torch.device) -> list[dict]:
+    """Time the checked backends on ``inputs``: interleaved rounds, cold (L2 flushed), and warm for small
+    working sets; returns the rows: time, throughput, share of the roofline, speedups with a bootstrap CI
+    over the rounds, peak memory."""
+    is_cuda = device.type == "cuda"
+    ceilings = load_ceilings() if is_cuda else None
+    rows: list[dict] = []
+
+    def row(backend, metric, value, unit, **kw):
+        rows.append(_case_row(case, backend, metric, value, unit, **kw))
+
     calls = {b: (lambda fn=fn: fn(*inputs)) for b, fn in ready.items()}
     reps = {}
     for b, call in calls.items():
@@ -394,7 +415,6 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
             call()
             torch.cuda.synchronize()
             row(b, "peak_mem_mb", (torch.cuda.max_memory_allocated() - base) / 2**20, "MB")
-    del inputs, calls, ready
     return rows
 
 
