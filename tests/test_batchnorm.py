@@ -17,13 +17,17 @@ from .view_matrix import Arg, ViewCase, check_case, view_cases
 COMBOS = [(True, True), (True, False), (False, False)]  # (relu, residual)
 
 
-def reference(x, weight, bias, residual=None, relu=False, running=None, momentum=0.1, eps=1e-5):
-    """float64 act(F.batch_norm(training) [+ residual]); ``running``: float64 buffers updated in place."""
+def reference(x, weight, bias, residual=None, relu=False, running=None, momentum=0.1, eps=1e-5, relu_mask=None):
+    """float64 act(F.batch_norm(training) [+ residual]); ``running``: float64 buffers updated in place.
+    ``relu_mask``: the ReLU states to use (the kernel's own, ``y > 0``): a unit within rounding of zero may
+    sit on the other side in float64, which moves a whole gradient entry and says nothing of the kernel."""
     rm, rv = running if running is not None else (None, None)
     y = F.batch_norm(x.double(), rm, rv, weight.double() if weight is not None else None,
                      bias.double() if bias is not None else None, True, momentum, eps)
     if residual is not None:
         y = y + residual.double()
+    if relu and relu_mask is not None:
+        return y * relu_mask.to(y.dtype)
     return F.relu(y) if relu else y
 
 
@@ -40,7 +44,8 @@ def _check(shape, dtype, fmt, relu, use_res, momentum=0.1, scale=1.0):
     assert y.dtype == dtype and y.shape == x.shape
     assert y.is_contiguous(memory_format=fmt)
     leaves = [t.detach().cpu().double().requires_grad_() if t is not None else None for t in (x, w, b, res)]
-    ref = reference(*leaves, relu=relu, running=(rm64, rv64), momentum=momentum)
+    ref = reference(*leaves, relu=relu, running=(rm64, rv64), momentum=momentum,
+                    relu_mask=(y.detach().cpu() > 0) if relu else None)
     assert_close(y, ref, dtype, name="y", scale=scale)
     # running statistics: against float64 and against torch's own fp32 update
     F.batch_norm(x.detach().float(), rm32, rv32, None, None, True, momentum, 1e-5)

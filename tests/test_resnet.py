@@ -297,24 +297,37 @@ def test_bad_arguments():
 # ---------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 def test_gpu_resnet18_triton_matches_eager_bf16():
+    """One bf16-autocast training step of ResNet-18, ours and eager from the same weights, each against an
+    fp32 eager step (tf32 off): our loss, gradients and running statistics may be no further from fp32 than
+    eager bf16's are (2x, with a floor). Two bf16 runs compared with each other differ by both errors, and
+    a deep net's first-layer gradient in bf16 differs from fp32 by tens of percent."""
     torch.manual_seed(0)
     eager = resnet("resnet18").cuda().to(memory_format=torch.channels_last)
+    exact = resnet("resnet18").cuda().to(memory_format=torch.channels_last)
     fused = resnet("resnet18", backend="triton").cuda().to(memory_format=torch.channels_last)
+    exact.load_state_dict(eager.state_dict())
     fused.load_state_dict(eager.state_dict())
     x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (64,), device="cuda")
     losses = []
-    for m in (eager, fused):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = m(x)
-            loss = torch.nn.functional.cross_entropy(out, y)
-        loss.backward()
-        losses.append(loss.item())
-    assert abs(losses[0] - losses[1]) <= 2e-2 * abs(losses[0])
-    for (name, pe), pf in zip(eager.named_parameters(), fused.parameters()):
-        assert rel_err(pf.grad, pe.grad) <= 5e-2, name
-    for (name, be), bf in zip(eager.named_buffers(), fused.buffers()):
-        assert rel_err(bf, be) <= 2e-2, name
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for m, amp in ((exact, False), (eager, True), (fused, True)):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                out = m(x)
+                loss = torch.nn.functional.cross_entropy(out.float(), y)
+            loss.backward()
+            losses.append(loss.item())
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
+    for (name, p32), pe, pf in zip(exact.named_parameters(), eager.parameters(), fused.parameters()):
+        eager_err = rel_err(pe.grad, p32.grad)
+        assert rel_err(pf.grad, p32.grad) <= max(2 * eager_err, 2e-2), (name, eager_err)
+    for (name, b32), be, bf in zip(exact.named_buffers(), eager.buffers(), fused.buffers()):
+        if b32.is_floating_point():
+            assert rel_err(bf, b32) <= max(2 * rel_err(be, b32), 1e-2), name
 
 
 @pytest.mark.gpu
