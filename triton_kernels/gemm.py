@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autotune import spaces
+
 from .launcher import BoundKernel, bind
 from .runtime import (
     INTERPRET,
@@ -231,56 +233,20 @@ def _act_bwd_kernel(
 # ----------------------------------------------------------------------------------------------------
 # Autotuning space
 # ----------------------------------------------------------------------------------------------------
-def _cfg(bm, bn, bk, warps, stages, group=8):
-    return Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, warps, stages)
+# the declared GEMM space's lists (autotune/spaces.py): the pointer kernel's tiles, the persistent TMA
+# kernel's (Hopper+, 16-byte aligned rows; TMA=1) and the same TMA kernel's on a copy of B in the other
+# layout (see _launch_plan; TMA=1, B_RELAYOUT=1); the tuner's cache file is keyed by all of them
+INTERPRET_CONFIG = spaces.GEMM_INTERPRET_CONFIG
 
-
-GEMM_CONFIGS = [
-    # large tiles for Hopper (wgmma 64xN per warpgroup; 8 warps = 2 warpgroups); first = best guess
-    _cfg(128, 256, 64, 8, 3), _cfg(256, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 4),
-    _cfg(128, 128, 64, 8, 4), _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 128, 8, 3),
-    _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4), _cfg(64, 64, 64, 4, 4),
-    # fp32 friendly (smaller K tile)
-    _cfg(128, 128, 32, 8, 3), _cfg(64, 64, 32, 4, 3),
-    # small / skinny shapes
-    _cfg(64, 32, 32, 4, 4), _cfg(32, 64, 32, 4, 4), _cfg(32, 32, 32, 4, 3), _cfg(16, 32, 32, 2, 3),
-]
-# the persistent TMA kernel (Hopper+, 16-byte aligned rows): same tiles, marked TMA=1
-TMA_CONFIGS = [
-    Config({**c.kwargs, "TMA": 1}, c.num_warps, c.num_stages) for c in (
-        _cfg(128, 256, 64, 8, 3), _cfg(128, 256, 64, 8, 4), _cfg(256, 128, 64, 8, 3), _cfg(128, 128, 64, 8, 4),
-        _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 128, 8, 3), _cfg(128, 64, 64, 4, 4),
-        _cfg(128, 128, 32, 8, 3), _cfg(128, 256, 32, 8, 3))
-]
-# the same TMA kernel on a copy of B in the other layout (see gemm_forward.run): fp32 tiles for tf32 with
-# an N-major B, 16-bit tiles for a K-major B
-TMA_RELAYOUT_CONFIGS = [
-    Config({**c.kwargs, "TMA": 1, "B_RELAYOUT": 1}, c.num_warps, c.num_stages) for c in (
-        _cfg(128, 128, 32, 8, 3), _cfg(128, 256, 32, 8, 3), _cfg(128, 64, 32, 4, 4),
-        _cfg(128, 256, 64, 8, 3), _cfg(256, 128, 64, 8, 3), _cfg(128, 128, 64, 8, 4))
-]
-INTERPRET_CONFIG = _cfg(32, 32, 32, 4, 1)
-SMEM_LIMIT = 220 * 1024
-
-_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue],
-                                  GEMM_CONFIGS + TMA_CONFIGS + TMA_RELAYOUT_CONFIGS,
+_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue], spaces.GEMM_TUNER_CONFIGS,
                                   interpret_config=INTERPRET_CONFIG))
 
 
 def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False) -> list[Config]:
-    out = []
-    for c in (GEMM_CONFIGS + (TMA_CONFIGS if tma else []) + (TMA_RELAYOUT_CONFIGS if tma and relayout else [])):
-        bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
-        if c.num_stages * (bm * bk + bk * bn) * elem > SMEM_LIMIT:
-            continue
-        # tiles far larger than the problem only waste the tuner's time ...
-        if bm > 2 * bucket(M) or bn > 2 * bucket(N) or bk > 2 * bucket(K):
-            continue
-        # ... and so do tiny tiles on large problems
-        if M * N >= 2048 * 2048 and bm * bn < 64 * 64:
-            continue
-        out.append(c)
-    return out or [INTERPRET_CONFIG]
+    """The declared GEMM space's candidates for this shape, best guess first: the lists above (TMA ones
+    where TMA can read the operands, re-laid-out ones where the copy of B stays TMA-aligned), minus what
+    overflows shared memory, tiles far larger than the problem and tiny tiles on a large problem."""
+    return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout)
 
 
 # ----------------------------------------------------------------------------------------------------
