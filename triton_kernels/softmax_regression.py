@@ -150,6 +150,22 @@ def _row_stats(z, m, ssum, label, row_ok, offs_c, C: tl.constexpr):
     return loss, correct, bad
 
 
+@triton.jit
+def _batch_softmax_grad(packed, c_ok, row_ok, n_rows, label, offs_c):
+    """The batch's full logits z (BLOCK_B x BLOCK_C, padded classes -inf) from what the accumulator gained
+    this step (packed: the S fixed-point partials' sum, their count in the low 8 bits), the row max m and
+    sum of exponentials ssum, and the gradient of the batch-mean loss dz = (softmax(z) - onehot(label)) / n
+    (0 in rows past the batch)."""
+    z = (packed & -256).to(tl.float32) * (1.0 / FIX_SCALE)
+    z = tl.where(c_ok[None, :], z, float("-inf"))
+    m = tl.max(z, axis=1)
+    e = tl.exp(z - m[:, None])
+    ssum = tl.sum(e, axis=1)
+    inv_row = tl.where(row_ok, 1.0 / tl.maximum(n_rows, 1).to(tl.float32), 0.0)  # 1/n, 0 past the batch
+    dz = e * (inv_row / ssum)[:, None] - tl.where(offs_c[None, :] == label[:, None], inv_row[:, None], 0.0)
+    return z, m, ssum, dz
+
+
 @triton.jit(do_not_specialize=["n_run"])  # one compiled kernel for steps and epochs (the same arithmetic)
 def _sr_train_kernel(
     x_ptr, y_ptr, perm_ptr, w_ptr, b_ptr,
@@ -246,14 +262,8 @@ def _sr_train_kernel(
             tl.atomic_or(state_ptr + 1, _ERR_TIMEOUT)
             failed = failed + 1
         # 4. full logits (bias included) -> softmax cross-entropy gradient dz (fp32, the whole batch)
-        z = ((tot - base) & -256).to(tl.float32) * (1.0 / FIX_SCALE)
+        z, m, ssum, dz = _batch_softmax_grad(tot - base, c_ok, row_ok, n_rows, label, offs_c)
         base, base_next = base_next, tot
-        z = tl.where(c_ok[None, :], z, float("-inf"))
-        m = tl.max(z, axis=1)
-        e = tl.exp(z - m[:, None])
-        ssum = tl.sum(e, axis=1)
-        inv_row = tl.where(row_ok, 1.0 / tl.maximum(n_rows, 1).to(tl.float32), 0.0)  # 1/n, 0 past the batch
-        dz = e * (inv_row / ssum)[:, None] - tl.where(offs_c[None, :] == label[:, None], inv_row[:, None], 0.0)
         # SGD on this program's slice of [W, b]
         wt -= lr_x * _dot(tl.trans(xf), dz, PRECISION, X_IS_U8)
         z_p, m_p, ssum_p, label_p, row_ok_p = z, m, ssum, label, row_ok
