@@ -3,10 +3,10 @@ float64 result (loss and gradient), one-chunk and chunked rows, odd vocabularies
 rows, strided inputs, errors (CPU interpreter); bf16, LLM-sized vocabularies and torch.compile on the GPU."""
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from models.layers import CrossEntropyLoss
-from triton_kernels import cross_entropy as CE
+from triton_kernels import cross_entropy
 from triton_kernels import runtime
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err, tolerance
@@ -19,11 +19,11 @@ def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", lab
            grad_scale=None, dtype=None, config=None):
     dtype = dtype or logits.dtype
     x = logits.detach().requires_grad_()
-    loss, correct = CE.cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing,
+    loss, correct = cross_entropy.cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing,
                                      return_correct=True, config=config)
     x64 = logits.detach().double().cpu().requires_grad_()
     w64 = weight.double().cpu() if weight is not None else None
-    ref = F.cross_entropy(x64, target.cpu().long(), w64, ignore_index=ignore_index, reduction=reduction,
+    ref = functional.cross_entropy(x64, target.cpu().long(), w64, ignore_index=ignore_index, reduction=reduction,
                           label_smoothing=label_smoothing)
     assert loss.shape == ref.shape and loss.dtype == logits.dtype
     assert_close(loss, ref, dtype, name="loss")
@@ -42,7 +42,7 @@ def _check(logits, target, weight=None, ignore_index=-100, reduction="mean", lab
         # what torch loses (measured on the same inputs), or the table's tolerance, whichever is larger
         xt = logits.detach().requires_grad_()
         wt = weight.to(logits.dtype) if weight is not None else None  # torch wants the logits' dtype
-        F.cross_entropy(xt, target, wt, ignore_index=ignore_index, reduction=reduction,
+        functional.cross_entropy(xt, target, wt, ignore_index=ignore_index, reduction=reduction,
                         label_smoothing=label_smoothing).backward(g.to(loss.device, loss.dtype))
         scale = max(1.0, 1.5 * rel_err(xt.grad, x64.grad) / tolerance(dtype))
         assert_close(x.grad, x64.grad, dtype, name="dlogits", scale=scale)
@@ -76,7 +76,7 @@ def variant(request):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 @pytest.mark.parametrize("V", [3, 17, 1000])
 def test_loss_grad_correct(V, reduction, dtype, variant):
     if variant is not None and V > 100:
@@ -85,7 +85,7 @@ def test_loss_grad_correct(V, reduction, dtype, variant):
     _check(logits, target, reduction=reduction, config=variant)
 
 
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 @pytest.mark.parametrize("smoothing,weighted", [(0.1, False), (1.0, True)])  # (0.1, True): test_views
 def test_label_smoothing_and_weights(reduction, smoothing, weighted, variant):
     logits, target = _inputs(19, 37)
@@ -93,7 +93,7 @@ def test_label_smoothing_and_weights(reduction, smoothing, weighted, variant):
     _check(logits, target, weight, reduction=reduction, label_smoothing=smoothing, config=variant)
 
 
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 def test_class_weights(reduction, variant):
     logits, target = _inputs(31, 10)
     _check(logits, target, torch.rand(10, device=DEVICE) * 2, reduction=reduction, config=variant)
@@ -110,13 +110,13 @@ def test_huge_logits(reduction, variant):
     _check(logits, target, reduction=reduction, label_smoothing=0.1, config=variant)
 
 
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 def test_all_rows_ignored(reduction):
     logits = torch.randn(6, 9, device=DEVICE)
     target = torch.full((6,), 3, device=DEVICE)
     x = logits.clone().requires_grad_()
-    loss, correct = CE.cross_entropy(x, target, ignore_index=3, reduction=reduction, return_correct=True)
-    ref = F.cross_entropy(logits.double(), target, ignore_index=3, reduction=reduction)
+    loss, correct = cross_entropy.cross_entropy(x, target, ignore_index=3, reduction=reduction, return_correct=True)
+    ref = functional.cross_entropy(logits.double(), target, ignore_index=3, reduction=reduction)
     # torch: mean over zero rows is NaN, sum is 0, none is all zeros
     assert torch.equal(torch.isnan(loss.cpu()), torch.isnan(ref)) and correct.item() == 0
     if reduction != "mean":
@@ -125,7 +125,7 @@ def test_all_rows_ignored(reduction):
     assert torch.equal(x.grad, torch.zeros_like(x))
     # with smoothing too
     x.grad = None
-    CE.cross_entropy(x, target, ignore_index=3, reduction="sum", label_smoothing=0.2).backward()
+    cross_entropy.cross_entropy(x, target, ignore_index=3, reduction="sum", label_smoothing=0.2).backward()
     assert torch.equal(x.grad, torch.zeros_like(x))
 
 
@@ -157,7 +157,7 @@ def test_strided_and_shaped_inputs(variant):
 def test_accuracy_ties_take_first_max():
     logits = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0], [0.0, 0.0, 5.0]], device=DEVICE)
     target = torch.tensor([1, 1, 2], device=DEVICE)
-    _, correct = CE.cross_entropy(logits, target, return_correct=True)
+    _, correct = cross_entropy.cross_entropy(logits, target, return_correct=True)
     assert correct.item() == 2
 
 
@@ -192,7 +192,8 @@ def test_accuracy_ties_across_chunks(reg_db):
     logits[3, 12] = 9.0            # the maximum in the ragged last chunk
     want = torch.tensor([6, 3, 1, 12], device=DEVICE)
     for shift, n_correct in ((0, 4), (1, 0)):
-        _, correct = CE.cross_entropy(logits, (want + shift) % 13, return_correct=True, config=_chunks(4, reg_db))
+        _, correct = cross_entropy.cross_entropy(logits, (want + shift) % 13, return_correct=True,
+                                                 config=_chunks(4, reg_db))
         assert correct.item() == n_correct
 
 
@@ -203,10 +204,10 @@ def test_minus_inf_logits_chunked(reg_db):
     logits[:, :5] = -float("inf")
     target = torch.randint(5, 11, (5,), device=DEVICE)
     x = logits.clone().requires_grad_()
-    loss = CE.cross_entropy(x, target, config=_chunks(4, reg_db))
+    loss = cross_entropy.cross_entropy(x, target, config=_chunks(4, reg_db))
     loss.backward()
     x64 = logits.double().requires_grad_()
-    ref = F.cross_entropy(x64, target)
+    ref = functional.cross_entropy(x64, target)
     ref.backward()
     assert_close(loss, ref.detach(), torch.float32)
     assert_close(x.grad, x64.grad, torch.float32)
@@ -215,17 +216,18 @@ def test_minus_inf_logits_chunked(reg_db):
 def test_no_grad_and_empty_batch():
     logits, target = _inputs(9, 21)
     with torch.no_grad():
-        loss = CE.cross_entropy(logits.requires_grad_(), target)
-    assert_close(loss, F.cross_entropy(logits.detach().double(), target), torch.float32)
+        loss = cross_entropy.cross_entropy(logits.requires_grad_(), target)
+    assert_close(loss, functional.cross_entropy(logits.detach().double(), target), torch.float32)
     empty = torch.randn(0, 5, device=DEVICE)
     et = torch.zeros(0, dtype=torch.long, device=DEVICE)
-    assert torch.isnan(CE.cross_entropy(empty, et)) and CE.cross_entropy(empty, et, reduction="sum").item() == 0
+    assert torch.isnan(cross_entropy.cross_entropy(empty, et))
+    assert cross_entropy.cross_entropy(empty, et, reduction="sum").item() == 0
 
 
 def test_backward_twice_is_refused():
     logits, target = _inputs(4, 6, ignore_frac=0.0)
     x = logits.requires_grad_()
-    loss = CE.cross_entropy(x, target)
+    loss = cross_entropy.cross_entropy(x, target)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="only once"):
         loss.backward()
@@ -252,23 +254,24 @@ def test_module_matches_nn_and_trains():
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda x, t: CE.cross_entropy(x, t[:3]), "target has shape"),
-    (lambda x, t: CE.cross_entropy(x.double(), t), "logits has dtype"),
-    (lambda x, t: CE.cross_entropy(x, t.float()), "integer class indices"),
-    (lambda x, t: CE.cross_entropy(x, t.to(torch.int16)), "target has dtype"),
-    (lambda x, t: CE.cross_entropy(x, t.to("meta")), "target is on meta"),
-    (lambda x, t: CE.cross_entropy(x, torch.full_like(t, 6)), "outside \\[0, 6\\)"),
-    (lambda x, t: CE.cross_entropy(x, torch.full_like(t, -2)), "outside \\[0, 6\\)"),
-    (lambda x, t: CE.cross_entropy(x, t, weight=torch.ones(5)), "weight has 5 elements"),
-    (lambda x, t: CE.cross_entropy(x, t, reduction="avg"), "reduction must be"),
-    (lambda x, t: CE.cross_entropy(x, t, label_smoothing=1.5), "label_smoothing must be"),
-    (lambda x, t: CE.cross_entropy(x, t, ignore_index=1.0), "ignore_index must be an int"),
-    (lambda x, t: CE.cross_entropy(torch.tensor(1.0), t), "at least 1 dim"),
-    (lambda x, t: CE.cross_entropy(x, t, config=Config({"BLOCK_V": 6, "PER_SM": 2})), "BLOCK_V must be a"),
-    (lambda x, t: CE.cross_entropy(x, t, config=Config({"BLOCK_N": 8})), "config must name BLOCK_V"),
-    (lambda x, t: CE.cross_entropy(x, t, config=Config({"BLOCK_V": 4, "PER_SM": 2, "PREFETCH": 1})),
+    (lambda x, t: cross_entropy.cross_entropy(x, t[:3]), "target has shape"),
+    (lambda x, t: cross_entropy.cross_entropy(x.double(), t), "logits has dtype"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t.float()), "integer class indices"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t.to(torch.int16)), "target has dtype"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t.to("meta")), "target is on meta"),
+    (lambda x, t: cross_entropy.cross_entropy(x, torch.full_like(t, 6)), "outside \\[0, 6\\)"),
+    (lambda x, t: cross_entropy.cross_entropy(x, torch.full_like(t, -2)), "outside \\[0, 6\\)"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, weight=torch.ones(5)), "weight has 5 elements"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, reduction="avg"), "reduction must be"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, label_smoothing=1.5), "label_smoothing must be"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, ignore_index=1.0), "ignore_index must be an int"),
+    (lambda x, t: cross_entropy.cross_entropy(torch.tensor(1.0), t), "at least 1 dim"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, config=Config({"BLOCK_V": 6, "PER_SM": 2})), "BLOCK_V must be a"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, config=Config({"BLOCK_N": 8})), "config must name BLOCK_V"),
+    (lambda x, t: cross_entropy.cross_entropy(x, t, config=Config({"BLOCK_V": 4, "PER_SM": 2, "PREFETCH": 1})),
      "PREFETCH is for rows held whole"),
-    (lambda x, t: CE.cross_entropy_forward(x, t, config=Config({"BLOCK_V": 8, "PER_SM": 0})), "PER_SM a positive"),
+    (lambda x, t: cross_entropy.cross_entropy_forward(x, t, config=Config({"BLOCK_V": 8, "PER_SM": 0})),
+     "PER_SM a positive"),
 ])
 def test_bad_input_raises(bad, match):
     x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
@@ -288,26 +291,26 @@ def test_steady_state_asks_no_tuner():
     x.requires_grad_()
     weight = torch.rand(100, device=DEVICE) + 0.5
     before = _picks()
-    CE.cross_entropy(x, target).backward()
+    cross_entropy.cross_entropy(x, target).backward()
     assert _picks() - before == 1
     before = _picks()
     for i in range(4):  # the second call of each option set finds its plan kept
-        loss, _ = CE.cross_entropy(x, target, weight, label_smoothing=0.1 * (i % 2), return_correct=True)
+        loss, _ = cross_entropy.cross_entropy(x, target, weight, label_smoothing=0.1 * (i % 2), return_correct=True)
         loss.backward()
     assert _picks() - before == 2
     before = _picks()
     x4, target4 = _inputs(4, 100)
     for logits, t in ((x4.requires_grad_(), target4), (x, target)):  # 3 and 4 rows share a plan
-        CE.cross_entropy(logits, t).backward()
-        CE.cross_entropy(logits, t, weight, label_smoothing=0.1).backward()
-        CE.cross_entropy(logits, t, config=_chunks(32, True)).backward()
+        cross_entropy.cross_entropy(logits, t).backward()
+        cross_entropy.cross_entropy(logits, t, weight, label_smoothing=0.1).backward()
+        cross_entropy.cross_entropy(logits, t, config=_chunks(32, True)).backward()
     assert _picks() == before
 
 
 def test_unchecked_out_of_range_target_gives_nan():
     x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
     t[1] = 9
-    loss = CE.cross_entropy(x, t, check_target=False, reduction="none")
+    loss = cross_entropy.cross_entropy(x, t, check_target=False, reduction="none")
     assert torch.isnan(loss[1]) and torch.isfinite(loss[[0, 2, 3]]).all()
 
 
@@ -350,24 +353,25 @@ def view_case(arg: str, layout: str, dtype_name: str, reduction: str, path: str,
         _positive_(weight)
         kw["ignore_index"] = _ignore_index(target)
         if path == "public":
-            return F.cross_entropy(logits, target, weight, **kw)
+            return functional.cross_entropy(logits, target, weight, **kw)
         x = logits.detach().clone().requires_grad_()
-        loss = F.cross_entropy(x, target, weight, **kw)
+        loss = functional.cross_entropy(x, target, weight, **kw)
         return loss, torch.autograd.grad(loss.sum(), x)[0]
 
     def fn(logits, target, weight):
         _positive_(weight)
         ignore = _ignore_index(target)
         if path == "public":
-            return CE.cross_entropy(logits, target, weight, ignore_index=ignore, **kw)
-        loss, _, grad = CE.cross_entropy_forward(logits, target, weight, ignore_index=ignore, config=CHUNKED, **kw)
+            return cross_entropy.cross_entropy(logits, target, weight, ignore_index=ignore, **kw)
+        loss, _, grad = cross_entropy.cross_entropy_forward(logits, target, weight, ignore_index=ignore, config=CHUNKED,
+                                                            **kw)
         return loss, grad
 
     check_case(ViewCase(arg, layout), _view_args(path == "public"), fn, ref, dtype=getattr(torch, dtype_name),
                device=device)
 
 
-_VIEW_PARAMS = [(c, "float32", r, "public") for r in CE.REDUCTIONS for c in view_cases(_view_args(True))]
+_VIEW_PARAMS = [(c, "float32", r, "public") for r in cross_entropy.REDUCTIONS for c in view_cases(_view_args(True))]
 _VIEW_PARAMS += [(c, "float16", "mean", "public") for c in view_cases(_view_args(True))]
 _VIEW_PARAMS += [(c, "float32", r, "chunked") for r in ("mean", "none") for c in view_cases(_view_args(True))]
 
@@ -379,7 +383,7 @@ def test_views(case, dtype_name, reduction, path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["public", "chunked"])
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", view_cases(_view_args(True)), ids=str)
 def test_gpu_views(case, dtype_name, reduction, path, isolated):
@@ -405,17 +409,17 @@ def extreme_case(kind: str, reduction: str, weighted: bool, path: str, device: s
     weight = torch.rand(V, device=device) + 0.5 if weighted else None
     kw = dict(reduction=reduction, label_smoothing=0.1)
     x64 = logits.double().cpu().requires_grad_()
-    ref = F.cross_entropy(x64, target.cpu(), weight.double().cpu() if weighted else None, **kw)
+    ref = functional.cross_entropy(x64, target.cpu(), weight.double().cpu() if weighted else None, **kw)
     (g64,) = torch.autograd.grad(ref.sum(), x64)
     x32 = logits.clone().requires_grad_()
-    loss32 = F.cross_entropy(x32, target, weight, **kw)
+    loss32 = functional.cross_entropy(x32, target, weight, **kw)
     (g32,) = torch.autograd.grad(loss32.sum(), x32)
     if path == "public":
         x = logits.clone().requires_grad_()
-        loss = CE.cross_entropy(x, target, weight, **kw)
+        loss = cross_entropy.cross_entropy(x, target, weight, **kw)
         (grad,) = torch.autograd.grad(loss.sum(), x)
     else:
-        loss, _, grad = CE.cross_entropy_forward(logits, target, weight, config=CHUNKED, **kw)
+        loss, _, grad = cross_entropy.cross_entropy_forward(logits, target, weight, config=CHUNKED, **kw)
     for name, ours, torchs, expect in (("loss", loss, loss32, ref), ("dlogits", grad, g32, g64)):
         err, torch_err = rel_err(ours, expect), rel_err(torchs, expect)
         bound = max(2 * torch_err, tolerance(torch.float32))
@@ -424,7 +428,7 @@ def extreme_case(kind: str, reduction: str, weighted: bool, path: str, device: s
 
 @pytest.mark.parametrize("path", ["public", "chunked"])
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 @pytest.mark.parametrize("kind", ["offset", "pm3e38"])
 def test_extreme_values(kind, reduction, weighted, path):
     extreme_case(kind, reduction, weighted, path)
@@ -437,26 +441,26 @@ def all_ignored_case(reduction: str, path: str, device: str = DEVICE) -> None:
     target = torch.full((7,), 4, device=device)
     weight = torch.rand(9, device=device) + 0.5
     kw = dict(ignore_index=4, reduction=reduction, label_smoothing=0.2)
-    ref = F.cross_entropy(logits, target, weight, **kw)
+    ref = functional.cross_entropy(logits, target, weight, **kw)
     if path == "public":
         x = logits.clone().requires_grad_()
-        loss = CE.cross_entropy(x, target, weight, **kw)
+        loss = cross_entropy.cross_entropy(x, target, weight, **kw)
         (grad,) = torch.autograd.grad(loss.sum(), x)
     else:
-        loss, _, grad = CE.cross_entropy_forward(logits, target, weight, config=CHUNKED, **kw)
+        loss, _, grad = cross_entropy.cross_entropy_forward(logits, target, weight, config=CHUNKED, **kw)
     assert torch.equal(torch.isnan(loss), torch.isnan(ref))
     assert torch.equal(torch.nan_to_num(loss), torch.nan_to_num(ref)) and torch.equal(grad, torch.zeros_like(grad))
 
 
 @pytest.mark.parametrize("path", ["public", "chunked"])
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 def test_extreme_all_rows_ignored(reduction, path):
     all_ignored_case(reduction, path)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["public", "chunked"])
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 @pytest.mark.parametrize("kind", ["offset", "pm3e38"])
 def test_gpu_extreme_values(kind, reduction, path, isolated):
     isolated("tests.test_cross_entropy:extreme_case", kind, reduction, True, path, "cuda")
@@ -493,35 +497,35 @@ def test_gpu_tuning_candidates(config, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("reduction", cross_entropy.REDUCTIONS)
 def test_gpu_options(reduction):
     logits, target = _inputs(2048, 5000, torch.bfloat16, device="cuda", scale=1e4)
     _check(logits, target, reduction=reduction, label_smoothing=0.1)
     base = torch.randn(1024, 3000, device="cuda")
     _check(base[::2, 7:2007], torch.randint(0, 2000, (512,), device="cuda"), reduction=reduction)
     with pytest.raises(ValueError, match="outside"):
-        CE.cross_entropy(logits, torch.full_like(target, 5000), check_target=True)
+        cross_entropy.cross_entropy(logits, torch.full_like(target, 5000), check_target=True)
 
 
 @pytest.mark.gpu
 def test_gpu_all_ignored_and_no_host_sync():
     logits = torch.randn(256, 100, device="cuda", requires_grad=True)
     target = torch.full((256,), -100, device="cuda")
-    loss, correct = CE.cross_entropy(logits, target, return_correct=True)
+    loss, correct = cross_entropy.cross_entropy(logits, target, return_correct=True)
     assert torch.isnan(loss).item() and correct.item() == 0
     # the forward and backward of a step enqueue kernels only: capturable in a CUDA graph
     x = torch.randn(128, 10, device="cuda", requires_grad=True)
     t = torch.randint(0, 10, (128,), device="cuda")
-    CE.cross_entropy(x, t, return_correct=True)[0].backward()  # warm-up (autotune) outside the capture
+    cross_entropy.cross_entropy(x, t, return_correct=True)[0].backward()  # warm-up (autotune) outside the capture
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            loss, correct = CE.cross_entropy(x, t, return_correct=True)
+            loss, correct = cross_entropy.cross_entropy(x, t, return_correct=True)
     graph.replay()
     torch.cuda.synchronize()
-    assert_close(loss, F.cross_entropy(x.detach().double(), t), torch.float32)
+    assert_close(loss, functional.cross_entropy(x.detach().double(), t), torch.float32)
 
 
 @pytest.mark.gpu
@@ -538,7 +542,7 @@ def test_gpu_compile_fullgraph():
     t = torch.randint(0, 1000, (256,), device="cuda")
     compiled = torch.compile(step, fullgraph=True)
     loss, correct = compiled(x, t)
-    ref = F.cross_entropy(head(x).double(), t, label_smoothing=0.1)
+    ref = functional.cross_entropy(head(x).double(), t, label_smoothing=0.1)
     assert_close(loss, ref, torch.float32, tf32=True)
     loss.backward()
     assert torch.isfinite(head.weight.grad).all()

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from models.layers import MLP, Linear
-from triton_kernels import gemm as G
-from triton_kernels import runtime as R
+from triton_kernels import gemm, runtime
 from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
@@ -39,11 +38,11 @@ def _check(M, N, K, dtype, act, has_bias=True, has_res=False, transpose_a=False,
     ts = [t for t in (a, b, bias, res) if t is not None]
     for t in ts:
         t.requires_grad_()
-    y = G.gemm(a, b, bias, res, act, precision)
+    y = gemm.gemm(a, b, bias, res, act, precision)
     mask = None
     if act == "relu":
         with torch.no_grad():
-            mask = (G.gemm(a, b, bias, None, "none", precision) > 0).double()
+            mask = (gemm.gemm(a, b, bias, None, "none", precision) > 0).double()
     y_ref, leaves = _reference(a, b, bias, res, act, mask)
     tf32 = precision == "tf32" and GPU
     # Triton's tf32 operand conversion truncates (cuBLAS rounds): on 4096^3 we measured 7.8e-4 vs cuBLAS's
@@ -62,13 +61,13 @@ DTYPES_CPU = [torch.float32, torch.float16]
 
 
 @pytest.mark.parametrize("dtype", DTYPES_CPU)
-@pytest.mark.parametrize("act", G.ACTIVATIONS)
+@pytest.mark.parametrize("act", gemm.ACTIVATIONS)
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (17, 3, 5), (33, 40, 70), (64, 64, 64)])
 def test_forward_backward(M, N, K, dtype, act):
     _check(M, N, K, dtype, act, has_bias=True)
 
 
-@pytest.mark.parametrize("act", G.ACTIVATIONS)
+@pytest.mark.parametrize("act", gemm.ACTIVATIONS)
 def test_residual_and_no_bias(act):
     _check(19, 23, 31, torch.float32, act, has_bias=False, has_res=True)
     _check(19, 23, 31, torch.float32, act, has_bias=True, has_res=True)
@@ -82,14 +81,14 @@ def test_transposed_views(ta, tb):
 def test_strided_slices():
     a = torch.randn(40, 90)[::2, 5:50]  # row stride 180, not contiguous
     b = torch.randn(45, 60)[:, ::3]     # column stride 3
-    y = G.gemm(a, b, activation="relu")
+    y = gemm.gemm(a, b, activation="relu")
     assert_close(y, torch.relu(a.double() @ b.double()), torch.float32)
 
 
 def test_output_fully_written():
     a, b = torch.randn(37, 29), torch.randn(29, 41)
     out = poison_(torch.empty(37, 41))
-    c, _ = G.gemm_forward(a, b, out=out)
+    c, _ = gemm.gemm_forward(a, b, out=out)
     assert c.data_ptr() == out.data_ptr()
     assert torch.isfinite(out).all()
     assert_close(out, a.double() @ b.double(), torch.float32)
@@ -97,7 +96,7 @@ def test_output_fully_written():
 
 def test_empty_k_gives_bias():
     a, b, bias = torch.randn(5, 0), torch.randn(0, 7), torch.randn(7)
-    y = G.gemm(a, b, bias, activation="relu")
+    y = gemm.gemm(a, b, bias, activation="relu")
     assert torch.equal(y, torch.relu(bias).expand(5, 7))
 
 
@@ -130,25 +129,25 @@ def test_mlp_trains():
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda a, b: G.gemm(a, torch.randn(7, 3)), "a.shape\\[1\\] must equal"),
-    (lambda a, b: G.gemm(a.double(), b), "a has dtype"),
-    (lambda a, b: G.gemm(a, b.half()), "b has dtype"),
-    (lambda a, b: G.gemm(a, b, bias=torch.randn(3)), "bias has 3 elements"),
-    (lambda a, b: G.gemm(a, b, residual=torch.randn(4, 3)), "residual has shape"),
-    (lambda a, b: G.gemm(a, b, activation="tanh"), "activation must be"),
-    (lambda a, b: G.gemm(a, b, precision="fp8"), "precision must be"),
-    (lambda a, b: G.gemm(a[0], b), "a must have 2 dims"),
-    (lambda a, b: G.gemm(a, b.to("meta")), "b is on meta"),
+    (lambda a, b: gemm.gemm(a, torch.randn(7, 3)), "a.shape\\[1\\] must equal"),
+    (lambda a, b: gemm.gemm(a.double(), b), "a has dtype"),
+    (lambda a, b: gemm.gemm(a, b.half()), "b has dtype"),
+    (lambda a, b: gemm.gemm(a, b, bias=torch.randn(3)), "bias has 3 elements"),
+    (lambda a, b: gemm.gemm(a, b, residual=torch.randn(4, 3)), "residual has shape"),
+    (lambda a, b: gemm.gemm(a, b, activation="tanh"), "activation must be"),
+    (lambda a, b: gemm.gemm(a, b, precision="fp8"), "precision must be"),
+    (lambda a, b: gemm.gemm(a[0], b), "a must have 2 dims"),
+    (lambda a, b: gemm.gemm(a, b.to("meta")), "b is on meta"),
     (lambda a, b: Linear(5, 3, activation="tanh"), "activation must be"),
-    (lambda a, b: G.linear(torch.randn(2, 4), torch.randn(3, 5)), "x has 4 features"),
+    (lambda a, b: gemm.linear(torch.randn(2, 4), torch.randn(3, 5)), "x has 4 features"),
     # linear's errors name its own arguments (x / weight / bias / residual), not gemm's a / b
-    (lambda a, b: G.linear(a.double(), b.t()), "x has dtype torch.float64"),
-    (lambda a, b: G.linear(a, b.t().half()), "weight has dtype torch.float16 but x has torch.float32"),
-    (lambda a, b: G.linear(a, b.t(), bias=torch.randn(4)), "bias has 4 elements"),
-    (lambda a, b: G.linear(a, b.t(), bias=torch.randn(6).double()), "bias has dtype"),
-    (lambda a, b: G.linear(a, b.t(), residual=torch.randn(4, 5)), "residual has shape \\(4, 5\\), expected"),
-    (lambda a, b: G.linear(a, b.t()[None]), "weight must have 2 dims"),
-    (lambda a, b: G.linear(a, b.t(), residual=[1.0]), "residual must be a torch.Tensor"),
+    (lambda a, b: gemm.linear(a.double(), b.t()), "x has dtype torch.float64"),
+    (lambda a, b: gemm.linear(a, b.t().half()), "weight has dtype torch.float16 but x has torch.float32"),
+    (lambda a, b: gemm.linear(a, b.t(), bias=torch.randn(4)), "bias has 4 elements"),
+    (lambda a, b: gemm.linear(a, b.t(), bias=torch.randn(6).double()), "bias has dtype"),
+    (lambda a, b: gemm.linear(a, b.t(), residual=torch.randn(4, 5)), "residual has shape \\(4, 5\\), expected"),
+    (lambda a, b: gemm.linear(a, b.t()[None]), "weight must have 2 dims"),
+    (lambda a, b: gemm.linear(a, b.t(), residual=[1.0]), "residual must be a torch.Tensor"),
 ])
 def test_bad_input_raises_before_launch(bad, match):
     a, b = torch.randn(4, 5), torch.randn(5, 6)
@@ -158,13 +157,13 @@ def test_bad_input_raises_before_launch(bad, match):
 
 # ----------------------------------------------------------------------------------- launch plans
 def _picks() -> int:
-    return sum(t.picks for t in R.ALL_TUNERS.values())
+    return sum(t.picks for t in runtime.ALL_TUNERS.values())
 
 
 def test_steady_state_asks_no_tuner(monkeypatch):
     """The first call of a GEMM shape finds its config through the tuner (one lookup per GEMM: forward,
     dA and dB); repeated calls, training and inference, reuse the launch plans and ask no tuner."""
-    monkeypatch.setattr(G, "_PLANS", {}, raising=False)  # empty plan cache: this test's calls come first
+    monkeypatch.setattr(gemm, "_PLANS", {}, raising=False)  # empty plan cache: this test's calls come first
     relu, gelu = Linear(12, 8, activation="relu").to(DEVICE), Linear(12, 8, activation="gelu").to(DEVICE)
     x = torch.randn(5, 12, device=DEVICE, requires_grad=True)
     g = torch.randn(5, 8, device=DEVICE)
@@ -180,20 +179,20 @@ def test_steady_state_asks_no_tuner(monkeypatch):
         gelu(x).backward(g)
         with torch.no_grad():
             relu(x)
-            G.gemm(x, relu.weight.t(), relu.bias, None, "relu")
+            gemm.gemm(x, relu.weight.t(), relu.bias, None, "relu")
             gelu(x)                # no gradient: nothing saved, another forward kernel ...
     assert _picks() - before == 1  # ... found once
     # a config runs that call's own plan: no tuner, nothing kept
-    kept = len(G._PLANS)
-    G.gemm_forward(x.detach(), relu.weight.detach().t(), config=G.INTERPRET_CONFIG)
-    assert _picks() - before == 1 and len(G._PLANS) == kept
+    kept = len(gemm._PLANS)
+    gemm.gemm_forward(x.detach(), relu.weight.detach().t(), config=gemm.INTERPRET_CONFIG)
+    assert _picks() - before == 1 and len(gemm._PLANS) == kept
 
 
 # ---------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,precision", [(torch.bfloat16, "ieee"), (torch.float16, "ieee"),
                                              (torch.float32, "tf32"), (torch.float32, "ieee")])
-@pytest.mark.parametrize("act", G.ACTIVATIONS)
+@pytest.mark.parametrize("act", gemm.ACTIVATIONS)
 def test_gpu_large_and_odd(dtype, precision, act):
     _check(1000, 513, 777, dtype, act, has_bias=True, has_res=True, precision=precision, device="cuda")
     _check(2048, 1024, 4096, dtype, act, precision=precision, device="cuda", transpose_b=True)
@@ -204,7 +203,7 @@ def test_gpu_large_and_odd(dtype, precision, act):
 def test_gpu_non_contiguous():
     a = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)[::2, ::2]
     b = torch.randn(1024, 300, device="cuda", dtype=torch.bfloat16)[::2]
-    y = G.gemm(a, b, activation="relu")
+    y = gemm.gemm(a, b, activation="relu")
     assert_close(y, torch.relu(a.double() @ b.double()), torch.bfloat16)
 
 
@@ -227,18 +226,18 @@ def test_gpu_compile_fullgraph_mlp():
 @pytest.mark.gpu
 def test_gpu_autotune_persists(tmp_path, monkeypatch):
     """Tuning a key times the candidates, stores them, and a fresh tuner reads them back."""
-    monkeypatch.setenv(R.CACHE_ENV, str(tmp_path))
-    monkeypatch.setenv(R.TUNE_ENV, "1")
-    G._tuner.clear_memory()
+    monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(runtime.TUNE_ENV, "1")
+    gemm._tuner.clear_memory()
     a = torch.randn(300, 200, device="cuda", dtype=torch.float16)
     b = torch.randn(200, 100, device="cuda", dtype=torch.float16)
-    assert_close(G.gemm(a, b), a.double() @ b.double(), torch.float16)
-    assert G._tuner.events[-1][1] == "tuned"
-    entry = next(iter(R.read_json(G._tuner.cache_path()).values()))
+    assert_close(gemm.gemm(a, b), a.double() @ b.double(), torch.float16)
+    assert gemm._tuner.events[-1][1] == "tuned"
+    entry = next(iter(runtime.read_json(gemm._tuner.cache_path()).values()))
     assert len(entry["trials"]) >= 2 and entry["best_ms"] > 0
-    G._tuner.clear_memory()
-    G.gemm(a, b)
-    assert G._tuner.events[-1][1] == "hit"
+    gemm._tuner.clear_memory()
+    gemm.gemm(a, b)
+    assert gemm._tuner.events[-1][1] == "hit"
 
 
 @pytest.mark.gpu
@@ -246,11 +245,11 @@ def test_gpu_tma_kernel_in_autograd_backward_thread():
     """autograd runs the backward of CUDA tensors in a thread of its own. The TMA kernel's scratch
     allocator lives in a Triton context variable, which that thread does not inherit: a TMA launch
     there (after one in the main thread) must find it set all the same."""
-    tma = G.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)
+    tma = gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)
     a = torch.randn(256, 64, device="cuda")
     b = torch.randn(64, 192, device="cuda")
     ref = a.double() @ b.double()
-    assert_close(G.gemm_forward(a, b, config=tma)[0], ref, torch.float32)  # main thread first
+    assert_close(gemm.gemm_forward(a, b, config=tma)[0], ref, torch.float32)  # main thread first
     out = []
 
     class Probe(torch.autograd.Function):
@@ -260,7 +259,7 @@ def test_gpu_tma_kernel_in_autograd_backward_thread():
 
         @staticmethod
         def backward(ctx, grad):
-            out.append(G.gemm_forward(a, b, config=tma)[0])  # runs in autograd's device thread
+            out.append(gemm.gemm_forward(a, b, config=tma)[0])  # runs in autograd's device thread
             return grad
 
     Probe.apply(torch.randn(4, device="cuda", requires_grad=True)).sum().backward()
@@ -269,11 +268,11 @@ def test_gpu_tma_kernel_in_autograd_backward_thread():
 
 def test_int64_index_path(monkeypatch):
     """The wide-index variant (used when offsets pass 2**31) computes the same result."""
-    monkeypatch.setattr(G, "_needs_int64", lambda *ts: True)
+    monkeypatch.setattr(gemm, "_needs_int64", lambda *ts: True)
     _check(23, 19, 37, torch.float32, "gelu", has_res=True, transpose_b=True)
 
 
-TMA_SMALL = G.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "TMA": 1}, 4, 1)
+TMA_SMALL = gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "TMA": 1}, 4, 1)
 
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
@@ -285,25 +284,25 @@ def test_persistent_tma_kernel(ta, tb, act):
     a = torch.randn(K, M).t() if ta else torch.randn(M, K)
     b = torch.randn(N, K).t() if tb else torch.randn(K, N)
     bias, res = torch.randn(N), torch.randn(M, N)
-    assert G.tma_layout(a) == (ta, M if ta else K) and G.tma_layout(b) == (tb, K if tb else N)
+    assert gemm.tma_layout(a) == (ta, M if ta else K) and gemm.tma_layout(b) == (tb, K if tb else N)
     out = poison_(torch.empty(M, N))
-    c, z = G.gemm_forward(a, b, bias, res, act, save_preact=True, out=out, config=TMA_SMALL)
+    c, z = gemm.gemm_forward(a, b, bias, res, act, save_preact=True, out=out, config=TMA_SMALL)
     zref = a.double() @ b.double() + bias.double()
     assert_close(z, zref, torch.float32, name="Z")
     assert_close(c, REF_ACT[act](zref) + res.double(), torch.float32)
 
 
 def test_tma_layout_rejects_unaligned():
-    assert G.tma_layout(torch.randn(10, 7)) is None            # 28-byte rows
-    assert G.tma_layout(torch.randn(10, 8)[:, ::2]) is None     # no unit stride
-    assert G.tma_layout(torch.randn(10, 8)) == (False, 8)
+    assert gemm.tma_layout(torch.randn(10, 7)) is None            # 28-byte rows
+    assert gemm.tma_layout(torch.randn(10, 8)[:, ::2]) is None     # no unit stride
+    assert gemm.tma_layout(torch.randn(10, 8)) == (False, 8)
 
 
 @pytest.mark.parametrize("tb", [False, True])
 def test_tma_kernel_on_relaid_out_copy_of_b(tb):
     """The candidates that copy B into the other layout before the TMA kernel."""
-    cfg = G.Config({**TMA_SMALL.kwargs, "B_RELAYOUT": 1}, 4, 1)
+    cfg = gemm.Config({**TMA_SMALL.kwargs, "B_RELAYOUT": 1}, 4, 1)
     a, bias = torch.randn(70, 36), torch.randn(44)
     b = torch.randn(44, 36).t() if tb else torch.randn(36, 44)
-    c, _ = G.gemm_forward(a, b, bias, activation="gelu", out=poison_(torch.empty(70, 44)), config=cfg)
+    c, _ = gemm.gemm_forward(a, b, bias, activation="gelu", out=poison_(torch.empty(70, 44)), config=cfg)
     assert_close(c, REF_ACT["gelu"](a.double() @ b.double() + bias.double()), torch.float32)

@@ -3,7 +3,7 @@ weights), odd shapes, strided inputs, partial last batches, argument errors; the
 and the CI check: two epochs on a small real-format MNIST subset in the interpreter, loss falls."""
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from bench.data import mnist as mnist_data
 from bench.mnist_ladder import GRAPH_VARIANTS, make_trainer
@@ -34,7 +34,7 @@ def _reference_step(x, y, w, b, idx, lr, u8=False):
     w64 = w.detach().double().cpu().requires_grad_()
     b64 = b.detach().double().cpu().requires_grad_()
     z = xb @ w64.T + b64
-    loss = F.cross_entropy(z, yb, reduction="sum")
+    loss = functional.cross_entropy(z, yb, reduction="sum")
     (loss / len(idx)).backward()
     correct = int((z.argmax(1) == yb).sum())
     return loss.item(), correct, w64.grad, b64.grad, w64.detach() - lr * w64.grad, b64.detach() - lr * b64.grad
