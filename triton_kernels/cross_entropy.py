@@ -42,7 +42,7 @@ import torch
 
 from autotune import spaces
 
-from .cross_entropy_kernels import LOG2E, NEG_INF  # noqa: F401  (public names, kept importable from here)
+from .cross_entropy_kernels import LOG2E  # noqa: F401  (public name, kept importable from here)
 from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel, _ce_fwd_chunked_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
 from .launcher import BoundKernel, bind

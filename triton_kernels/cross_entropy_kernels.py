@@ -9,7 +9,6 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
-NEG_INF = tl.constexpr(-float("inf"))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -210,9 +209,10 @@ def _ce_fwd_row_kernel(
         zero = tl.multiple_of((row64 >> 62).to(tl.int32), BLOCK_V)  # rows < 2**62: always 0
         cr = cols + zero
         mask = cr < V
-        x = tl.load(x_row + cr * stride_lv, mask=mask, other=NEG_INF, eviction_policy="evict_first").to(tl.float32)
+        x = tl.load(x_row + cr * stride_lv, mask=mask, other=float("-inf"),
+                    eviction_policy="evict_first").to(tl.float32)
         m = tl.max(x, axis=0)
-        m_safe = tl.where(m == NEG_INF, 0.0, m)
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
         hit = valid & in_range & (x_t == m)
         if hit:
             hit = _first_index_of(x, m, cr, BLOCK_V) == t
@@ -249,7 +249,7 @@ def _chunked_row_stats(x_row, weight_ptr, V, stride_lv, stride_w, SMOOTH: tl.con
     the lane maximum rises) -- no cross-warp reduction inside the loop, so warps stream independently;
     the lanes are merged once per row. REG_DB: chunk i + 1 is loaded before chunk i is reduced."""
     cols = tl.arange(0, BLOCK_V)
-    m_vec = tl.full((BLOCK_V,), NEG_INF, tl.float32)
+    m_vec = tl.full((BLOCK_V,), float("-inf"), tl.float32)
     s_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
     i_vec = tl.zeros((BLOCK_V,), dtype=tl.int32)
     d_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
@@ -258,20 +258,20 @@ def _chunked_row_stats(x_row, weight_ptr, V, stride_lv, stride_w, SMOOTH: tl.con
     wl_vec = tl.zeros((BLOCK_V,), dtype=tl.float32)
     n_seen = tl.cast(0.0, tl.float32)
     if REG_DB:
-        x_nxt = tl.load(x_row + cols * stride_lv, mask=cols < V, other=NEG_INF)
+        x_nxt = tl.load(x_row + cols * stride_lv, mask=cols < V, other=float("-inf"))
     for start in range(0, V, BLOCK_V):
         c = start + cols
         mask = c < V
         if REG_DB:  # chunk i + 1 is in flight while chunk i is reduced
             xc = x_nxt.to(tl.float32)
             cn = c + BLOCK_V
-            x_nxt = tl.load(x_row + cn * stride_lv, mask=cn < V, other=NEG_INF)
+            x_nxt = tl.load(x_row + cn * stride_lv, mask=cn < V, other=float("-inf"))
         else:
-            xc = tl.load(x_row + c * stride_lv, mask=mask, other=NEG_INF).to(tl.float32)
+            xc = tl.load(x_row + c * stride_lv, mask=mask, other=float("-inf")).to(tl.float32)
         up = xc > m_vec  # strict: a lane keeps its first maximum
         hi = tl.maximum(m_vec, xc)
         lo = tl.minimum(m_vec, xc)
-        e = tl.exp2((lo - tl.where(hi == NEG_INF, 0.0, hi)) * LOG2E)  # both -inf: exp2(-inf) = 0
+        e = tl.exp2((lo - tl.where(hi == float("-inf"), 0.0, hi)) * LOG2E)  # both -inf: exp2(-inf) = 0
         s_vec = tl.where(up, s_vec * e + 1.0, s_vec + e)
         i_vec = tl.where(up, c, i_vec)
         if SMOOTH:
@@ -290,7 +290,7 @@ def _chunked_row_stats(x_row, weight_ptr, V, stride_lv, stride_w, SMOOTH: tl.con
     m = tl.max(m_vec, axis=0)
     # first maximal index: the smallest lane-first index among lanes holding the row maximum
     best = _first_index_of(m_vec, m, i_vec, 2147483647)
-    m_safe = tl.where(m == NEG_INF, 0.0, m)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
     s = tl.sum(s_vec * tl.exp2((m_vec - m_safe) * LOG2E), axis=0)
     sd = 0.0
     if SMOOTH:  # merge the lanes: rebase each to the row maximum

@@ -1,0 +1,242 @@
+"""The Triton kernels of the fused batch norm (triton_kernels/batchnorm.py holds the math, the passes
+over memory, the tiling and the launchers): the statistics reduction and its finalize kernel, the apply
+kernel (normalise, residual, ReLU), and the backward's reduction, finalize and dx kernels, with the small
+jit helpers they share.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M: tl.constexpr):
+    """Tile t covers pixels [hw0, hw0 + BLOCK_M) of sample n (n = t // TILES_PER_SAMPLE,
+    hw0 = (t % TILES_PER_SAMPLE) * BLOCK_M): its int64 base offset and the mask of its pixels."""
+    n = t // TILES_PER_SAMPLE
+    hw0 = (t - n * TILES_PER_SAMPLE) * BLOCK_M
+    base = n.to(tl.int64) * stride_n + hw0.to(tl.int64) * stride_hw
+    return base, hw0 + tl.arange(0, BLOCK_M) < HW
+
+
+@triton.jit
+def _bn_stats_kernel(
+    x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
+    [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
+    kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end."""
+    group = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    t_start = group * TILES_PER_GROUP
+    t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)
+    shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
+    acc1 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    count = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for t in range(t_start, t_end):
+        base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+        mask = pmask[:, None] & cmask[None, :]
+        x = tl.load(x_ptr + base + in_tile, mask=mask, other=0.0).to(tl.float32)
+        d = tl.where(mask, x - shift[None, :], 0.0)
+        acc1 += d
+        acc2 += d * d
+        count += pmask.to(tl.float32)
+    n = tl.sum(count, axis=0)
+    s1 = tl.sum(acc1, axis=0)
+    s2 = tl.sum(acc2, axis=0)
+    out = part_ptr + group * C + cols
+    tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
+    tl.store(out + GROUPS * C, s1 / n, mask=cmask)
+    tl.store(out + 2 * GROUPS * C, tl.maximum(s2 - s1 * (s1 / n), 0.0), mask=cmask)
+
+
+@triton.jit
+def _bn_finalize_kernel(
+    part_ptr, x_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
+    C, stride_c, GROUPS, M, eps, momentum,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program per channel block: merge the GROUPS partials (count, offset, M2) into the batch statistics:
+    offset = sum n_g offset_g / M, M2 = sum (M2_g + n_g (offset_g - offset)^2), mean = s + offset. Writes
+    stats (5, C) fp32 = (s, offset, rstd, scale = w * rstd, beta = b) and the new running statistics."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    gs = tl.arange(0, BLOCK_G)
+    acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    for g0 in range(0, GROUPS, BLOCK_G):
+        m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
+        p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
+        acc += tl.load(p, mask=m, other=0.0) * tl.load(p + GROUPS * C, mask=m, other=0.0)
+    Mf = M.to(tl.float32)
+    offset = tl.sum(acc, axis=0) / Mf
+    acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    for g0 in range(0, GROUPS, BLOCK_G):
+        m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
+        p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
+        d = tl.load(p + GROUPS * C, mask=m, other=0.0) - offset[None, :]
+        acc += tl.load(p + 2 * GROUPS * C, mask=m, other=0.0) + tl.load(p, mask=m, other=0.0) * d * d
+    m2 = tl.sum(acc, axis=0)
+    rstd = 1.0 / tl.sqrt(m2 / Mf + eps)
+    scale = rstd
+    if HAS_W:
+        scale = rstd * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    beta = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    if HAS_B:
+        beta = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
+    tl.store(stats_ptr + cols, shift, mask=cmask)
+    tl.store(stats_ptr + C + cols, offset, mask=cmask)
+    tl.store(stats_ptr + 2 * C + cols, rstd, mask=cmask)
+    tl.store(stats_ptr + 3 * C + cols, scale, mask=cmask)
+    tl.store(stats_ptr + 4 * C + cols, beta, mask=cmask)
+    if UPDATE_RUNNING:
+        rm = tl.load(rmean_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        rv = tl.load(rvar_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        rm = momentum * (shift + offset) + (1.0 - momentum) * rm
+        rv = momentum * (m2 / (Mf - 1.0)) + (1.0 - momentum) * rv
+        tl.store(rmean_out_ptr + cols, rm.to(rmean_out_ptr.dtype.element_ty), mask=cmask)
+        tl.store(rvar_out_ptr + cols, rv.to(rvar_out_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _channel_stats(stats_ptr, C, cols, cmask):
+    """Per-channel (s, offset, scale, beta) vectors from stats (5, C) fp32."""
+    shift = tl.load(stats_ptr + cols, mask=cmask, other=0.0)
+    offset = tl.load(stats_ptr + C + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    beta = tl.load(stats_ptr + 4 * C + cols, mask=cmask, other=0.0)
+    return shift, offset, scale, beta
+
+
+@triton.jit
+def _centered(x, shift, offset):
+    """x - mean as (x - s) - offset in fp32 (exact first step for x near the mean)."""
+    return (x.to(tl.float32) - shift[None, :]) - offset[None, :]
+
+
+@triton.jit
+def _bn_apply_kernel(
+    x_ptr, res_ptr, y_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
+    HAS_RES: tl.constexpr, RELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
+    (and the residual), one write of y, per-channel vectors from stats (5, C)."""
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+    mask = pmask[:, None] & cmask[None, :]
+    offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
+    xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
+    y = xc * scale[None, :] + beta[None, :]
+    if HAS_RES:
+        y += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if RELU:
+        y = tl.where(y <= 0.0, 0.0, y)  # NaN stays NaN, as torch.relu
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _masked_grad(dy, x_minus_mean, y_ptr, offs, mask, scale, beta,
+                 RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr):
+    """g = dy where the forward's pre-activation was > 0 (relu), from the saved y or recomputed from x."""
+    if RELU:
+        if MASK_FROM_Y:
+            pre = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        else:
+            pre = x_minus_mean * scale[None, :] + beta[None, :]
+        dy = tl.where(pre <= 0.0, 0.0, dy)
+    return dy
+
+
+@triton.jit
+def _bn_bwd_reduce_kernel(
+    dy_ptr, x_ptr, y_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
+    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
+    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, STORE_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
+    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient)."""
+    group = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    acc_gx = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    t_start = group * TILES_PER_GROUP
+    for t in range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES)):
+        base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+        mask = pmask[:, None] & cmask[None, :]
+        offs = base + in_tile
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        xc = tl.where(mask, _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset), 0.0)
+        g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
+        if STORE_G:
+            tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
+        acc_g += g
+        acc_gx += g * xc
+    out = part_ptr + group * C + cols
+    tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
+    tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
+
+
+@triton.jit
+def _bn_bwd_finalize_kernel(part_ptr, stats_ptr, coef_ptr, dwb_ptr, C, GROUPS, M,
+                            BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program per channel block: sum the GROUPS partials in a fixed order; dweight = rstd * sum g (x - mean),
+    dbias = sum g -> dwb (2, C) fp32; dx coefficients k, c (see the module docstring) -> coef (2, C)."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    gs = tl.arange(0, BLOCK_G)
+    acc_g = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    acc_gx = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    for g0 in range(0, GROUPS, BLOCK_G):
+        m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
+        p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
+        acc_g += tl.load(p, mask=m, other=0.0)
+        acc_gx += tl.load(p + GROUPS * C, mask=m, other=0.0)
+    rstd = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    dbias = tl.sum(acc_g, axis=0)
+    dweight = tl.sum(acc_gx, axis=0) * rstd
+    Mf = M.to(tl.float32)
+    tl.store(dwb_ptr + cols, dweight, mask=cmask)
+    tl.store(dwb_ptr + C + cols, dbias, mask=cmask)
+    tl.store(coef_ptr + cols, scale * rstd * dweight / Mf, mask=cmask)
+    tl.store(coef_ptr + C + cols, scale * dbias / Mf, mask=cmask)
+
+
+@triton.jit
+def _bn_bwd_dx_kernel(
+    dy_ptr, g_ptr, x_ptr, y_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
+    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, LOAD_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
+    reduce kernel stored it) or formed from dy and the relu mask."""
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
+    mask = pmask[:, None] & cmask[None, :]
+    offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
+    k = tl.load(coef_ptr + cols, mask=cmask, other=0.0)
+    c = tl.load(coef_ptr + C + cols, mask=cmask, other=0.0)
+    xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
+    if LOAD_G:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
+    dx = scale[None, :] * g - k[None, :] * xc - c[None, :]
+    tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
