@@ -30,7 +30,7 @@ class Plan:
     """What a trial needs before any input exists: the space context, the runtime's tuning key and tuner."""
 
     ctx: dict
-    tune_key: tuple | None
+    tune_key: tuple | None  # the kernel module's NamedTuple key
     tuner: str | None
 
 
@@ -168,8 +168,11 @@ def _gemm_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
     a, b = _gemm_operands(M, N, K, dtype, variant["layout"], device)
     f = gemm_layout_flags(a, b, variant["precision"], tma_device(device))
     ctx = spaces.context("gemm", M=M, N=N, K=K, dtype=dtype, tma=f["tma"], relayout=f["relayout"])
-    key = (bucket(M), bucket(N), bucket(K), str(dtype), f["prec"], variant["act"], variant["bias"], False,
-           f["a_unit"], f["b_unit"], f["tma"])
+    from triton_kernels.gemm import GemmKey
+
+    key = GemmKey(m=bucket(M), n=bucket(N), k=bucket(K), dtype=dtype, precision=f["prec"], activation=variant["act"],
+                  has_bias=variant["bias"], has_residual=False, a_unit_stride=f["a_unit"], b_unit_stride=f["b_unit"],
+                  tma=f["tma"])
     return Plan(ctx, key, "gemm")
 
 
@@ -213,7 +216,10 @@ def _conv_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
         raise ValueError(f"conv1d shape {shape}: no output rows (L - k + 1) // pool")
     prec = variant["precision"] if dtype == torch.float32 else "ieee"
     ctx = spaces.context("conv1d", M=B * LP, N=N, C=C, dtype=dtype, pool=pool)
-    key = (bucket(B * LP), N, C, k, pool, 0, str(dtype), prec, variant["act"], True)
+    from triton_kernels.conv1d import ConvKey
+
+    key = ConvKey(m=bucket(B * LP), n=N, c=C, kernel_size=k, pool=pool, pad=0, dtype=dtype, precision=prec,
+                  activation=variant["act"], has_bias=True)
     return Plan(ctx, key, "conv1d")
 
 
@@ -259,8 +265,10 @@ def _softmax_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Pla
     M, N = shape["M"], shape["N"]
     ctx = spaces.context("softmax", M=M, N=N)
     forward = variant["direction"] == "forward"
-    dtypes = (str(dtype),) if forward else (str(dtype), str(dtype))
-    key = (bucket(M), bucket(N), *dtypes, variant["log"], True)
+    from triton_kernels.softmax import SoftmaxKey
+
+    key = SoftmaxKey(m=bucket(M), n=bucket(N), dtype=dtype, grad_dtype=None if forward else dtype, log=variant["log"],
+                     unit_stride=True)
     tuner = f"softmax_{'fwd' if forward else 'bwd'}_{'looped' if ctx['looped'] else 'row'}"
     return Plan(ctx, key, tuner)
 
@@ -301,7 +309,10 @@ def _ln_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
     M, D = shape["M"], shape["D"]
     if next_power_of_2(D) > spaces.LN_MAX_ROW_D:
         raise ValueError(f"layernorm_fwd sweeps the row kernel: D <= {spaces.LN_MAX_ROW_D}, got {D}")
-    key = (bucket(M), bucket(D), str(dtype), variant["affine"], variant["affine"], False)
+    from triton_kernels.layernorm import LayerNormForwardKey
+
+    key = LayerNormForwardKey(m=bucket(M), d=bucket(D), dtype=dtype, has_weight=variant["affine"],
+                              has_bias=variant["affine"], save_stats=False)
     return Plan(spaces.context("layernorm_fwd", M=M, D=D), key, "layernorm_fwd_row")
 
 
@@ -334,7 +345,10 @@ _REDUCTIONS = ("none", "sum", "mean")
 
 def _ce_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
     M, V = shape["M"], shape["V"]
-    key = (bucket(M), bucket(V), str(dtype), False, False, variant["grad"], _REDUCTIONS.index(variant["reduction"]), True)
+    from triton_kernels.cross_entropy import CrossEntropyKey
+
+    key = CrossEntropyKey(m=bucket(M), v=bucket(V), dtype=dtype, has_weight=False, smooth=False,
+                          compute_grad=variant["grad"], reduction=variant["reduction"], unit_stride=True)
     return Plan(spaces.context("cross_entropy", M=M, V=V, dtype=dtype), key, "cross_entropy")
 
 

@@ -226,7 +226,7 @@ def trial_row(trial: Trial, result: dict, *, compile_s=None, load_s=None, worker
     row = {"trial_id": trial.id, "kernel": case.kernel, "shape": a.shape_text(case.shape), **case.shape,
            "dtype": _dtype_name(case.dtype), **case.variant, "space": trial.space,
            "config": json.dumps(cfg.to_json(), sort_keys=True), "tuner_rank": trial.tuner_rank,
-           "tune_key": json.dumps(case.plan.tune_key, default=str, separators=(",", ":")),
+           "tune_key": Autotuner.key_str(case.plan.tune_key) if case.plan.tune_key is not None else None,
            **cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
            "compile_s": compile_s, "load_s": load_s, "worker": worker}
     row.update({k: v for k, v in result.items() if k != "first_s"})
@@ -477,7 +477,7 @@ def write_cache(df, cases: Sequence[Case]) -> list[str]:
 
     for case in cases[:1]:  # the kernel's module registers its tuners
         importlib.import_module(kernels.adapter(case.kernel).module)
-    tuner_of = {json.dumps(c.plan.tune_key, default=str, separators=(",", ":")): c.plan.tuner for c in cases}
+    tuner_of = {Autotuner.key_str(c.plan.tune_key): c.plan.tuner for c in cases if c.plan.tune_key is not None}
     df = df[df["tune_key"].isin(list(tuner_of))].copy()
     if df.empty:
         return []
@@ -488,9 +488,8 @@ def write_cache(df, cases: Sequence[Case]) -> list[str]:
         tuner: Autotuner | None = ALL_TUNERS.get(tuner_name)
         if tuner is None:
             continue
-        k = Autotuner.key_str(json.loads(key))
-        tuner._store(k, cfg, ms, trials, 0.0)
-        written.append(k)
+        tuner._store(key, cfg, ms, trials, 0.0)  # the column holds the cache's own key string
+        written.append(key)
     return written
 
 
@@ -541,7 +540,7 @@ def _log(path: Path, entry: dict) -> None:
 
 
 def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> int:
-    from bench import results as R
+    from bench import results
     from bench.cli import argument_parser, cpu_notice, guard_cpu, interpreter_seconds
 
     p = argument_parser("autotune.sweep", __doc__)
@@ -615,7 +614,7 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
             cpu_notice("autotune.sweep", f"{kernel} {shapes_text} {_dtype_name(dtype)}, {len(trials)} trials")
     if args.fresh_triton_cache:
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
-    out_dir = R.results_dir(args.out)
+    out_dir = results.results_dir(args.out)
     sweeps = out_dir / "sweeps"
     trial_store = store.TrialStore(sweeps / f"{kernel}.csv", trial_columns(kernel))
     dropped = trial_store.open()
@@ -660,9 +659,9 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
     params = {"kernel": kernel, "shapes": shapes_text, "space": trials[0].space if trials else args.space,
               "plan": plan_hash, "planned": len(trials), "new_trials": stats.done, "stopped_by": stats.stopped_by,
               "fresh_triton_cache": args.fresh_triton_cache}
-    rows = [R.make_row("autotune_sweep", kernel, params, dtype, mode, "wall_s", wall, "s"),
-            R.make_row("autotune_sweep", kernel, params, dtype, mode, "compile_cpu_s", stats.compile_cpu_s, "s")]
-    R.write_rows(rows, out_dir, "autotune_sweep")
+    rows = [results.make_row("autotune_sweep", kernel, params, dtype, mode, "wall_s", wall, "s"),
+            results.make_row("autotune_sweep", kernel, params, dtype, mode, "compile_cpu_s", stats.compile_cpu_s, "s")]
+    results.write_rows(rows, out_dir, "autotune_sweep")
     print(f"ran {stats.done} trials in {wall:.1f} s ({mode}; stopped by {stats.stopped_by}); {in_plan}/{len(trials)} "
           f"of the plan recorded, {duplicates} duplicate ids; statuses {counts}; "
           f"{len(written)} tuning keys written to the autotune cache")

@@ -36,8 +36,9 @@ def test_sweep_records_every_trial_and_writes_the_cache(tmp_path, monkeypatch):
     end = _runs(tmp_path)[-1]
     assert end["event"] == "end" and end["new_trials"] == len(df) and end["duplicates"] == 0
     assert end["compile_processes"] >= 1 and end["cache_keys"] == 1  # the pool ran the (empty) compile jobs
-    key = json.loads(df["tune_key"].iloc[0])
-    entry = read_json(ALL_TUNERS["gemm"].cache_path())[Autotuner.key_str(key)]
+    key = df["tune_key"].iloc[0]
+    assert json.loads(key)["dtype"] == "float32"  # a readable object of the key's fields
+    entry = read_json(ALL_TUNERS["gemm"].cache_path())[key]
     best = df.loc[df["ms"].idxmin(), "config"]
     assert Config.from_json(entry["best"]) == Config.from_json(json.loads(best)) and len(entry["trials"]) == len(df)
     rows = pd.read_csv(tmp_path / "autotune_sweep.csv")

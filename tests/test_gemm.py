@@ -225,17 +225,21 @@ def test_gpu_compile_fullgraph_mlp():
 
 @pytest.mark.gpu
 def test_gpu_autotune_persists(tmp_path, monkeypatch):
-    """Tuning a key times the candidates, stores them, and a fresh tuner reads them back."""
+    """Tuning a key times the candidates, stores them under a readable key, and a fresh process (no
+    tuner memory, no launch plans) reads them back."""
     monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
     monkeypatch.setenv(runtime.TUNE_ENV, "1")
+    monkeypatch.setattr(gemm, "_PLANS", {})
     gemm._tuner.clear_memory()
     a = torch.randn(300, 200, device="cuda", dtype=torch.float16)
     b = torch.randn(200, 100, device="cuda", dtype=torch.float16)
     assert_close(gemm.gemm(a, b), a.double() @ b.double(), torch.float16)
     assert gemm._tuner.events[-1][1] == "tuned"
-    entry = next(iter(runtime.read_json(gemm._tuner.cache_path()).values()))
+    (entry,) = runtime.read_json(gemm._tuner.cache_path()).values()
     assert len(entry["trials"]) >= 2 and entry["best_ms"] > 0
+    assert entry["key"]["dtype"] == "float16" and entry["key"]["m"] == 512
     gemm._tuner.clear_memory()
+    monkeypatch.setattr(gemm, "_PLANS", {})
     gemm.gemm(a, b)
     assert gemm._tuner.events[-1][1] == "hit"
 

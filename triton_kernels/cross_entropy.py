@@ -82,6 +82,18 @@ def _interpret_config(V: int) -> Config:
     return spaces.interpret_config("cross_entropy", M=1, V=V)
 
 
+class CrossEntropyKey(NamedTuple):
+    """What a tuned cross-entropy config depends on (the cache entry's fields)."""
+    m: int  # rows, bucketed
+    v: int  # classes, bucketed
+    dtype: torch.dtype
+    has_weight: bool
+    smooth: bool  # label smoothing
+    compute_grad: bool
+    reduction: str
+    unit_stride: bool  # classes contiguous
+
+
 _tuner = register_tuner(Autotuner("cross_entropy", [_ce_fwd_row_kernel, _ce_fwd_chunked_kernel], _configs(1 << 15),
                                   interpret_config=_interpret_config(1 << 15)))
 _FLAGS = ("PREFETCH", "REG_DB", "DENOM_IN_KERNEL")
@@ -171,9 +183,8 @@ def _make_plan(key: tuple, config: Optional[Config], logits, target, weight, gra
 
     M, V = logits.shape
     tracing = _is_fake(logits, target)
-    # the tuning key as before: shape buckets, dtype, flags, the reduction as its index in REDUCTIONS
-    tune_key = (bucket(M), bucket(V), str(dtype), has_weight, smooth, compute_grad, REDUCTIONS.index(reduction),
-                unit_stride)
+    tune_key = CrossEntropyKey(m=bucket(M), v=bucket(V), dtype=dtype, has_weight=has_weight, smooth=smooth,
+                               compute_grad=compute_grad, reduction=reduction, unit_stride=unit_stride)
     cfg = _tuner.pick(tune_key, run, lambda: _configs(V, dtype.itemsize), tracing=tracing,
                       interpret_config=_interpret_config(V))
     plan = plan_for(cfg)

@@ -238,6 +238,21 @@ def _act_bwd_kernel(
 # layout (see _launch_plan; TMA=1, B_RELAYOUT=1); the tuner's cache file is keyed by all of them
 INTERPRET_CONFIG = spaces.GEMM_INTERPRET_CONFIG
 
+class GemmKey(NamedTuple):
+    """What a tuned GEMM config depends on (the cache entry's fields)."""
+    m: int  # buckets: the next power of two
+    n: int
+    k: int
+    dtype: torch.dtype
+    precision: str  # "ieee" | "tf32" (fp32 inputs; 16-bit inputs are always "ieee")
+    activation: str
+    has_bias: bool
+    has_residual: bool
+    a_unit_stride: bool  # A row-major (K contiguous)
+    b_unit_stride: bool  # B row-major (N contiguous); nn.Linear's weight.t() is not
+    tma: bool  # the persistent TMA kernel can run (Hopper, aligned operands)
+
+
 _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue], spaces.GEMM_TUNER_CONFIGS,
                                   interpret_config=INTERPRET_CONFIG))
 
@@ -450,8 +465,8 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
     def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
         _launch_plan(plan_for(cfg), a, b, c, bias, residual, z, M, N, K)
 
-    tune_key = (bucket(M), bucket(N), bucket(K), str(a.dtype), prec, activation, has_bias, has_res, a_unit, b_unit,
-                tma)
+    tune_key = GemmKey(m=bucket(M), n=bucket(N), k=bucket(K), dtype=a.dtype, precision=prec, activation=activation,
+                       has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma)
     es = a.element_size()
     cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout), tracing=_is_fake(a, b),
                       interpret_config=INTERPRET_CONFIG)

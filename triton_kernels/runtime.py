@@ -425,6 +425,9 @@ class Autotuner:
         ``interpret_config``: the config to run under the interpreter for this key (default: the tuner's).
         """
         self.picks += 1
+        if not hasattr(key, "_fields"):
+            raise TypeError(f"{self.name}: a tuning key is a NamedTuple (its fields name the cache entry), "
+                            f"got {type(key).__name__}")
         if INTERPRET:
             return interpret_config or self.interpret_config
         mk = self._memory_key(key)

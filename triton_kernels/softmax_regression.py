@@ -70,7 +70,7 @@ when it is built; the label flag catches labels changed afterwards, and those of
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -300,6 +300,15 @@ def _cfg(bk, warps):
 
 STEP_CONFIGS = [_cfg(16, 4), _cfg(16, 8), _cfg(32, 4), _cfg(32, 8)]
 INTERPRET_CONFIG = _cfg(0, 4)  # BLOCK_K 0: one program over all of K (the interpreter runs programs in turn)
+class SoftmaxRegressionKey(NamedTuple):
+    """What a tuned training-step config depends on."""
+    batch: int  # bucketed
+    features: int
+    classes: int
+    x_dtype: torch.dtype
+    precision: str
+
+
 _tuner = register_tuner(Autotuner("softmax_regression_train", _sr_train_kernel, STEP_CONFIGS,
                                   interpret_config=INTERPRET_CONFIG))
 
@@ -444,7 +453,8 @@ def pick_config(weight, bias, x, y, perm, batch_size: int, lr: float, precision:
     """The tuned config for this shape; tuning runs on clones, so the real weights are untouched."""
     if INTERPRET:
         return INTERPRET_CONFIG
-    key = (bucket(batch_size), x.shape[1], weight.shape[0], str(x.dtype), precision)
+    key = SoftmaxRegressionKey(batch=bucket(batch_size), features=x.shape[1], classes=weight.shape[0], x_dtype=x.dtype,
+                               precision=precision)
     scratch = None
 
     def run(cfg: Config):
