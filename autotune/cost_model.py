@@ -552,7 +552,7 @@ def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150,
 
     import torch
 
-    from bench import results as R
+    from bench import results
     from bench.harness import median, quantile, time_call
 
     from . import kernels, spaces, store, sweep
@@ -570,7 +570,7 @@ def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150,
         for cfg in ranked:
             tid = store.trial_id("gemm", case.shape, sweep._dtype_name(dtype), variant, cfg.to_json())
             trials.append(sweep.Trial(tid, case, cfg, rank.get(cfg, -1), f"full-sample{sample}+model-top{k:g}"))
-    out_dir = Path(out_dir) if out_dir is not None else R.results_dir()
+    out_dir = Path(out_dir) if out_dir is not None else results.results_dir()
     trial_store = store.TrialStore(out_dir / "sweeps" / "gemm-compare.csv", sweep.trial_columns("gemm"))
     trial_store.open()
     recorded = trial_store.recorded()
@@ -599,10 +599,11 @@ def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150,
             med = median(ts)
             p = dict(params, **(extra or {}))
             status = "ok" if err <= problem.tolerance else "wrong"
-            rows.append(R.make_row("cost_model", "gemm_vs_libraries", p, dtype, backend, "time_ms", med, "ms",
-                                   p20=quantile(ts, 0.2), p80=quantile(ts, 0.8), error_vs_fp64=err, status=status))
-            rows.append(R.make_row("cost_model", "gemm_vs_libraries", p, dtype, backend, "tflops",
-                                   2.0 * M * N * K / med / 1e9, "TFLOP/s", error_vs_fp64=err, status=status))
+            rows.append(results.make_row("cost_model", "gemm_vs_libraries", p, dtype, backend, "time_ms", med, "ms",
+                                         p20=quantile(ts, 0.2), p80=quantile(ts, 0.8),
+                                         error_vs_fp64=err, status=status))
+            rows.append(results.make_row("cost_model", "gemm_vs_libraries", p, dtype, backend, "tflops",
+                                         2.0 * M * N * K / med / 1e9, "TFLOP/s", error_vs_fp64=err, status=status))
 
         from triton_kernels import gemm
 
@@ -632,7 +633,7 @@ def main(argv=None) -> int:
     import pandas as pd
 
     import triton_kernels  # noqa: F401  (the interpreter switch)
-    from bench import results as R
+    from bench import results
     from bench.cli import argument_parser
 
     from . import store
@@ -662,7 +663,7 @@ def main(argv=None) -> int:
     bad = [x for x in learners if x not in LEARNERS]
     if bad:
         p.error(f"--learners: unknown {bad}; known: {', '.join(LEARNERS)}")
-    out_dir = R.results_dir(args.out)
+    out_dir = results.results_dir(args.out)
     import torch
 
     if args.compare:
@@ -675,7 +676,7 @@ def main(argv=None) -> int:
 
         rows = compare(load(args.model), gemm_shapes(args.shapes), DTYPES[args.dtype or "bfloat16"], args.top_k,
                        sample=args.sample, seed=args.seed, out_dir=out_dir)
-        path = R.write_rows(rows, out_dir, "cost_model", tag="compare")
+        path = results.write_rows(rows, out_dir, "cost_model", tag="compare")
         t = pd.DataFrame(rows)
         print(t[t["metric"] == "tflops"][["params", "backend", "value"]].to_string(index=False))
         print(f"wrote {len(rows)} rows to {path}")
@@ -706,12 +707,13 @@ def main(argv=None) -> int:
     dtype = str(df["dtype"].iloc[0])
     base = {"budget": args.budget, "folds": args.folds, "source": source, "shapes": int(df["shape"].nunique()),
             "trials": int(len(df))}
-    rows = [R.make_row("cost_model", args.kernel, dict(base, learner=s["learner"] or None, cases=s["cases"]), dtype,
-                       s["backend"], s["metric"], s["value"], s["unit"], p20=s.get("p20"), p80=s.get("p80"),
-                       note="synthetic landscape" if args.synthetic else "")
+    rows = [results.make_row("cost_model", args.kernel,
+                             dict(base, learner=s["learner"] or None, cases=s["cases"]), dtype,
+                             s["backend"], s["metric"], s["value"], s["unit"], p20=s.get("p20"), p80=s.get("p80"),
+                             note="synthetic landscape" if args.synthetic else "")
             for s in summary]
     tag = args.kernel + ("-synthetic" if args.synthetic else "")
-    path = R.write_rows(rows, out_dir, "cost_model", tag=tag)
+    path = results.write_rows(rows, out_dir, "cost_model", tag=tag)
     for name, frame in (("cases", cases), ("predictions", preds), ("curves", curves)):
         frame.to_csv(out_dir / f"cost_model-{tag}-{name}.csv", index=False)
     table = pd.DataFrame(summary)

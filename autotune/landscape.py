@@ -111,7 +111,7 @@ def card(df, kernel: str, file: str, entries: list[dict]) -> str:
 
 def main(argv=None) -> int:
     import triton_kernels  # noqa: F401  (the interpreter switch)
-    from bench import results as R
+    from bench import results
     from bench.cli import argument_parser
 
     from .store import TrialStore, read_trials
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--pack", action="store_true")
     p.add_argument("--card", action="store_true")
     args = p.parse_args(argv)
-    sweeps = R.results_dir(args.out) / "sweeps"
+    sweeps = results.results_dir(args.out) / "sweeps"
     csv = sweeps / f"{args.kernel}.csv"
     gz = csv.with_suffix(".csv.gz")
     if not csv.exists() and not gz.exists():

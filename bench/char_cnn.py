@@ -43,13 +43,13 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from triton_kernels.runtime import INTERPRET, atomic_write_text, default_device, device_name
 from models.char_cnn import LENGTH, CharCNN, encode, one_hot
 from triton_kernels.testing import rel_err
 
-from . import results as R
+from . import results
 from .harness import (CudaGraphed, RunConfig, load_ceilings, median, quantile, register_backend, roofline_floor_ms,
                       run_case, time_call, Case)
 
@@ -192,7 +192,7 @@ def derived_rows(rows: list[dict], case: Case, note: str) -> list[dict]:
         if r["metric"] != "time_ms" or r["value"] is None:
             continue
         t, p20, p80 = r["value"], r["p20"], r["p80"]
-        mk = lambda metric, value, unit, lo=None, hi=None: R.make_row(
+        mk = lambda metric, value, unit, lo=None, hi=None: results.make_row(
             SUITE, case.name, case.params, case.dtype, r["backend"], metric, value, unit, p20=lo, p80=hi,
             error_vs_fp64=r["error_vs_fp64"], status=r["status"], note=r["note"])
         out.append(mk("inputs_per_s", batch / (t * 1e-3), "inputs/s", batch / (p80 * 1e-3), batch / (p20 * 1e-3)))
@@ -226,17 +226,18 @@ def agreement_rows(case: Case, backends, fns, eval_idx, eval_labels, ref_logits,
         try:
             logits = eval_logits(fns[base], eval_idx, case.params["batch"], case.dtype, alphabet)
         except Exception as e:  # noqa: BLE001 - a failing backend already has its timing row
-            out.append(R.make_row(SUITE, case.name, case.params, case.dtype, b, "argmax_agreement", None, "pct",
-                                  status="error", note=f"{type(e).__name__}: {e}"[:300]))
+            out.append(results.make_row(SUITE, case.name, case.params, case.dtype, b, "argmax_agreement", None, "pct",
+                                        status="error", note=f"{type(e).__name__}: {e}"[:300]))
             continue
         agree = 100.0 * (logits.argmax(1) == ref_logits.argmax(1)).float().mean().item()
         err = rel_err(logits, ref_logits)
         kw = dict(error_vs_fp64=err, note=f"{len(eval_idx)} eval rows vs eager fp32; {note}")
-        out.append(R.make_row(SUITE, case.name, case.params, case.dtype, b, "argmax_agreement", agree, "pct", **kw))
-        out.append(R.make_row(SUITE, case.name, case.params, case.dtype, b, "logit_rel_err", err, "", **kw))
+        out.append(results.make_row(SUITE, case.name, case.params, case.dtype, b, "argmax_agreement",
+                                    agree, "pct", **kw))
+        out.append(results.make_row(SUITE, case.name, case.params, case.dtype, b, "logit_rel_err", err, "", **kw))
         if eval_labels is not None:
             acc = 100.0 * (logits.argmax(1).cpu() == eval_labels).float().mean().item()
-            out.append(R.make_row(SUITE, case.name, case.params, case.dtype, b, "accuracy", acc, "pct", **kw))
+            out.append(results.make_row(SUITE, case.name, case.params, case.dtype, b, "accuracy", acc, "pct", **kw))
     return out
 
 
@@ -251,17 +252,17 @@ def ladder_rows(rows: list[dict], batch: int) -> list[dict]:
                and json.loads(r["params"])["batch"] == batch]
         if hit:
             r = hit[-1]
-            out.append(R.make_row(SUITE, "ladder", params, dtype, backend, "inputs_per_s", r["value"], "inputs/s",
-                                  p20=r["p20"], p80=r["p80"], error_vs_fp64=r["error_vs_fp64"], status=r["status"],
-                                  note=label))
+            out.append(results.make_row(SUITE, "ladder", params, dtype, backend, "inputs_per_s", r["value"], "inputs/s",
+                                        p20=r["p20"], p80=r["p80"],
+                                        error_vs_fp64=r["error_vs_fp64"], status=r["status"], note=label))
         else:
             why = ("torchrun ... -m bench.char_cnn_dp (suite char_cnn_dp)" if backend == "char_cnn_dp"
                    else "not run in this invocation")
-            out.append(R.make_row(SUITE, "ladder", params, dtype, backend, "inputs_per_s", None, "inputs/s",
-                                  status="unsupported", note=f"{label}: {why}"))
+            out.append(results.make_row(SUITE, "ladder", params, dtype, backend, "inputs_per_s", None, "inputs/s",
+                                        status="unsupported", note=f"{label}: {why}"))
     for rung, label, value in SEED_STUDY:
-        out.append(R.make_row(SUITE, "ladder", {"batch": batch, "rung": rung, "label": label}, "", "seed study",
-                              "reference_inputs_per_s", value, "inputs/s", note=label))
+        out.append(results.make_row(SUITE, "ladder", {"batch": batch, "rung": rung, "label": label}, "", "seed study",
+                                    "reference_inputs_per_s", value, "inputs/s", note=label))
     return out
 
 
@@ -291,22 +292,23 @@ def layer_rows(model: CharCNN, dtype, batch: int, text_idx: torch.Tensor, rep: i
                     h = block(h)
                 times = {name: time_call(_stage_call(block, x), rep) for name, block, x in stages}
         except Exception as e:  # noqa: BLE001 - a failing mode is a row; the others go on
-            out.append(R.make_row(SUITE, "layer", {"batch": batch, "layer": "all"}, dtype, mode, "latency_ms", None,
-                                  "ms", status="error", note=f"{type(e).__name__}: {e}"[:300]))
+            out.append(results.make_row(SUITE, "layer", {"batch": batch, "layer": "all"}, dtype,
+                                        mode, "latency_ms", None,
+                                        "ms", status="error", note=f"{type(e).__name__}: {e}"[:300]))
             continue
         total = sum(median(ts) for ts in times.values())
         for name, ts in list(times.items()) + [("total", None)]:
             params = {"batch": batch, "layer": name}
             if ts is None:
-                out.append(R.make_row(SUITE, "layer", params, dtype, mode, "latency_ms", total, "ms",
-                                      note="sum of the stage medians"))
+                out.append(results.make_row(SUITE, "layer", params, dtype, mode, "latency_ms", total, "ms",
+                                            note="sum of the stage medians"))
                 continue
             med = median(ts)
-            out.append(R.make_row(SUITE, "layer", params, dtype, mode, "latency_ms", med, "ms",
-                                  p20=quantile(ts, 0.2), p80=quantile(ts, 0.8), note=how))
-            out.append(R.make_row(SUITE, "layer", params, dtype, mode, "share_pct", 100 * med / total, "%"))
-            out.append(R.make_row(SUITE, "layer", params, dtype, mode, "tflops", flops[name] * batch / med / 1e9,
-                                  "TFLOP/s", note="useful FLOPs (block 1 as a gather)"))
+            out.append(results.make_row(SUITE, "layer", params, dtype, mode, "latency_ms", med, "ms",
+                                        p20=quantile(ts, 0.2), p80=quantile(ts, 0.8), note=how))
+            out.append(results.make_row(SUITE, "layer", params, dtype, mode, "share_pct", 100 * med / total, "%"))
+            out.append(results.make_row(SUITE, "layer", params, dtype, mode, "tflops", flops[name] * batch / med / 1e9,
+                                        "TFLOP/s", note="useful FLOPs (block 1 as a gather)"))
     return out
 
 
@@ -392,8 +394,8 @@ def bench_main(argv) -> int:
                                  ref.alphabet_size)
     models = {}
     rows: list[dict] = []
-    save = (lambda: None) if args.no_write else (lambda: R.write_rows(rows, args.out, SUITE, tag=args.tag))
-    print(f"Char-CNN on {device_name(device)}: {note}" + (f"  [{R.CPU_NOTE}]" if INTERPRET else ""), flush=True)
+    save = (lambda: None) if args.no_write else (lambda: results.write_rows(rows, args.out, SUITE, tag=args.tag))
+    print(f"Char-CNN on {device_name(device)}: {note}" + (f"  [{results.CPU_NOTE}]" if INTERPRET else ""), flush=True)
     for dtype, batch, backends in plan(args):
         if dtype not in models:
             models[dtype] = CharCNN(**dims).to(device).eval().requires_grad_(False)
@@ -545,7 +547,7 @@ def train_main(argv) -> int:
                    leave=False, file=sys.stderr)
         for step, s in enumerate(bar):
             rows = perm[s:s + args.batch]
-            loss = F.cross_entropy(model(x_train[rows]).float(), y_train[rows])
+            loss = functional.cross_entropy(model(x_train[rows]).float(), y_train[rows])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -564,7 +566,7 @@ def train_main(argv) -> int:
     how = (f"{how_trained(data, n, len(x_eval))}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} "
            f"lr {args.lr} halved every {args.halve_every} epochs, {args.backend} {args.dtype}")
     prov = {"how": how, "eval_accuracy": final["eval_accuracy"], "paper_accuracy": PAPER_ACCURACY, "log": log,
-            "config": config, "source": data["source"], **R.provenance()}
+            "config": config, "source": data["source"], **results.provenance()}
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS
     state = {k: v.float().cpu() for k, v in model.state_dict().items()}
     save_atomic({"state_dict": state, "dims": dims, "provenance": prov}, weights)
@@ -573,11 +575,11 @@ def train_main(argv) -> int:
     if not args.no_write:
         note = f"{how}; the paper's small model: {PAPER_ACCURACY} % with the full train set"
         params = {"epochs": args.epochs, "batch": args.batch, "n_train": n, "n_eval": len(x_eval)}
-        mk = lambda metric, value, unit: R.make_row(SUITE, "train", params, dtype, args.backend, metric, value, unit,
-                                                    note=note)
+        mk = lambda metric, value, unit: results.make_row(SUITE, "train", params, dtype, args.backend,
+                                                          metric, value, unit, note=note)
         rows = [mk("eval_accuracy", final["eval_accuracy"], "pct"), mk("train_loss", final["train_loss"], "nats"),
                 mk("train_s", final["seconds"], "s")]
-        path = R.write_rows(rows, args.out, SUITE, tag="train")
+        path = results.write_rows(rows, args.out, SUITE, tag="train")
         atomic_write_text(path.with_name("char_cnn-weights.json"), json.dumps(prov, indent=1, default=str))
         print(f"rows -> {path}")
     return 0

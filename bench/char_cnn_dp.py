@@ -37,7 +37,7 @@ import torch.distributed as dist
 from triton_kernels.runtime import INTERPRET, device_name  # (the interpreter switch before triton loads)
 from models.char_cnn import CharCNN, encode
 
-from . import results as R
+from . import results
 from .harness import median
 
 SUITE = "char_cnn_dp"
@@ -177,7 +177,7 @@ def _main(args, rank, world, device) -> int:
         gather_out = torch.empty((S, world, B, classes), device=device)
     recv = [torch.empty((B, L), dtype=torch.uint8, device=device) for _ in range(2)]
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.overlap]
-    results = {}
+    timings = {}
     with torch.no_grad():
         run_round(fn, data, recv, gather_out, rank, S, modes[0], None)  # warm-up: JIT, tuning, compile
         for overlap in modes:
@@ -188,8 +188,8 @@ def _main(args, rank, world, device) -> int:
                 t0 = time.perf_counter()
                 run_round(fn, data, recv, gather_out, rank, S, overlap, stage_ms if not overlap else None)
                 walls.append(time.perf_counter() - t0)
-            results[overlap] = (walls, stage_ms)
-    stages = _gather_stage_means(results.get(False, (None, []))[1], world, device)
+            timings[overlap] = (walls, stage_ms)
+    stages = _gather_stage_means(timings.get(False, (None, []))[1], world, device)
     if rank != 0:
         return 0
     match = None
@@ -202,11 +202,11 @@ def _main(args, rank, world, device) -> int:
             torch.save({"gathered": gathered.cpu(), "single": single.cpu(), "indices": data.reshape(-1, L).cpu()},
                        args.dump)
     note = f"{weights_note}; input {input_note}; {'nccl' if device.type == 'cuda' else 'gloo'}"
-    rows = _rows(args, world, results, stages, match, note, S * world * B)
+    rows = _rows(args, world, timings, stages, match, note, S * world * B)
     _print(rows)
     if not args.no_write:
-        path = R.write_rows(rows, args.out, SUITE)
-        R.write_rows(_speedups(path), args.out, SUITE)
+        path = results.write_rows(rows, args.out, SUITE)
+        results.write_rows(_speedups(path), args.out, SUITE)
         print(f"rows -> {path}")
     return 0 if match in (None, 100.0) else 1
 
@@ -221,31 +221,31 @@ def _gather_stage_means(stage_ms: list, world: int, device) -> torch.Tensor | No
     return torch.stack(out).cpu() if out is not None else None
 
 
-def _rows(args, world, results, stages, match, note, per_round) -> list[dict]:
+def _rows(args, world, timings, stages, match, note, per_round) -> list[dict]:
     base = {"gpus": world, "batch": args.batch, "shards": args.shards, "backend": args.backend,
             **({"machine": args.machine} if args.machine else {})}
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
-    for overlap, (walls, _) in results.items():
+    for overlap, (walls, _) in timings.items():
         params = {**base, "overlap": overlap}
         med = median(walls)
-        mk = lambda metric, value, unit, **kw: R.make_row(SUITE, "inference", params, args.dtype, args.backend,
-                                                          metric, value, unit, note=note, **kw)
+        mk = lambda metric, value, unit, **kw: results.make_row(SUITE, "inference", params, args.dtype, args.backend,
+                                                                metric, value, unit, note=note, **kw)
         rows.append(mk("inputs_per_s", per_round / med, "inputs/s", p20=per_round / max(walls),
                        p80=per_round / min(walls)))
         rows.append(mk("round_ms", 1e3 * med, "ms", p20=1e3 * min(walls), p80=1e3 * max(walls)))
         if match is not None:
             rows.append(mk("predictions_match", match, "pct"))
-    if True in results and False in results:
-        ratio = median(results[False][0]) / median(results[True][0])
-        rows.append(R.make_row(SUITE, "inference", {**base, "overlap": True}, args.dtype, args.backend,
-                               "overlap_speedup", ratio, "x", note=f"overlapped vs not, same process; {note}"))
+    if True in timings and False in timings:
+        ratio = median(timings[False][0]) / median(timings[True][0])
+        rows.append(results.make_row(SUITE, "inference", {**base, "overlap": True}, args.dtype, args.backend,
+                                     "overlap_speedup", ratio, "x", note=f"overlapped vs not, same process; {note}"))
     if stages is not None and not torch.isnan(stages).all():
         for rank in range(world):
             for i, stage in enumerate(("scatter", "compute", "gather")):
-                rows.append(R.make_row(SUITE, "stage", {**base, "overlap": False, "rank": rank, "stage": stage},
-                                       args.dtype, args.backend, "latency_ms", stages[rank, i].item(), "ms",
-                                       note=f"mean per step, not overlapped, {dev} synchronised; {note}"))
+                rows.append(results.make_row(SUITE, "stage", {**base, "overlap": False, "rank": rank, "stage": stage},
+                                             args.dtype, args.backend, "latency_ms", stages[rank, i].item(), "ms",
+                                             note=f"mean per step, not overlapped, {dev} synchronised; {note}"))
     return rows
 
 
@@ -262,14 +262,14 @@ def _speedups(path: Path) -> list[dict]:
         one = json.dumps({**p, "gpus": 1}, sort_keys=True)
         twin = df[(df["params"] == one) & (df["dtype"] == r["dtype"])]
         if p["gpus"] != 1 and len(twin):
-            out.append(R.make_row(SUITE, "inference", p, r["dtype"], r["backend"], "speedup_vs_1gpu",
-                                  r["value"] / twin["value"].iloc[-1], "x",
-                                  note="vs the 1-process row in the same file (separate runs)"))
+            out.append(results.make_row(SUITE, "inference", p, r["dtype"], r["backend"], "speedup_vs_1gpu",
+                                        r["value"] / twin["value"].iloc[-1], "x",
+                                        note="vs the 1-process row in the same file (separate runs)"))
     return out
 
 
 def _print(rows: list[dict]) -> None:
-    print(f"\nChar-CNN data-parallel inference on {device_name()}" + (f" [{R.CPU_NOTE}]" if INTERPRET else ""))
+    print(f"\nChar-CNN data-parallel inference on {device_name()}" + (f" [{results.CPU_NOTE}]" if INTERPRET else ""))
     for r in rows:
         p = json.loads(r["params"])
         extra = f" rank {p['rank']} {p['stage']}" if "stage" in p else f" overlap={p['overlap']}"

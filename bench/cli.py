@@ -32,7 +32,7 @@ import torch
 
 from triton_kernels.runtime import INTERPRET, device_name
 
-from . import results as R
+from . import results
 from .harness import BACKENDS, DEFAULT_BACKENDS, Case, RunConfig, base_backend, run_cases
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -126,7 +126,7 @@ def needs_gpu(tool: str, why: str = "") -> None:
 def cpu_notice(tool: str, what: str) -> None:
     """The one line a CPU-interpreter default run prints first."""
     if INTERPRET:
-        print(f"{tool}: CPU interpreter, tiny configuration: {what} ({R.CPU_NOTE}; --full for the GPU sizes)",
+        print(f"{tool}: CPU interpreter, tiny configuration: {what} ({results.CPU_NOTE}; --full for the GPU sizes)",
               flush=True)
 
 
@@ -153,7 +153,7 @@ def guard_cpu(estimate_s: float, what: str, full: bool, tool: str) -> None:
         return
     if full:
         print(f"{tool} --full in the CPU interpreter: {what}, estimated {duration(estimate_s)} (rough; Ctrl-C "
-              f"stops it; {R.CPU_NOTE})", flush=True)
+              f"stops it; {results.CPU_NOTE})", flush=True)
     elif estimate_s > CPU_BUDGET_S:
         raise SystemExit(f"{tool}: {what} would take about {duration(estimate_s)} in the CPU interpreter; "
                          f"pass --full to run it anyway")
@@ -280,7 +280,7 @@ def print_table(rows: list[dict], title: str, committed: bool = False) -> None:
     table = summary_table(rows)
     print(f"\n== {title}" + ("" if committed else f" on {device_name()}") + " ==")
     if INTERPRET and not committed:
-        print(f"NOTE: {R.CPU_NOTE} (every timing below)")
+        print(f"NOTE: {results.CPU_NOTE} (every timing below)")
     if table.empty:
         print("(no rows)")
         return
@@ -291,13 +291,13 @@ def print_table(rows: list[dict], title: str, committed: bool = False) -> None:
 
 def show(suite: str, out: str | None) -> int:
     """Print the committed GPU results of a suite (for CPU-only machines)."""
-    root = Path(out) if out else R.RESULTS
+    root = Path(out) if out else results.RESULTS
     files = sorted(p for p in root.rglob(f"{suite}*.csv") if "cpu-interpreter" not in p.parts and "runs" not in p.parts)
     if not files:
         print(f"no committed GPU results for suite {suite!r} under {root}")
         return 1
     for f in files:
-        df = R.read_results([f])
+        df = results.read_results([f])
         print_table(df.to_dict("records"), f"{suite}: {f.relative_to(root.parent) if root.parent in f.parents else f}",
                     committed=True)
         print(f"(device {df['device'].iloc[0]}, commit {df['git_commit'].iloc[0]}, {df['timestamp'].iloc[0]})")
@@ -314,8 +314,8 @@ def autotune_rows(suite: str) -> list[dict]:
         tuned = sum(1 for _, what in t.events if what == "tuned")
         if hits or tuned:
             print(f"autotune {name}: {hits} key(s) from the persistent cache, {tuned} tuned now ({cache_dir()})")
-            rows.append(R.make_row(suite, "autotune", {"kernel": name}, "", name, "cache_hits", hits, "count"))
-            rows.append(R.make_row(suite, "autotune", {"kernel": name}, "", name, "tuned", tuned, "count"))
+            rows.append(results.make_row(suite, "autotune", {"kernel": name}, "", name, "cache_hits", hits, "count"))
+            rows.append(results.make_row(suite, "autotune", {"kernel": name}, "", name, "tuned", tuned, "count"))
     return rows
 
 
@@ -357,9 +357,9 @@ def main(suite: str, build: Callable[..., list[Case]], description: str, argv: S
             cpu_notice(module, f"{len(cases)} " + ("case(s) at the requested shapes" if shapes else
                                                     "tiny case(s), about a minute"))
     cfg = RunConfig(backends=backends, rounds=args.repeat, seed=args.seed)
-    rows = run_cases(cases, cfg, on_rows=lambda rs: R.write_rows(rs, args.out, suite, tag=tag))
+    rows = run_cases(cases, cfg, on_rows=lambda rs: results.write_rows(rs, args.out, suite, tag=tag))
     rows += autotune_rows(suite)
     print_table([r for r in rows if r["case"] != "autotune"], suite)
-    path = R.write_rows(rows, args.out, suite, tag=tag)
+    path = results.write_rows(rows, args.out, suite, tag=tag)
     print(f"\nwrote {len(rows)} rows to {path} (merged by key with the rows already there)")
     return rows

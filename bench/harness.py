@@ -28,7 +28,7 @@ import torch
 from triton_kernels.runtime import capture_graph, cuda_time_ms, default_device
 from triton_kernels.testing import rel_err, tolerance
 
-from . import results as R
+from . import results
 
 Fn = Callable[..., Any]
 
@@ -211,7 +211,7 @@ def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 2000
 def load_ceilings() -> dict | None:
     import json
 
-    p = R.results_dir() / "ceilings.json"
+    p = results.results_dir() / "ceilings.json"
     if not p.exists():
         return None
     try:
@@ -276,7 +276,7 @@ def _classify(e: BaseException) -> str:
 
 
 def _case_row(case: Case, backend: str, metric: str, value, unit: str, **kw) -> dict:
-    return R.make_row(case.suite, case.name, dict(case.params), case.dtype, backend, metric, value, unit, **kw)
+    return results.make_row(case.suite, case.name, dict(case.params), case.dtype, backend, metric, value, unit, **kw)
 
 
 def run_case(case: Case, cfg: RunConfig) -> list[dict]:
@@ -431,8 +431,8 @@ def run_cases(cases: Sequence[Case], cfg: RunConfig, progress: bool = True,
             rows.extend(run_case(case, cfg))
         except Exception as e:  # never lose the rows of the other cases
             traceback.print_exc()
-            rows.append(R.make_row(case.suite, case.name, case.params, case.dtype, "-", "time_ms", None, "ms",
-                                   status=_classify(e), note=f"{type(e).__name__}: {e}"[:300]))
+            rows.append(results.make_row(case.suite, case.name, case.params, case.dtype, "-", "time_ms", None, "ms",
+                                         status=_classify(e), note=f"{type(e).__name__}: {e}"[:300]))
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         if on_rows is not None:

@@ -278,16 +278,16 @@ def main(argv=None) -> int:
     if args.json:
         atomic_write_text(Path(args.json), json.dumps(points, indent=1))
     if args.out:
-        from . import results as R
+        from . import results
 
         rows = []
         for q in points:
             params = {"report": path.name, "launches": q["launches"], "tensor_flops_per_unit": per_unit}
             for metric, value, unit in (("arithmetic_intensity", q["ai"], "FLOP/B"), ("gflops", q["gflops"], "GFLOP/s"),
                                         ("duration_us", q["time_s"] * 1e6, "us"), ("dram_mb", q["bytes"] / 1e6, "MB")):
-                rows.append(R.make_row("ncu_roofline", q["kernel"][:200], params, "", "ncu", metric,
-                                       value if value == value else None, unit, note=label))
-        print(f"rows -> {R.write_rows(rows, args.out, 'ncu_roofline', tag=label)}")
+                rows.append(results.make_row("ncu_roofline", q["kernel"][:200], params, "", "ncu", metric,
+                                             value if value == value else None, unit, note=label))
+        print(f"rows -> {results.write_rows(rows, args.out, 'ncu_roofline', tag=label)}")
     return 0
 
 

@@ -27,7 +27,7 @@ from torch import nn
 
 from triton_kernels.runtime import INTERPRET, capture_graph, default_device
 
-from . import results as R
+from . import results
 from .cli import parser, run
 
 SUITE = "overhead"
@@ -226,9 +226,9 @@ def measure(modules: list[Module], calls: int, rounds: int) -> list[dict]:
 
     def add(m: Module, mode: str, backend: str, metric: str, values: list[float], note: str = ""):
         values = sorted(values)
-        rows.append(R.make_row(SUITE, m.case, {"mode": mode, "large": m.large}, m.dtype, backend, metric,
-                               values[len(values) // 2], "us", p20=values[int(0.2 * (len(values) - 1))],
-                               p80=values[int(0.8 * (len(values) - 1))], note=note))
+        rows.append(results.make_row(SUITE, m.case, {"mode": mode, "large": m.large}, m.dtype, backend, metric,
+                                     values[len(values) // 2], "us", p20=values[int(0.2 * (len(values) - 1))],
+                                     p80=values[int(0.8 * (len(values) - 1))], note=note))
 
     floor_cache: dict[int, dict] = {}
     for m in modules:
@@ -266,13 +266,13 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=None, help="calls per timing round (default 2000; CPU 5)")
     args = p.parse_args(argv)
     if args.show:
-        path = R.RESULTS
+        path = results.RESULTS
         files = sorted(path.glob(f"*/{SUITE}.csv"))
         if not files:
             print(f"no committed {SUITE} results under {path}")
             return 1
         for f in files:
-            print(f"{f.parent.name}:\n{table(R.read_results(f).to_dict('records'))}")
+            print(f"{f.parent.name}:\n{table(results.read_results(f).to_dict('records'))}")
         return 0
     calls = args.calls or (5 if INTERPRET else 2000)
     rounds = 2 if INTERPRET else args.repeat
@@ -281,9 +281,9 @@ def main(argv=None) -> int:
         wanted = [w.strip() for w in args.op.split(",") if w.strip()]
         modules = [m for m in modules if any(w in m.case for w in wanted)]
     if INTERPRET:
-        print(f"bench.overhead: {R.CPU_NOTE} (tiny shapes, {calls} calls per round)")
+        print(f"bench.overhead: {results.CPU_NOTE} (tiny shapes, {calls} calls per round)")
     rows = measure(modules, calls, rounds)
-    path = R.write_rows(rows, args.out, SUITE)
+    path = results.write_rows(rows, args.out, SUITE)
     print(table(rows))
     print(f"rows: {path}")
     return 0

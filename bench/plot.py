@@ -19,7 +19,7 @@ import pandas as pd
 
 from triton_kernels.runtime import INTERPRET
 
-from . import results as R
+from . import results
 from .cli import argument_parser, run
 
 
@@ -40,8 +40,8 @@ def _label_cpu(fig, ax, cpu: bool) -> None:
     """CPU-interpreter figures carry the label in the title and a footer."""
     if not cpu:
         return
-    ax.set_title((ax.get_title() + "\n" if ax.get_title() else "") + f"[{R.CPU_NOTE}]", fontsize=9)
-    fig.text(0.01, 0.005, R.CPU_NOTE, fontsize=8, color="firebrick", ha="left", va="bottom")
+    ax.set_title((ax.get_title() + "\n" if ax.get_title() else "") + f"[{results.CPU_NOTE}]", fontsize=9)
+    fig.text(0.01, 0.005, results.CPU_NOTE, fontsize=8, color="firebrick", ha="left", va="bottom")
 
 
 def speedup_bars(df: pd.DataFrame, out: Path, ref: str = "eager") -> Path | None:
@@ -53,7 +53,7 @@ def speedup_bars(df: pd.DataFrame, out: Path, ref: str = "eager") -> Path | None
     d = df[(df["metric"] == f"speedup_vs_{ref}") & (df["status"] == "ok")].copy()
     if d.empty:
         return None
-    cpu = bool(R.is_cpu_interpreter(d).any())
+    cpu = bool(results.is_cpu_interpreter(d).any())
     d["value"] = pd.to_numeric(d["value"])
     d["label"] = d["case"] + " " + d["dtype"] + " " + d["params"].str.replace(r'[{}" ]', "", regex=True).str[:40]
     wide = d.pivot_table(index="label", columns="backend", values="value", aggfunc="first")
@@ -96,7 +96,7 @@ def latency_vs_size(df: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_title(f"{case} {dtype}" + (f" ({', '.join(devices)})" if devices else ""))
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
-        _label_cpu(fig, ax, bool(R.is_cpu_interpreter(g).any()))
+        _label_cpu(fig, ax, bool(results.is_cpu_interpreter(g).any()))
         fig.tight_layout()
         path = out / f"latency_{case}_{dtype}.png"
         fig.savefig(path, dpi=110)
@@ -108,11 +108,11 @@ def latency_vs_size(df: pd.DataFrame, out: Path) -> list[Path]:
 def default_sources() -> list[str]:
     """results/<device>/ on a GPU; without one, the CPU interpreter's rows if any, else the committed GPU
     results (every results/<device>/ but cpu-*)."""
-    own = R.results_dir()
-    if not INTERPRET or (own.exists() and not R.read_results(own).empty):
+    own = results.results_dir()
+    if not INTERPRET or (own.exists() and not results.read_results(own).empty):
         return [str(own)]
-    gpu = sorted(d for d in R.RESULTS.iterdir() if d.is_dir() and not d.name.startswith("cpu")
-                 and any(d.glob("*.csv"))) if R.RESULTS.is_dir() else []
+    gpu = sorted(d for d in results.RESULTS.iterdir() if d.is_dir() and not d.name.startswith("cpu")
+                 and any(d.glob("*.csv"))) if results.RESULTS.is_dir() else []
     return [str(d) for d in gpu]
 
 
@@ -123,7 +123,7 @@ def default_out(sources: list[str], out: str | None) -> Path:
         return Path(out)
     first = Path(sources[0])
     first_dir = first if first.is_dir() or not first.suffix else first.parent
-    return R.local_dir("plots", first_dir.name) if INTERPRET else first_dir
+    return results.local_dir("plots", first_dir.name) if INTERPRET else first_dir
 
 
 def draw(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     srcs = args.sources or default_sources()
     if not srcs:
         raise SystemExit("bench.plot: no results to plot (run a bench module first, or pass a results folder)")
-    df = R.read_results(srcs)
+    df = results.read_results(srcs)
     if args.suite:
         df = df[df["suite"] == args.suite]
     if df.empty:
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     out = default_out(srcs, args.out)
     if INTERPRET and not args.sources:
         print(f"bench.plot: no GPU here: plotting {', '.join(srcs)} into {out}"
-              + (f" ({R.CPU_NOTE})" if R.is_cpu_interpreter(df).any() else ""))
+              + (f" ({results.CPU_NOTE})" if results.is_cpu_interpreter(df).any() else ""))
     for m in draw(df, out):
         print(f"wrote {m}")
     return 0

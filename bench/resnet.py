@@ -47,8 +47,8 @@ import torch
 from triton_kernels.runtime import INTERPRET, device_name  # (the interpreter switch before triton loads)
 from models.resnet import BACKENDS, resnet
 
-from . import resnet_data as D
-from . import results as R
+from . import resnet_data
+from . import results
 from .harness import quantile
 
 SUITE = "resnet"
@@ -341,15 +341,15 @@ def data_path(args, device) -> str:
     return args.data_path or ("gpu" if device.type == "cuda" else "cpu")
 
 
-def make_batches(args, data: D.Data, dist: Dist, device):
+def make_batches(args, data: resnet_data.Data, dist: Dist, device):
     """fn(epoch, start_step) -> iterator of (x, y) on the device, for the chosen data path."""
     cl = args.channels_last
     if data_path(args, device) == "gpu":
-        loader = D.GpuLoader(data.train_images, data.train_labels, args.batch_size, args.seed, device, dist.rank,
-                             dist.world, channels_last=cl)
+        loader = resnet_data.GpuLoader(data.train_images, data.train_labels, args.batch_size,
+                                       args.seed, device, dist.rank, dist.world, channels_last=cl)
         return loader.epoch
-    sampler = D.PlannedBatchSampler(len(data.train_images), args.batch_size, args.seed, dist.rank, dist.world)
-    dl = D.make_cpu_loader(data.train_images, data.train_labels, sampler, args.workers, device.type == "cuda")
+    sampler = resnet_data.PlannedBatchSampler(len(data.train_images), args.batch_size, args.seed, dist.rank, dist.world)
+    dl = resnet_data.make_cpu_loader(data.train_images, data.train_labels, sampler, args.workers, device.type == "cuda")
 
     def epoch(e: int, start: int):
         sampler.set_epoch(e, start)
@@ -418,9 +418,9 @@ class StepProfiler:
 def run_training(args, dist: Dist) -> int:
     device = dist.device
     seed_everything(args.seed)
-    data = D.load(args.data, args.synthetic, args.train_limit, args.test_limit)
+    data = resnet_data.load(args.data, args.synthetic, args.train_limit, args.test_limit)
     model, forward = build_model(args, args.backends[0], device, dist)
-    steps = D.steps_per_epoch(len(data.train_images), args.batch_size)
+    steps = resnet_data.steps_per_epoch(len(data.train_images), args.batch_size)
     if steps == 0:
         raise SystemExit(f"--batch-size {args.batch_size} exceeds the {len(data.train_images)} training images")
     trainer = Trainer(args, model, forward, device, steps * args.epochs)
@@ -432,7 +432,7 @@ def run_training(args, dist: Dist) -> int:
     if resume and dist.main:
         print(f"resumed from {resume} at epoch {progress['epoch']}, step {progress['step']}", file=sys.stderr)
     batches = make_batches(args, data, dist, device)
-    test_x, test_y = D.test_tensors(data, device, dist.rank, dist.world, args.channels_last)
+    test_x, test_y = resnet_data.test_tensors(data, device, dist.rank, dist.world, args.channels_last)
     profiler = StepProfiler(args, device, out_dir)
     from tqdm import tqdm
 
@@ -507,7 +507,7 @@ def run_training(args, dist: Dist) -> int:
             atomic_save(model.state_dict(), out_dir / "final.pt")
             (out_dir / "history.json").write_text(json.dumps(progress["history"], indent=1))
         rows = training_rows(args, data, device, progress, dist)
-        path = R.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, "train"))
+        path = results.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, "train"))
         print(f"rows -> {path}", file=sys.stderr)
     return 0
 
@@ -525,7 +525,7 @@ def base_params(args, data_name: str, device, world: int = 1) -> dict:
             "processes": world, "no_batch_norm": args.no_batch_norm}
 
 
-def training_rows(args, data: D.Data, device, progress: dict, dist: Dist) -> list[dict]:
+def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Dist) -> list[dict]:
     hist = progress["history"]
     params = dict(base_params(args, data.name, device, dist.world), optimizer=args.optimizer, lr=args.lr,
                   epochs=args.epochs, warmup=args.warmup, label_smoothing=args.label_smoothing, seed=args.seed,
@@ -533,8 +533,8 @@ def training_rows(args, data: D.Data, device, progress: dict, dist: Dist) -> lis
     case, backend = f"{args.model}_train_step", args.backends[0]
 
     def row(metric, value, unit, **kw):
-        return R.make_row(SUITE, case, kw.pop("params", params), args.amp if args.amp != "none" else "float32",
-                          backend, metric, value, unit, **kw)
+        return results.make_row(SUITE, case, kw.pop("params", params), args.amp if args.amp != "none" else "float32",
+                                backend, metric, value, unit, **kw)
 
     steady = [h["epoch_s"] for h in (hist[1:] if len(hist) > 1 else hist)]
     out = []

@@ -25,8 +25,8 @@ import torch
 
 from triton_kernels.runtime import CudaEventTimer
 
-from . import resnet_data as D
-from . import results as R
+from . import resnet_data
+from . import results
 from .harness import _classify, bootstrap_ratio_ci, median, quantile
 from .resnet import SUITE, Dist, Trainer, base_params, build_model, new_model, run_tag, seed_everything, sync
 
@@ -66,9 +66,9 @@ def _peak_mb(trainer: Trainer, batch, device) -> float | None:
 
 def bench_steps(args, dist: Dist) -> int:
     device = dist.device
-    data = D.load(args.data, args.synthetic, args.train_limit, args.test_limit)
-    loader = D.GpuLoader(data.train_images, data.train_labels, args.batch_size, args.seed, device,
-                         channels_last=args.channels_last)
+    data = resnet_data.load(args.data, args.synthetic, args.train_limit, args.test_limit)
+    loader = resnet_data.GpuLoader(data.train_images, data.train_labels, args.batch_size, args.seed, device,
+                                   channels_last=args.channels_last)
     per_epoch = loader.steps
     if per_epoch == 0:
         raise SystemExit(f"--batch-size {args.batch_size} exceeds the {len(data.train_images)} training images")
@@ -111,9 +111,9 @@ def bench_steps(args, dist: Dist) -> int:
         runs[b]["losses"] = [float(v) for v in torch.stack(runs[b]["losses"]).cpu()] if runs[b]["losses"] else []
         runs[b]["peak_mb"] = _peak_mb(runs[b]["trainer"], batch(warm + rounds * timed), device)
     rows = _step_rows(args, data, device, runs, timed, rounds)
-    out = R.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, "steps"))
+    out = results.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, "steps"))
     curves = {b: runs[b]["losses"] for b in ok}
-    curve_path = Path(args.out_dir or R.results_dir()) / f"resnet-{run_tag(args, 'steps')}-curves.json"
+    curve_path = Path(args.out_dir or results.results_dir()) / f"resnet-{run_tag(args, 'steps')}-curves.json"
     curve_path.parent.mkdir(parents=True, exist_ok=True)
     curve_path.write_text(json.dumps({"steps": warm + rounds * timed, "warmup": warm, "losses": curves}))
     _print_steps(args, runs, device)
@@ -129,7 +129,7 @@ def _step_rows(args, data, device, runs, timed, rounds) -> list[dict]:
     eager = runs.get("eager", {}).get("losses") or None
     for b, run in runs.items():
         def row(metric, value, unit, **kw):
-            rows.append(R.make_row(SUITE, case, params, dtype, b, metric, value, unit, **kw))
+            rows.append(results.make_row(SUITE, case, params, dtype, b, metric, value, unit, **kw))
 
         if not run["times"]:
             row("step_ms", None, "ms", status=run["status"] if run["status"] != "ok" else "error", note=run["note"])
@@ -155,8 +155,9 @@ def _step_rows(args, data, device, runs, timed, rounds) -> list[dict]:
 
 
 def _print_steps(args, runs, device) -> None:
-    print(f"\n{args.model} training step, batch {args.batch_size}, amp {args.amp}, {D.__name__.split('.')[-1]} "
-          f"on {device}" + ("  [CPU: not performance figures]" if device.type != "cuda" else ""))
+    print(f"\n{args.model} training step, batch {args.batch_size}, amp {args.amp}, "
+          f"{resnet_data.__name__.split('.')[-1]} on {device}"
+          + ("  [CPU: not performance figures]" if device.type != "cuda" else ""))
     for b, run in runs.items():
         if run["times"]:
             ts = run["times"]
@@ -176,7 +177,7 @@ def _on_device(x: torch.Tensor, args, device) -> torch.Tensor:
 
 def sweep_workers(args, dist: Dist) -> int:
     device = dist.device
-    data = D.load(args.data, args.synthetic, args.train_limit, args.test_limit)
+    data = resnet_data.load(args.data, args.synthetic, args.train_limit, args.test_limit)
     if args.sweep_workers == "auto":
         counts, c = [0], 1
         while c <= (os.cpu_count() or 1):
@@ -187,13 +188,13 @@ def sweep_workers(args, dist: Dist) -> int:
     model, forward = build_model(args, args.backends[0], device)
     n = len(data.train_images)
     trainer = Trainer(args, model, forward, device, 10**6)
-    steps = min(args.sweep_steps, D.steps_per_epoch(n, args.batch_size) - 3)
+    steps = min(args.sweep_steps, resnet_data.steps_per_epoch(n, args.batch_size) - 3)
     if steps < 1:
         raise SystemExit("--sweep-steps: the training set is too small for this batch size")
-    results = []
+    measured = []
     for w in counts:
-        sampler = D.PlannedBatchSampler(n, args.batch_size, args.seed)
-        loader = D.make_cpu_loader(data.train_images, data.train_labels, sampler, w, device.type == "cuda")
+        sampler = resnet_data.PlannedBatchSampler(n, args.batch_size, args.seed)
+        loader = resnet_data.make_cpu_loader(data.train_images, data.train_labels, sampler, w, device.type == "cuda")
         t0 = time.perf_counter()
         it = iter(loader)
         batches = [next(it)]
@@ -218,24 +219,25 @@ def sweep_workers(args, dist: Dist) -> int:
                 break
         load_s = time.perf_counter() - t0
         del it, loader
-        results.append({"workers": w, "images_per_s": steps * args.batch_size / train_s, "wait_s": wait / steps,
-                        "loader_images_per_s": steps * args.batch_size / load_s, "startup_s": startup})
-        print(f"[sweep] workers {w:>3}: {results[-1]['images_per_s']:9.0f} images/s training, "
-              f"{results[-1]['loader_images_per_s']:9.0f} loading alone, {1e3 * wait / steps:.1f} ms wait/step",
+        measured.append({"workers": w, "images_per_s": steps * args.batch_size / train_s, "wait_s": wait / steps,
+                         "loader_images_per_s": steps * args.batch_size / load_s, "startup_s": startup})
+        print(f"[sweep] workers {w:>3}: {measured[-1]['images_per_s']:9.0f} images/s training, "
+              f"{measured[-1]['loader_images_per_s']:9.0f} loading alone, {1e3 * wait / steps:.1f} ms wait/step",
               file=sys.stderr)
-    best = max(results, key=lambda r: r["images_per_s"])
+    best = max(measured, key=lambda r: r["images_per_s"])
     params = dict(base_params(args, data.name, device), data_path="cpu", sweep_steps=steps)
     rows = []
-    for r in results:
+    for r in measured:
         p = dict(params, workers=r["workers"])
         for metric, unit in (("images_per_s", "inputs/s"), ("loader_images_per_s", "inputs/s"), ("wait_s", "s"),
                              ("startup_s", "s")):
-            rows.append(R.make_row(SUITE, f"{args.model}_worker_sweep", p, args.amp, args.backends[0], metric,
-                                   r[metric], unit))
-    rows.append(R.make_row(SUITE, f"{args.model}_worker_sweep", params, args.amp, args.backends[0], "best_workers",
-                           best["workers"], "", note=f"{best['images_per_s']:.0f} images/s training"))
+            rows.append(results.make_row(SUITE, f"{args.model}_worker_sweep", p, args.amp, args.backends[0], metric,
+                                         r[metric], unit))
+    rows.append(results.make_row(SUITE, f"{args.model}_worker_sweep", params, args.amp, args.backends[0],
+                                 "best_workers", best["workers"], "",
+                                 note=f"{best['images_per_s']:.0f} images/s training"))
     print(f"best: {best['workers']} workers ({best['images_per_s']:.0f} images/s)")
-    print(f"rows -> {R.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, 'workers'))}", file=sys.stderr)
+    print(f"rows -> {results.write_rows(rows, args.out_dir, SUITE, tag=run_tag(args, 'workers'))}", file=sys.stderr)
     return 0
 
 
@@ -258,7 +260,7 @@ def _allreduce_ms(numel: int, dtype, device, reps: int = 10) -> float | None:
 
 def scaling(args, dist: Dist) -> int:
     device = dist.device
-    data = D.load(args.data, args.synthetic, args.train_limit, args.test_limit)
+    data = resnet_data.load(args.data, args.synthetic, args.train_limit, args.test_limit)
     init = _init_state(args)
     numel = sum(v.numel() for k, v in init.items() if v.is_floating_point() and "running" not in k)
     grad_dtype = torch.bfloat16 if args.ddp_bf16_compress else torch.float32
@@ -271,11 +273,11 @@ def scaling(args, dist: Dist) -> int:
                       global_batch=global_batch, data_path="gpu", timed_steps=timed)
 
         def row(metric, value, unit, **kw):
-            rows.append(R.make_row("resnet_ddp", f"{args.model}_ddp", params, args.amp, backend, metric, value, unit,
-                                   **kw))
+            rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", params, args.amp, backend,
+                                         metric, value, unit, **kw))
         try:
-            loader = D.GpuLoader(data.train_images, data.train_labels, global_batch, args.seed, device, dist.rank,
-                                 dist.world, channels_last=args.channels_last)
+            loader = resnet_data.GpuLoader(data.train_images, data.train_labels, global_batch,
+                                           args.seed, device, dist.rank, dist.world, channels_last=args.channels_last)
             if loader.steps == 0:
                 row("images_per_s", None, "inputs/s", status="unsupported", note="global batch > training set")
                 continue
@@ -304,13 +306,13 @@ def scaling(args, dist: Dist) -> int:
             torch.cuda.empty_cache()
     if dist.main:
         tag = f"scaling-{args.model}-{backend}-{dist.world}proc".replace("+", "_")
-        print(f"rows -> {R.write_rows(rows, args.out_dir, 'resnet_ddp', tag=tag)}", file=sys.stderr)
+        print(f"rows -> {results.write_rows(rows, args.out_dir, 'resnet_ddp', tag=tag)}", file=sys.stderr)
     return 0
 
 
 def scaling_report(args) -> int:
     """Strong and weak scaling efficiency from the images_per_s rows of --scaling runs."""
-    df = R.read_results(args.scaling_report or [str(R.results_dir())])
+    df = results.read_results(args.scaling_report or [str(results.results_dir())])
     df = df[(df["suite"] == "resnet_ddp") & (df["metric"] == "images_per_s") & (df["status"] == "ok")]
     ips: dict[tuple, dict[tuple[int, int], float]] = {}
     for _, r in df.iterrows():
@@ -322,13 +324,13 @@ def scaling_report(args) -> int:
         for (g, b), v in sorted(table.items()):
             base = {"gpus": g, "batch_per_gpu": b, "global_batch": g * b, "data": data}
             if g > 1 and (1, b) in table:
-                rows.append(R.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend,
-                                       "weak_scaling_efficiency", v / (g * table[(1, b)]), "",
-                                       note=f"ips({g}, {b}) / ({g} * ips(1, {b}))"))
+                rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend,
+                                             "weak_scaling_efficiency", v / (g * table[(1, b)]), "",
+                                             note=f"ips({g}, {b}) / ({g} * ips(1, {b}))"))
             if g > 1 and (1, g * b) in table:
-                rows.append(R.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend,
-                                       "strong_scaling_efficiency", v / (g * table[(1, g * b)]), "",
-                                       note=f"ips({g}, {b}) / ({g} * ips(1, {g * b})): global batch {g * b}"))
+                rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend,
+                                             "strong_scaling_efficiency", v / (g * table[(1, g * b)]), "",
+                                             note=f"ips({g}, {b}) / ({g} * ips(1, {g * b})): global batch {g * b}"))
     for r in rows:
         p = json.loads(r["params"])
         print(f"{r['backend']:<10} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
@@ -336,5 +338,5 @@ def scaling_report(args) -> int:
     if not rows:
         print("no pairs of 1-GPU and multi-GPU images_per_s rows found", file=sys.stderr)
         return 1
-    print(f"rows -> {R.write_rows(rows, args.out_dir, 'resnet_ddp', tag='scaling-report')}", file=sys.stderr)
+    print(f"rows -> {results.write_rows(rows, args.out_dir, 'resnet_ddp', tag='scaling-report')}", file=sys.stderr)
     return 0

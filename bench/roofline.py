@@ -23,7 +23,7 @@ import torch
 
 from triton_kernels.runtime import INTERPRET, atomic_write_text, device_name
 
-from . import results as R
+from . import results
 from .cli import argument_parser, needs_gpu, run
 from .harness import median, quantile, time_call
 
@@ -37,9 +37,9 @@ def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict
     time_call(lambda: dst.copy_(src), 3, flush=False)  # warm-up
     ts = time_call(lambda: dst.copy_(src), 30, flush=False)
     copy_gbps = 2 * src.numel() * 4 / (median(ts) * 1e-3) / 1e9
-    rows.append(R.make_row("roofline", "copy", {"bytes": 2 * numel * 4}, "float32", "torch", "gbps", copy_gbps,
-                           "GB/s", p20=2 * numel * 4 / (quantile(ts, 0.8) * 1e-3) / 1e9,
-                           p80=2 * numel * 4 / (quantile(ts, 0.2) * 1e-3) / 1e9))
+    rows.append(results.make_row("roofline", "copy", {"bytes": 2 * numel * 4}, "float32", "torch", "gbps", copy_gbps,
+                                 "GB/s", p20=2 * numel * 4 / (quantile(ts, 0.8) * 1e-3) / 1e9,
+                                 p80=2 * numel * 4 / (quantile(ts, 0.2) * 1e-3) / 1e9))
     del src, dst
     peaks = {}
     for name, dtype, tf32 in (("bfloat16", torch.bfloat16, False), ("float16", torch.float16, False),
@@ -51,16 +51,16 @@ def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict
         time_call(lambda: torch.matmul(a, b, out=c), 2)  # warm-up (cuBLAS handle, heuristics)
         ts = time_call(lambda: torch.matmul(a, b, out=c), 5 if name == "float32" else 20)
         peaks[name] = 2 * n ** 3 / (median(ts) * 1e-3) / 1e12
-        rows.append(R.make_row("roofline", "gemm_peak", {"M": n, "N": n, "K": n}, name, "cublas", "tflops",
-                               peaks[name], "TFLOP/s", p20=2 * n ** 3 / (quantile(ts, 0.8) * 1e-3) / 1e12,
-                               p80=2 * n ** 3 / (quantile(ts, 0.2) * 1e-3) / 1e12))
+        rows.append(results.make_row("roofline", "gemm_peak", {"M": n, "N": n, "K": n}, name, "cublas", "tflops",
+                                     peaks[name], "TFLOP/s", p20=2 * n ** 3 / (quantile(ts, 0.8) * 1e-3) / 1e12,
+                                     p80=2 * n ** 3 / (quantile(ts, 0.2) * 1e-3) / 1e12))
         del a, b, c
     torch.backends.cuda.matmul.allow_tf32 = False
-    ceilings = {"device": device_name(), "copy_gbps": copy_gbps, "gemm_tflops": peaks, **R.provenance()}
-    d = R.results_dir(out)
+    ceilings = {"device": device_name(), "copy_gbps": copy_gbps, "gemm_tflops": peaks, **results.provenance()}
+    d = results.results_dir(out)
     d.mkdir(parents=True, exist_ok=True)
     atomic_write_text(d / "ceilings.json", json.dumps(ceilings, indent=1))
-    R.write_rows(rows, out, "roofline")
+    results.write_rows(rows, out, "roofline")
     print(json.dumps({"copy_gbps": round(copy_gbps, 1), "gemm_tflops": {k: round(v, 1) for k, v in peaks.items()}}))
     return ceilings
 
@@ -82,9 +82,9 @@ def points(df) -> "pd.DataFrame":  # noqa: F821
 
 def committed_gpu_dirs() -> list[Path]:
     """results/<device>/ folders with a ceilings.json (what GPU runs committed)."""
-    if not R.RESULTS.is_dir():
+    if not results.RESULTS.is_dir():
         return []
-    return sorted(d for d in R.RESULTS.iterdir() if d.is_dir() and (d / "ceilings.json").exists()
+    return sorted(d for d in results.RESULTS.iterdir() if d.is_dir() and (d / "ceilings.json").exists()
                   and not d.name.startswith("cpu"))
 
 
@@ -106,8 +106,8 @@ def plot(sources: list[str], ceilings_path: str | None, png: str | None, out: st
     import matplotlib.pyplot as plt
     import numpy as np
 
-    srcs = sources or [str(R.results_dir())]
-    df = R.read_results(srcs)
+    srcs = sources or [str(results.results_dir())]
+    df = results.read_results(srcs)
     cpath = Path(ceilings_path) if ceilings_path else None
     if cpath is None:
         for s in srcs:
@@ -185,9 +185,9 @@ def main(argv=None) -> int:
         if not dirs:
             raise SystemExit("bench.roofline: no GPU here and no committed results/<device>/ceilings.json to draw")
         print(f"bench.roofline: no GPU here: drawing the committed GPU results of {', '.join(d.name for d in dirs)}"
-              f" into {args.out or args.png or R.local_dir('plots')} (not over the committed roofline.png)")
+              f" into {args.out or args.png or results.local_dir('plots')} (not over the committed roofline.png)")
         for d in dirs:
-            plot([str(d)], args.ceilings, args.png, args.out or R.local_dir("plots", d.name), marks)
+            plot([str(d)], args.ceilings, args.png, args.out or results.local_dir("plots", d.name), marks)
     return 0
 
 

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 from torch import nn
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-,;.!?:'\"/\\|_@#$%^&*~`+-=<>()[]{}\n"
@@ -194,44 +194,45 @@ class CharCNN(nn.Module):
 
     def _eager_blocks(self):
         def pool_relu(h):
-            return F.max_pool1d(F.relu(h), POOL, POOL)
+            return functional.max_pool1d(functional.relu(h), POOL, POOL)
 
         def fc(layer, act):
-            return lambda h: self.dropout(F.relu(layer(h))) if act else layer(h)
+            return lambda h: self.dropout(functional.relu(layer(h))) if act else layer(h)
 
         return [
             ("block1", lambda h: pool_relu(self.ln1(self.conv1(h)))),
             ("block2", lambda h: pool_relu(self.conv2(h))),
-            ("block3", lambda h: F.relu(self.conv3(h))),
-            ("block4", lambda h: F.relu(self.conv4(h))),
-            ("block5", lambda h: F.relu(self.conv5(h))),
+            ("block3", lambda h: functional.relu(self.conv3(h))),
+            ("block4", lambda h: functional.relu(self.conv4(h))),
+            ("block5", lambda h: functional.relu(self.conv5(h))),
             ("block6", lambda h: pool_relu(self.ln6(self.conv6(h))).flatten(1)),
             ("fc1", fc(self.fc1, True)), ("fc2", fc(self.fc2, True)), ("fc3", fc(self.fc3, False)),
         ]
 
     def _triton_blocks(self, fused: bool):
-        from triton_kernels import conv1d as CV
-        from triton_kernels import conv1d_gather as G
+        from triton_kernels import conv1d
+        from triton_kernels import conv1d_gather
         from triton_kernels.gemm import linear
 
         p = self.packed_parameters
         eps1, eps6 = self.ln1.eps, self.ln6.eps
 
         def conv(i, act, pool=1):
-            return lambda h: CV.conv1d(h, p()[f"conv{i}"], getattr(self, f"conv{i}").bias, act, pool)
+            return lambda h: conv1d.conv1d(h, p()[f"conv{i}"], getattr(self, f"conv{i}").bias, act, pool)
 
         if fused:
-            block1 = lambda h: G.conv1d_gather_ln_relu_pool(h, p()["conv1"], self.conv1.bias, p()["ln1.weight"],
-                                                             p()["ln1.bias"], eps1, POOL)
+            block1 = lambda h: conv1d_gather.conv1d_gather_ln_relu_pool(
+                h, p()["conv1"], self.conv1.bias, p()["ln1.weight"], p()["ln1.bias"], eps1, POOL)
             block2 = conv(2, "relu", POOL)
         else:
-            block1 = lambda h: G.layer_norm_relu_maxpool_cl(G.conv1d_gather(h, p()["conv1"], self.conv1.bias),
-                                                             p()["ln1.weight"], p()["ln1.bias"], eps1, POOL)
-            block2 = lambda h: CV.max_pool1d_cl(conv(2, "relu")(h), POOL)
+            block1 = lambda h: conv1d_gather.layer_norm_relu_maxpool_cl(
+                conv1d_gather.conv1d_gather(h, p()["conv1"], self.conv1.bias), p()["ln1.weight"], p()["ln1.bias"],
+                eps1, POOL)
+            block2 = lambda h: conv1d.max_pool1d_cl(conv(2, "relu")(h), POOL)
 
         def block6(h):
-            h = G.layer_norm_relu_maxpool_cl(conv(6, "none")(h), p()["ln6.weight"], p()["ln6.bias"], eps6, POOL,
-                                             channels_first=True)
+            h = conv1d_gather.layer_norm_relu_maxpool_cl(conv(6, "none")(h), p()["ln6.weight"],
+                                                         p()["ln6.bias"], eps6, POOL, channels_first=True)
             return h.reshape(h.shape[0], -1)  # channels-first, as torch flattens
 
         def fc(layer, act):
@@ -262,26 +263,26 @@ class CharCNN(nn.Module):
     def forward_triton_train(self, x: torch.Tensor) -> torch.Tensor:
         """The differentiable Triton path (training): Triton conv / LayerNorm / linear forward and backward,
         torch relu, max_pool1d and dropout, channels-last activations."""
-        from triton_kernels import conv1d as CV
-        from triton_kernels import conv1d_gather as G
+        from triton_kernels import conv1d
+        from triton_kernels import conv1d_gather
         from triton_kernels.gemm import linear
         from triton_kernels.layernorm import layer_norm
 
         def pool(h):  # (B, L, C) -> (B, L // 3, C)
-            return F.max_pool1d(h.transpose(1, 2), POOL, POOL).transpose(1, 2)
+            return functional.max_pool1d(h.transpose(1, 2), POOL, POOL).transpose(1, 2)
 
         def ln(h, mod):  # LayerNorm([C, L]) of a channels-last h: normalise over (L, C) with transposed affine
             return layer_norm(h, tuple(h.shape[1:]), mod.weight.t(), mod.bias.t(), mod.eps)
 
         def conv(h, m, act):
-            return CV.conv1d(h, CV.pack_weight(m.weight), m.bias, act)
+            return conv1d.conv1d(h, conv1d.pack_weight(m.weight), m.bias, act)
 
-        h = G.conv1d_gather(x, CV.pack_weight(self.conv1.weight), self.conv1.bias)
-        h = pool(F.relu(ln(h, self.ln1)))
+        h = conv1d_gather.conv1d_gather(x, conv1d.pack_weight(self.conv1.weight), self.conv1.bias)
+        h = pool(functional.relu(ln(h, self.ln1)))
         h = pool(conv(h, self.conv2, "relu"))
         for m in (self.conv3, self.conv4, self.conv5):
             h = conv(h, m, "relu")
-        h = pool(F.relu(ln(conv(h, self.conv6, "none"), self.ln6)))
+        h = pool(functional.relu(ln(conv(h, self.conv6, "none"), self.ln6)))
         h = h.transpose(1, 2).reshape(h.shape[0], -1)
         h = self.dropout(linear(h, self.fc1.weight, self.fc1.bias, "relu"))
         h = self.dropout(linear(h, self.fc2.weight, self.fc2.bias, "relu"))

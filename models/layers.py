@@ -10,10 +10,10 @@ import warnings
 import torch
 from torch import nn
 
-from triton_kernels import cross_entropy as _ce
+from triton_kernels import cross_entropy
 from triton_kernels import gemm as _gemm
-from triton_kernels import layernorm as _ln
-from triton_kernels import softmax as _sm
+from triton_kernels import layernorm
+from triton_kernels import softmax
 
 
 class Linear(nn.Linear):
@@ -68,7 +68,7 @@ class Softmax(nn.Softmax):
     (torch's legacy rule: 0 for 1-D and 3-D inputs, else 1)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _sm.softmax(x, _softmax_dim(self.dim, x.ndim, "softmax"))
+        return softmax.softmax(x, _softmax_dim(self.dim, x.ndim, "softmax"))
 
 
 class LogSoftmax(nn.LogSoftmax):
@@ -76,7 +76,7 @@ class LogSoftmax(nn.LogSoftmax):
     Softmax)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _sm.log_softmax(x, _softmax_dim(self.dim, x.ndim, "log_softmax"))
+        return softmax.log_softmax(x, _softmax_dim(self.dim, x.ndim, "log_softmax"))
 
 
 class CrossEntropyLoss(nn.CrossEntropyLoss):
@@ -91,15 +91,15 @@ class CrossEntropyLoss(nn.CrossEntropyLoss):
         self.return_correct = return_correct
 
     def forward(self, input: torch.Tensor, target: torch.Tensor):
-        return _ce.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
-                                 self.label_smoothing, return_correct=self.return_correct)
+        return cross_entropy.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
+                                           self.label_smoothing, return_correct=self.return_correct)
 
 
 class LayerNorm(nn.LayerNorm):
     """nn.LayerNorm (any normalized_shape, e.g. [256, 1008]) in Triton, forward and backward."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _ln.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return layernorm.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class LayerNormReLUMaxPool(nn.LayerNorm):
@@ -124,9 +124,9 @@ class LayerNormReLUMaxPool(nn.LayerNorm):
         needs_grad = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (x, self.weight, self.bias))
         if needs_grad:
-            y = _ln.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            y = layernorm.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
             return nn.functional.max_pool1d(torch.relu(y), self.pool, self.pool)
-        return _ln.layer_norm_relu_maxpool(x, self.weight, self.bias, self.eps, self.pool)
+        return layernorm.layer_norm_relu_maxpool(x, self.weight, self.bias, self.eps, self.pool)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, pool={self.pool}"

@@ -21,10 +21,10 @@ import copy
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 from torch import nn
 
-from triton_kernels import batchnorm as _bn
+from triton_kernels import batchnorm
 from triton_kernels import pool_head as _pool_head
 
 BACKENDS = ("eager", "compile", "triton", "triton+compile")
@@ -36,7 +36,7 @@ WIDTHS = (64, 128, 256, 512)
 # Convolutions: where a Triton implicit-GEMM conv2d plugs in
 # --------------------------------------------------------------------------------------------------
 def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    return F.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+    return functional.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 # name -> fn(conv module, x). A Triton implicit-GEMM conv2d (3x3 and 1x1, stride 1 and 2) is a later
@@ -79,15 +79,17 @@ class BatchNormAct2d(nn.BatchNorm2d):
             y = super().forward(x)
             if residual is not None:
                 y += residual
-            return F.relu(y, inplace=True) if self.relu else y
+            return functional.relu(y, inplace=True) if self.relu else y
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         training = self.training or (self.running_mean is None and self.running_var is None)
         use_running = not self.training or self.track_running_stats
-        return _bn.batch_norm(x, self.running_mean if use_running else None, self.running_var if use_running else None,
-                              self.weight, self.bias, training, factor, self.eps, residual=residual, relu=self.relu)
+        return batchnorm.batch_norm(x, self.running_mean if use_running else None,
+                                    self.running_var if use_running else None,
+                                    self.weight, self.bias, training, factor, self.eps,
+                                    residual=residual, relu=self.relu)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}"
@@ -103,7 +105,7 @@ class AddAct(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if residual is not None:
             x = x + residual
-        return F.relu(x) if self.relu else x
+        return functional.relu(x) if self.relu else x
 
 
 def _norm(channels: int, relu: bool, no_batch_norm: bool) -> nn.Module:
@@ -178,7 +180,7 @@ class ResNet(nn.Module):
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         if self.fused:
             return _pool_head.pool_head(x, self.fc.weight, self.fc.bias)
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return self.fc(torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 def resnet(name: str = "resnet18", num_classes: int = 10, no_batch_norm: bool = False, backend: str = "eager",
@@ -211,7 +213,7 @@ def compile_model(model: ResNet, **compile_kwargs) -> Callable:
 def _fold_pair(conv: nn.Conv2d, bn: nn.Module) -> nn.Module:
     if not isinstance(bn, BatchNormAct2d):
         return bn
-    w, b = _bn.fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps)
+    w, b = batchnorm.fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps)
     conv.weight = nn.Parameter(w)
     conv.bias = nn.Parameter(b)
     return AddAct(bn.relu)

@@ -5,7 +5,7 @@ of ways to train it, eager to CUDA-graphed fused kernel, is bench/mnist_ladder.p
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 from torch import nn
 
 BACKENDS = ("eager", "compile", "triton")
@@ -33,9 +33,9 @@ class SoftmaxRegression(nn.Linear):
             return linear(x, self.weight, self.bias)
         if self.backend == "compile":
             if self._compiled is None:
-                self._compiled = torch.compile(F.linear, dynamic=False)
+                self._compiled = torch.compile(functional.linear, dynamic=False)
             return self._compiled(x, self.weight, self.bias)
-        return F.linear(x, self.weight, self.bias)
+        return functional.linear(x, self.weight, self.bias)
 
     @torch.no_grad()
     def accuracy(self, x: torch.Tensor, y: torch.Tensor, chunk: int = 8192) -> float:
@@ -43,5 +43,5 @@ class SoftmaxRegression(nn.Linear):
         correct = torch.zeros((), dtype=torch.int64, device=self.weight.device)
         for i in range(0, x.shape[0], chunk):
             xb = x[i:i + chunk].to(self.weight.device, torch.float32)
-            correct += (F.linear(xb, self.weight, self.bias).argmax(1) == y[i:i + chunk].to(xb.device)).sum()
+            correct += (functional.linear(xb, self.weight, self.bias).argmax(1) == y[i:i + chunk].to(xb.device)).sum()
         return correct.item() / max(1, x.shape[0])

@@ -6,7 +6,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from bench.data import ag_news as A
+from bench.data import ag_news
 from bench.data.common import DataNotFoundError, default_roots
 
 CLASSES = b"World\nSports\nBusiness\nSci/Tech\n"
@@ -32,7 +32,7 @@ def _write(directory, train=12, test=40, gz=False):
 @pytest.mark.parametrize("gz", [False, True])
 def test_full_layout(tmp_path, gz):
     md5 = _write(tmp_path, gz=gz)
-    data = A.load(tmp_path, expected_md5=md5)
+    data = ag_news.load(tmp_path, expected_md5=md5)
     assert not data.split_of_test and data.classes == ("World", "Sports", "Business", "Sci/Tech")
     assert len(data.train) == 12 and len(data.test) == 40 and data.train.labels.dtype == np.int64
     assert data.train.labels[:5].tolist() == [0, 1, 2, 3, 0]
@@ -42,25 +42,27 @@ def test_full_layout(tmp_path, gz):
 
 def test_md5_checked_by_default(tmp_path):
     md5 = _write(tmp_path)
-    with pytest.raises(A.AgNewsDataError, match=f"train.csv has md5 {md5['train.csv']} .*expected {A.MD5['train.csv']}"):
-        A.load(tmp_path, expected_md5={"train.csv": A.MD5["train.csv"]})
-    with pytest.raises(A.AgNewsDataError, match="test.csv has md5"):
-        A.load(tmp_path)  # the canonical md5s: these tiny files are not the canonical ones
-    assert len(A.load(tmp_path, expected_md5={}).train) == 12
+    with pytest.raises(ag_news.AgNewsDataError,
+                       match=f"train.csv has md5 {md5['train.csv']} .*expected {ag_news.MD5['train.csv']}"):
+        ag_news.load(tmp_path, expected_md5={"train.csv": ag_news.MD5["train.csv"]})
+    with pytest.raises(ag_news.AgNewsDataError, match="test.csv has md5"):
+        ag_news.load(tmp_path)  # the canonical md5s: these tiny files are not the canonical ones
+    assert len(ag_news.load(tmp_path, expected_md5={}).train) == 12
 
 
 def test_without_train_csv_a_seeded_stratified_split_of_test(tmp_path):
     _write(tmp_path, train=0, test=40, gz=True)
-    data = A.load(tmp_path, eval_rows=8, seed=3, expected_md5={})
+    data = ag_news.load(tmp_path, eval_rows=8, seed=3, expected_md5={})
     assert data.split_of_test and "train.csv is absent" in data.source and "8 to evaluate" in data.source
     assert (len(data.train), len(data.test)) == (32, 8)
     assert np.bincount(data.test.labels).tolist() == [2, 2, 2, 2]  # stratified: 10 rows per class
     assert not set(data.train.titles) & set(data.test.titles)
     assert set(data.train.titles) | set(data.test.titles) == {f'Title {1000 + i}, "quoted"' for i in range(40)}
-    again, other = A.load(tmp_path, eval_rows=8, seed=3, expected_md5={}), A.load(tmp_path, eval_rows=8, seed=4, expected_md5={})
+    again = ag_news.load(tmp_path, eval_rows=8, seed=3, expected_md5={})
+    other = ag_news.load(tmp_path, eval_rows=8, seed=4, expected_md5={})
     assert again.test.titles == data.test.titles and other.test.titles != data.test.titles
     with pytest.raises(ValueError, match="eval_rows must be in 1..39 for 40 rows, got 40"):
-        A.load(tmp_path, eval_rows=40, expected_md5={})
+        ag_news.load(tmp_path, eval_rows=40, expected_md5={})
 
 
 @pytest.mark.parametrize("text,match", [
@@ -73,27 +75,27 @@ def test_without_train_csv_a_seeded_stratified_split_of_test(tmp_path):
 def test_malformed_csv(tmp_path, text, match):
     _write(tmp_path, train=0, test=4)
     (tmp_path / "test.csv").write_bytes(text)
-    with pytest.raises(A.AgNewsDataError, match=match):
-        A.load(tmp_path, expected_md5={})
+    with pytest.raises(ag_news.AgNewsDataError, match=match):
+        ag_news.load(tmp_path, expected_md5={})
 
 
 def test_corrupt_gzip_and_missing_files(tmp_path):
     _write(tmp_path, gz=True)
     good = (tmp_path / "train.csv.gz").read_bytes()
     (tmp_path / "train.csv.gz").write_bytes(good[:12] + bytes(b ^ 0x55 for b in good[12:40]) + good[40:])
-    with pytest.raises(A.AgNewsDataError, match="corrupt gzip in AG News file .*train.csv.gz"):
-        A.load(tmp_path, expected_md5={})
+    with pytest.raises(ag_news.AgNewsDataError, match="corrupt gzip in AG News file .*train.csv.gz"):
+        ag_news.load(tmp_path, expected_md5={})
     (tmp_path / "classes.txt").unlink()
     with pytest.raises(DataNotFoundError, match="missing AG News file .*classes.txt.*bench.data.fetch ag_news"):
-        A.load(tmp_path, expected_md5={})
+        ag_news.load(tmp_path, expected_md5={})
     with pytest.raises(DataNotFoundError, match="AG News directory .*absent does not exist"):
-        A.load(tmp_path / "absent")
+        ag_news.load(tmp_path / "absent")
 
 
 def test_shared_test_split_if_present():
     root = default_roots("ag_news")[1]
     if not (root / "test.csv.gz").is_file() or (root / "train.csv").exists():
         pytest.skip("the shared test-only AG News copy is not available")
-    data = A.load(root)  # test.csv's canonical md5 is checked
+    data = ag_news.load(root)  # test.csv's canonical md5 is checked
     assert data.split_of_test and (len(data.train), len(data.test)) == (6600, 1000)
     assert np.bincount(data.test.labels).tolist() == [250] * 4

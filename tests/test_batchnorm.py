@@ -4,10 +4,10 @@ NaN propagation, the BatchNormAct2d module, BN folding, bad input (CPU interpret
 shapes, the view matrix in bf16 and torch.compile(fullgraph=True) on the GPU."""
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from models.resnet import BatchNormAct2d
-from triton_kernels import batchnorm as BN
+from triton_kernels import batchnorm
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err
 
@@ -18,17 +18,17 @@ COMBOS = [(True, True), (True, False), (False, False)]  # (relu, residual)
 
 
 def reference(x, weight, bias, residual=None, relu=False, running=None, momentum=0.1, eps=1e-5, relu_mask=None):
-    """float64 act(F.batch_norm(training) [+ residual]); ``running``: float64 buffers updated in place.
+    """float64 act(functional.batch_norm(training) [+ residual]); ``running``: float64 buffers updated in place.
     ``relu_mask``: the ReLU states to use (the kernel's own, ``y > 0``): a unit within rounding of zero may
     sit on the other side in float64, which moves a whole gradient entry and says nothing of the kernel."""
     rm, rv = running if running is not None else (None, None)
-    y = F.batch_norm(x.double(), rm, rv, weight.double() if weight is not None else None,
-                     bias.double() if bias is not None else None, True, momentum, eps)
+    y = functional.batch_norm(x.double(), rm, rv, weight.double() if weight is not None else None,
+                              bias.double() if bias is not None else None, True, momentum, eps)
     if residual is not None:
         y = y + residual.double()
     if relu and relu_mask is not None:
         return y * relu_mask.to(y.dtype)
-    return F.relu(y) if relu else y
+    return functional.relu(y) if relu else y
 
 
 def _check(shape, dtype, fmt, relu, use_res, momentum=0.1, scale=1.0):
@@ -40,7 +40,7 @@ def _check(shape, dtype, fmt, relu, use_res, momentum=0.1, scale=1.0):
     rm, rv = torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.5
     rm64, rv64 = rm.double().cpu(), rv.double().cpu()
     rm32, rv32 = rm.clone(), rv.clone()
-    y = BN.batch_norm(x, rm, rv, w, b, True, momentum, 1e-5, residual=res, relu=relu)
+    y = batchnorm.batch_norm(x, rm, rv, w, b, True, momentum, 1e-5, residual=res, relu=relu)
     assert y.dtype == dtype and y.shape == x.shape
     assert y.is_contiguous(memory_format=fmt)
     leaves = [t.detach().cpu().double().requires_grad_() if t is not None else None for t in (x, w, b, res)]
@@ -48,7 +48,7 @@ def _check(shape, dtype, fmt, relu, use_res, momentum=0.1, scale=1.0):
                     relu_mask=(y.detach().cpu() > 0) if relu else None)
     assert_close(y, ref, dtype, name="y", scale=scale)
     # running statistics: against float64 and against torch's own fp32 update
-    F.batch_norm(x.detach().float(), rm32, rv32, None, None, True, momentum, 1e-5)
+    functional.batch_norm(x.detach().float(), rm32, rv32, None, None, True, momentum, 1e-5)
     for name, ours, r64, r32 in (("running_mean", rm, rm64, rm32), ("running_var", rv, rv64, rv32)):
         assert_close(ours, r64, torch.float32 if dtype == torch.float32 else dtype, name=name)
         assert rel_err(ours, r32) <= 1e-5, name
@@ -83,7 +83,7 @@ def test_config_chooses_the_tiling(config):
     x = (torch.randn(3, 20, 5, 7, device=DEVICE) * 2 + 1).to(memory_format=torch.channels_last).requires_grad_()
     res = torch.randn_like(x).requires_grad_()
     w = (torch.rand(20, device=DEVICE) + 0.5).requires_grad_()
-    y = BN.batch_norm(x, None, None, w, None, residual=res, relu=True, config=config)
+    y = batchnorm.batch_norm(x, None, None, w, None, residual=res, relu=True, config=config)
     leaves = [t.detach().double().requires_grad_() for t in (x, w, res)]
     ref = reference(leaves[0], leaves[1], None, leaves[2], relu=True)
     assert_close(y, ref, torch.float32)
@@ -102,16 +102,16 @@ def test_momentum_extremes():
 def test_large_mean_small_variance():
     """Shifted sums: a mean of 1e3 with std 1e-2 loses nothing a two-pass torch BN keeps."""
     x = torch.randn(4, 8, 6, 6, device=DEVICE) * 1e-2 + 1e3
-    ref = F.batch_norm(x.double(), None, None, None, None, True)
-    torch_err = rel_err(F.batch_norm(x, None, None, None, None, True), ref)
-    assert rel_err(BN.batch_norm(x), ref) <= max(2 * torch_err, 1e-5)
+    ref = functional.batch_norm(x.double(), None, None, None, None, True)
+    torch_err = rel_err(functional.batch_norm(x, None, None, None, None, True), ref)
+    assert rel_err(batchnorm.batch_norm(x), ref) <= max(2 * torch_err, 1e-5)
 
 
 def test_nan_propagates_per_channel():
     x = torch.randn(2, 4, 3, 3, device=DEVICE).to(memory_format=torch.channels_last)
     x[1, 2, 0, 1] = float("nan")
-    y = BN.batch_norm(x, relu=True)
-    ref = F.relu(F.batch_norm(x, None, None, None, None, True))
+    y = batchnorm.batch_norm(x, relu=True)
+    ref = functional.relu(functional.batch_norm(x, None, None, None, None, True))
     assert torch.isnan(y[:, 2]).all() and torch.isnan(ref[:, 2]).all()
     assert torch.isfinite(y[:, [0, 1, 3]]).all()
     assert_close(y[:, [0, 1, 3]], ref[:, [0, 1, 3]].double(), torch.float32)
@@ -128,8 +128,8 @@ def view_case(arg: str, layout: str, dtype_name: str) -> None:
     dtype = getattr(torch, dtype_name)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     check_case(ViewCase(arg, layout), VIEW_ARGS,
-               lambda x, weight, bias, residual: BN.batch_norm(x, None, None, weight, bias, residual=residual,
-                                                               relu=True),
+               lambda x, weight, bias, residual: batchnorm.batch_norm(x, None, None, weight, bias, residual=residual,
+                                                                      relu=True),
                lambda x, weight, bias, residual: reference(x, weight, bias, residual, relu=True),
                dtype=dtype, device=device)
 
@@ -143,8 +143,8 @@ def test_channels_last_view_of_a_leaf():
     """x as the channels_last view (permute) of an NHWC leaf: the gradient reaches the leaf."""
     base = (torch.randn(3, 4, 5, 6, device=DEVICE) + 1).requires_grad_()
     base64 = base.detach().double().requires_grad_()
-    y = BN.batch_norm(base.permute(0, 3, 1, 2), relu=True)
-    ref = F.relu(F.batch_norm(base64.permute(0, 3, 1, 2), None, None, None, None, True))
+    y = batchnorm.batch_norm(base.permute(0, 3, 1, 2), relu=True)
+    ref = functional.relu(functional.batch_norm(base64.permute(0, 3, 1, 2), None, None, None, None, True))
     assert_close(y, ref, torch.float32)
     g = torch.randn_like(ref)
     y.backward(g.float())
@@ -161,13 +161,13 @@ def test_inference_mode(relu, use_res):
     rm, rv = torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.1
     w, b = torch.randn(C, device=DEVICE), torch.randn(C, device=DEVICE)
     with torch.no_grad():
-        y = BN.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=relu)
-    ref = F.batch_norm(x.double(), rm.double(), rv.double(), w.double(), b.double(), False)
+        y = batchnorm.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=relu)
+    ref = functional.batch_norm(x.double(), rm.double(), rv.double(), w.double(), b.double(), False)
     ref = ref + res.double() if use_res else ref
-    assert_close(y, F.relu(ref) if relu else ref, torch.float32)
+    assert_close(y, functional.relu(ref) if relu else ref, torch.float32)
     # a gradient in inference mode goes through torch's ops (same values, differentiable)
     w.requires_grad_()
-    y2 = BN.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=relu)
+    y2 = batchnorm.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=relu)
     y2.sum().backward()
     assert_close(y2, y.double(), torch.float32) and w.grad is not None
 
@@ -180,12 +180,13 @@ def test_fold_into_conv():
         bn.running_var.uniform_(0.5, 2)
         bn.weight.normal_()
         bn.bias.normal_()
-    w, b = BN.fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps)
+    w, b = batchnorm.fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.eps)
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
-    assert_close(F.conv2d(x, w, b, padding=1), bn(conv(x)), torch.float64)
-    w0, b0 = BN.fold_into_conv(conv.weight, None, bn.running_mean, bn.running_var)
-    ref = F.batch_norm(F.conv2d(x, conv.weight, None, padding=1), bn.running_mean, bn.running_var, None, None, False)
-    assert_close(F.conv2d(x, w0, b0, padding=1), ref, torch.float64)
+    assert_close(functional.conv2d(x, w, b, padding=1), bn(conv(x)), torch.float64)
+    w0, b0 = batchnorm.fold_into_conv(conv.weight, None, bn.running_mean, bn.running_var)
+    ref = functional.batch_norm(functional.conv2d(x, conv.weight, None, padding=1), bn.running_mean,
+                                bn.running_var, None, None, False)
+    assert_close(functional.conv2d(x, w0, b0, padding=1), ref, torch.float64)
 
 
 # ---------------------------------------------------------------------------------------------- module
@@ -217,21 +218,23 @@ def test_module_matches_batchnorm2d(momentum):
 
 # ---------------------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("bad,match", [
-    (lambda x: BN.batch_norm(x[0]), "x must have 4 dims"),
-    (lambda x: BN.batch_norm(x.double()), "x has dtype"),
-    (lambda x: BN.batch_norm(x, weight=torch.ones(3)), "weight has 3 values but x has 4 channels"),
-    (lambda x: BN.batch_norm(x, running_mean=torch.zeros(4)), "given together"),
-    (lambda x: BN.batch_norm(x, residual=x[:, :, :2]), "residual has shape"),
-    (lambda x: BN.batch_norm(x, residual=x.half()), "residual has dtype"),
-    (lambda x: BN.batch_norm(x, momentum=1.5), "momentum must be"),
-    (lambda x: BN.batch_norm(x, eps=-1.0), "eps must be"),
-    (lambda x: BN.batch_norm(x[:1, :, :1, :1]), "more than 1 value per channel"),
-    (lambda x: BN.batch_norm(x, training=False), "needs running_mean"),
-    (lambda x: BN.batch_norm(x.to("meta")), "meta tensor"),
-    (lambda x: BN.batch_norm(x, config={"BLOCK_M": 4}), "config must be a triton_kernels.runtime.Config"),
-    (lambda x: BN.batch_norm(x, config=Config({"BLOCK_M": 4}, 4, 1)), "config must name BLOCK_M and BLOCK_C"),
-    (lambda x: BN.batch_norm(x, config=Config({"BLOCK_M": 6, "BLOCK_C": 4}, 4, 1)), "BLOCK_M must be a positive"),
-    (lambda x: BN.fold_into_conv(torch.ones(5, 4, 3, 3), None, torch.zeros(4), torch.ones(4)), "expected \\(5,\\)"),
+    (lambda x: batchnorm.batch_norm(x[0]), "x must have 4 dims"),
+    (lambda x: batchnorm.batch_norm(x.double()), "x has dtype"),
+    (lambda x: batchnorm.batch_norm(x, weight=torch.ones(3)), "weight has 3 values but x has 4 channels"),
+    (lambda x: batchnorm.batch_norm(x, running_mean=torch.zeros(4)), "given together"),
+    (lambda x: batchnorm.batch_norm(x, residual=x[:, :, :2]), "residual has shape"),
+    (lambda x: batchnorm.batch_norm(x, residual=x.half()), "residual has dtype"),
+    (lambda x: batchnorm.batch_norm(x, momentum=1.5), "momentum must be"),
+    (lambda x: batchnorm.batch_norm(x, eps=-1.0), "eps must be"),
+    (lambda x: batchnorm.batch_norm(x[:1, :, :1, :1]), "more than 1 value per channel"),
+    (lambda x: batchnorm.batch_norm(x, training=False), "needs running_mean"),
+    (lambda x: batchnorm.batch_norm(x.to("meta")), "meta tensor"),
+    (lambda x: batchnorm.batch_norm(x, config={"BLOCK_M": 4}), "config must be a triton_kernels.runtime.Config"),
+    (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 4}, 4, 1)), "config must name BLOCK_M and BLOCK_C"),
+    (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 6, "BLOCK_C": 4}, 4, 1)),
+     "BLOCK_M must be a positive"),
+    (lambda x: batchnorm.fold_into_conv(torch.ones(5, 4, 3, 3), None, torch.zeros(4), torch.ones(4)),
+     "expected \\(5,\\)"),
 ])
 def test_bad_input_raises(bad, match):
     x = torch.randn(2, 4, 3, 3, device=DEVICE)
@@ -242,7 +245,7 @@ def test_bad_input_raises(bad, match):
 @pytest.mark.skipif(DEVICE != "cpu", reason="interpreter only")
 def test_bfloat16_refused_in_interpreter():
     with pytest.raises(ValueError, match="interpreter cannot compute"):
-        BN.batch_norm(torch.randn(2, 4, 3, 3, dtype=torch.bfloat16))
+        batchnorm.batch_norm(torch.randn(2, 4, 3, 3, dtype=torch.bfloat16))
 
 
 # ---------------------------------------------------------------------------------------------- GPU
@@ -271,7 +274,7 @@ def test_gpu_explicit_configs():
                 Config({"BLOCK_M": 32, "BLOCK_C": 128}, 8, 3)):
         x = (torch.randn(256, 128, 16, 16, device="cuda") + 1).to(torch.bfloat16).to(memory_format=torch.channels_last)
         res = torch.randn_like(x)
-        y = BN.batch_norm(x, residual=res, relu=True, config=cfg)
+        y = batchnorm.batch_norm(x, residual=res, relu=True, config=cfg)
         assert_close(y, reference(x.cpu(), torch.ones(128), torch.zeros(128), res.cpu(), relu=True), torch.bfloat16)
 
 
@@ -311,11 +314,11 @@ def test_gpu_compile_fullgraph():
 # ---------------------------------------------------------------------------------------------- op suite
 def test_op_suite_cases_run_and_check():
     """bench/cases/batchnorm.py's interpreter cases pass the harness's float64 check on both backends."""
-    from bench import harness as H
+    from bench import harness
     from bench.cases import batchnorm as cases
 
     for case in cases.cases():
-        rows = H.run_case(case, H.RunConfig(backends=["eager", "triton"], rep=1))
+        rows = harness.run_case(case, harness.RunConfig(backends=["eager", "triton"], rep=1))
         timed = [r for r in rows if r["metric"] == "time_ms"]
         assert len(timed) == 2 and all(r["status"] == "ok" for r in timed), (case.label, rows)
         assert all(r["error_vs_fp64"] <= case.tolerance() for r in timed), case.label

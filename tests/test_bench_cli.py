@@ -12,7 +12,7 @@ import torch
 
 from autotune import sweep
 from bench import cli, gemm, mnist, mnist_step_variants, ncu_stalls, ops, plot, resnet_numerics
-from bench import results as R
+from bench import results
 from bench import roofline, sgemm
 from bench.data import mnist as mnist_data
 from bench.data import sgemm as sgemm_data
@@ -107,8 +107,8 @@ def test_command_line_error_is_one_line(tmp_path):
 # --------------------------------------------------------------------------------------------------
 @cpu_only
 def test_cpu_defaults_go_under_local():
-    assert R.results_dir() == R.LOCAL / "results" / "cpu-interpreter"
-    assert Path(sgemm.parse_args(["--quick"]).results_dir) == R.LOCAL / "training_results"
+    assert results.results_dir() == results.LOCAL / "results" / "cpu-interpreter"
+    assert Path(sgemm.parse_args(["--quick"]).results_dir) == results.LOCAL / "training_results"
     assert Path(sgemm.parse_args(["--model", "MLP10", "--results-dir", "elsewhere"]).results_dir) == Path("elsewhere")
     if (REPO / ".git").exists():
         paths = [".local/results/cpu-interpreter/ops.csv", ".local/training_results/GloNet4/session_1/metrics.json"]
@@ -119,7 +119,7 @@ def test_cpu_defaults_go_under_local():
 @cpu_only
 def test_ops_default_is_tiny_and_labelled(tmp_path, capsys):
     rc, out, _ = command(ops.cli, ["--out", tmp_path], capsys)
-    assert rc == 0 and NOTICE in out and R.CPU_NOTE in out
+    assert rc == 0 and NOTICE in out and results.CPU_NOTE in out
     df = pd.read_csv(tmp_path / "ops.csv")
     assert set(df["device"]) == {"cpu-interpreter"} and df["case"].str.startswith("gemm").any()
 
@@ -136,7 +136,7 @@ def test_two_filtered_runs_keep_each_others_rows(tmp_path, capsys):
         assert command(ops.cli, ["--op", op, "--backends", "eager", "--out", tmp_path], capsys)[0] == 0
     df = pd.read_csv(tmp_path / "ops.csv")
     assert {"softmax_fwd", "layernorm_fwd"} <= set(df["case"])
-    assert not df.duplicated(list(R.KEY)).any()
+    assert not df.duplicated(list(results.KEY)).any()
 
 
 @cpu_only
@@ -174,7 +174,7 @@ def test_large_shapes_need_full_and_full_prints_an_estimate(capsys):
 @cpu_only
 def test_mnist_default_is_tiny_and_labelled(mnist_dir, tmp_path, capsys):
     rc, out, _ = command(mnist.main, ["--data", mnist_dir, "--out", tmp_path], capsys)
-    assert rc == 0 and NOTICE in out and R.CPU_NOTE in out
+    assert rc == 0 and NOTICE in out and results.CPU_NOTE in out
     df = pd.read_csv(tmp_path / "mnist.csv")
     assert set(df["device"]) == {"cpu-interpreter"} and (df.loc[df["metric"] == "epoch_ms", "status"] != "wrong").all()
 
@@ -224,10 +224,10 @@ def test_sgemm_depth_default_is_tiny_and_labelled(sgemm_file, tmp_path, capsys):
                                       "--out", tmp_path, "--no-progress"], capsys)
     assert rc == 0 and NOTICE in out
     md = (tmp_path / "depth_study_triton.md").read_text()
-    assert md.startswith(f"**{R.CPU_NOTE}**")
+    assert md.startswith(f"**{results.CPU_NOTE}**")
     df = pd.read_csv(tmp_path / "sgemm-depth.csv")
     assert set(df["device"]) == {"cpu-interpreter"}
-    assert df.loc[df["unit"] == "s", "note"].str.startswith(R.CPU_NOTE).all()
+    assert df.loc[df["unit"] == "s", "note"].str.startswith(results.CPU_NOTE).all()
 
 
 @cpu_only
@@ -238,14 +238,15 @@ def test_sgemm_steptime_default_has_header_and_label(sgemm_file, tmp_path, capsy
     lines = out.splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.split()[:6] == ["model", "depth", "backend", "metric", "value",
                                                                      "status"])
-    assert R.CPU_NOTE in lines[i - 1] and "GloNet" in lines[i + 1]
+    assert results.CPU_NOTE in lines[i - 1] and "GloNet" in lines[i + 1]
 
 
 def test_steptime_and_depth_report_label_by_where_sessions_trained():
-    row = R.make_row("sgemm", "train_step", {"model": "GloNet", "depth": 2}, "float32", "eager", "time_ms", 1.0, "ms")
+    row = results.make_row("sgemm", "train_step", {"model": "GloNet", "depth": 2}, "float32", "eager",
+                           "time_ms", 1.0, "ms")
     lines = sgemm.steptime_lines([row])
     assert lines[-2].split() == ["model", "depth", "backend", "metric", "value", "status"]
-    assert (R.CPU_NOTE in lines[0]) == (not GPU)
+    assert (results.CPU_NOTE in lines[0]) == (not GPU)
 
 
 @cpu_only
@@ -272,10 +273,11 @@ def test_plot_output_folder_and_cpu_label(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    assert plot.default_out([str(tmp_path / "a")], None) == (R.local_dir("plots", "a") if not GPU else tmp_path / "a")
+    assert plot.default_out([str(tmp_path / "a")],
+                            None) == (results.local_dir("plots", "a") if not GPU else tmp_path / "a")
     assert plot.default_out([str(tmp_path / "a")], str(tmp_path / "b")) == tmp_path / "b"
     fig, ax = plt.subplots()
     ax.set_title("softmax_fwd float32")
     plot._label_cpu(fig, ax, True)
-    assert R.CPU_NOTE in ax.get_title() and any(R.CPU_NOTE in t.get_text() for t in fig.texts)
+    assert results.CPU_NOTE in ax.get_title() and any(results.CPU_NOTE in t.get_text() for t in fig.texts)
     plt.close(fig)

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from models.char_cnn import ALPHABET, LENGTH, PAD, CharCNN, encode, layer_lengths, one_hot
 from triton_kernels.testing import assert_close
@@ -104,10 +104,10 @@ def test_triton_training_path_gradients():
     m = _tiny(backend="triton", dropout=0.0).train()
     x = _random_indices(2, TINY["length"])
     y = torch.tensor([1, 3], device=DEVICE)
-    F.cross_entropy(m(x), y).backward()
+    functional.cross_entropy(m(x), y).backward()
     ref = CharCNN(**TINY, dropout=0.0).double()
     ref.load_state_dict(m.state_dict())
-    F.cross_entropy(ref(x.cpu()), y.cpu()).backward()
+    functional.cross_entropy(ref(x.cpu()), y.cpu()).backward()
     grads = dict(ref.named_parameters())
     for name, p in m.named_parameters():
         assert_close(p.grad, grads[name].grad, torch.float32, name=name, scale=10)
@@ -125,30 +125,30 @@ def test_forward_errors():
 def test_train_checkpoint_resume_and_bench(tmp_path):
     """`train` for 1 epoch, then resumed to 2 (from the atomic checkpoint); the weights it saves feed the
     benchmark (eager on the tiny model, AG News eval rows)."""
-    from bench import char_cnn as B
+    from bench import char_cnn
 
     pytest.importorskip("tqdm")
     try:
-        B.load_text(None)
+        char_cnn.load_text(None)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"AG News not available: {e}")
     w, ck = tmp_path / "w.pt", tmp_path / "ck.pt"
     common = ["--weights", str(w), "--checkpoint", str(ck), "--no-progress", "--no-write", "--train-limit", "6",
               "--eval-limit", "4", "--batch", "4"]
-    assert B.main(["train", "--epochs", "1", *common]) == 0
+    assert char_cnn.main(["train", "--epochs", "1", *common]) == 0
     first = torch.load(ck, weights_only=False)
     assert first["epoch"] == 1 and len(first["log"]) == 1
-    assert B.main(["train", "--epochs", "2", *common]) == 0
+    assert char_cnn.main(["train", "--epochs", "2", *common]) == 0
     second = torch.load(ck, weights_only=False)
     assert second["epoch"] == 2 and second["log"][0] == first["log"][0]
     blob = torch.load(w, weights_only=False)
-    assert "trained on" in blob["provenance"]["how"] and set(blob["state_dict"]) == set(CharCNN(**B.TINY_DIMS)
-                                                                                          .state_dict())
+    assert "trained on" in blob["provenance"]["how"]
+    assert set(blob["state_dict"]) == set(CharCNN(**char_cnn.TINY_DIMS).state_dict())
     assert not list(tmp_path.glob(".*.tmp"))
     with pytest.raises(SystemExit, match="another configuration"):
-        B.main(["train", "--epochs", "3", *common, "--lr", "0.5"])
-    rc = B.main(["--weights", str(w), "--backends", "eager", "--no-layers", "--repeat", "1", "--eval-rows", "4",
-                 "--no-write"])
+        char_cnn.main(["train", "--epochs", "3", *common, "--lr", "0.5"])
+    rc = char_cnn.main(["--weights", str(w), "--backends", "eager", "--no-layers", "--repeat", "1", "--eval-rows", "4",
+                        "--no-write"])
     assert rc == 0
 
 
@@ -194,12 +194,12 @@ def test_data_parallel_two_gloo_processes(tmp_path):
 def gpu_full_model_bf16() -> None:
     """The full model, bf16 Triton (fused and per-op) vs eager fp32 on real AG News text: argmax agreement
     and logit error; CUDA-graph capture of the fused forward."""
-    from bench import char_cnn as B
+    from bench import char_cnn
     from bench.harness import CudaGraphed
 
     torch.backends.cudnn.allow_tf32 = False
     try:
-        texts = B.load_text(None)["eval_texts"][:256]
+        texts = char_cnn.load_text(None)["eval_texts"][:256]
         x = encode(texts).cuda()
     except Exception:  # noqa: BLE001 - no data on this box: random text
         x = _random_indices(256, LENGTH, device="cuda")
@@ -234,8 +234,8 @@ def gpu_training_step_and_compile() -> None:
     ref.load_state_dict(m.state_dict())
     x = _random_indices(16, LENGTH, device="cuda")
     y = torch.randint(0, 4, (16,), device="cuda")
-    F.cross_entropy(m(x), y).backward()
-    F.cross_entropy(ref(x), y).backward()
+    functional.cross_entropy(m(x), y).backward()
+    functional.cross_entropy(ref(x), y).backward()
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         assert_close(p.grad, q.grad.double(), torch.float32, tf32=True, name=name, scale=10)
     torch._dynamo.reset()

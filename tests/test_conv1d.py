@@ -5,28 +5,28 @@ conv, the fused LayerNorm -> ReLU -> MaxPool kernels, NaN, errors (CPU interpret
 the tuner and torch.compile on the GPU."""
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import conv1d as CV
-from triton_kernels import conv1d_gather as G
+from triton_kernels import conv1d
+from triton_kernels import conv1d_gather
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, poison_, rel_err
 
 from .conftest import DEVICE
 from .view_matrix import Arg, check_case, view_cases
 
-SMALL_TILES = CV._cfg(16, 16, 16, 4, 1)
+SMALL_TILES = conv1d._cfg(16, 16, 16, 4, 1)
 SMALL_GATHER_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16}, 4, 1)
 DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def ref_conv(x, weight, bias=None, activation="none", pool=1):
     """The float64-able torch reference on channels-last x (B, L, C)."""
-    z = F.conv1d(x.transpose(1, 2), weight, bias)
+    z = functional.conv1d(x.transpose(1, 2), weight, bias)
     if activation == "relu":
-        z = F.relu(z)
+        z = functional.relu(z)
     if pool > 1:
-        z = F.max_pool1d(z, pool, pool)
+        z = functional.max_pool1d(z, pool, pool)
     return z.transpose(1, 2)
 
 
@@ -41,7 +41,7 @@ def _check_conv(B, L, C, N, k, activation, dtype, device=DEVICE, precision="ieee
     w = torch.randn(N, C, k, device=device, dtype=dtype) / (C * k) ** 0.5
     b = torch.randn(N, device=device, dtype=dtype)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
-    y = CV.conv1d(*leaves, activation=activation, precision=precision)
+    y = conv1d.conv1d(*leaves, activation=activation, precision=precision)
     refs = [t.detach().double().cpu().requires_grad_() for t in (x, w, b)]
     r = ref_conv(*refs, activation)
     assert y.shape == r.shape and y.dtype == dtype
@@ -77,8 +77,8 @@ def test_pool_epilogue(k, pool, dtype):
     w = torch.randn(11, 6, k, device=DEVICE, dtype=dtype)
     b = torch.randn(11, device=DEVICE, dtype=dtype)
     with torch.no_grad():
-        y = CV.conv1d(x, w, b, "relu", pool=pool)
-        y_none = CV.conv1d(x, w, None, "none", pool=pool)
+        y = conv1d.conv1d(x, w, b, "relu", pool=pool)
+        y_none = conv1d.conv1d(x, w, None, "none", pool=pool)
     assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", pool), dtype)
     assert_close(y_none, ref_conv(x.double(), w.double(), None, "none", pool), dtype)
 
@@ -89,13 +89,14 @@ def test_small_tiles_every_dim():
     w = torch.randn(18, 20, 3, device=DEVICE)
     b = torch.randn(18, device=DEVICE)
     for pool in (1, 3):
-        y = CV.conv1d_forward(x, w, b, "relu", pool, config=SMALL_TILES)
+        y = conv1d.conv1d_forward(x, w, b, "relu", pool, config=SMALL_TILES)
         assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", pool), torch.float32)
     dz = torch.randn(2, 12, 18, device=DEVICE)
-    dx = CV.conv1d_forward(dz, w, None, pad=2, flip=True, swap_weight=True, config=SMALL_TILES)
+    dx = conv1d.conv1d_forward(dz, w, None, pad=2, flip=True, swap_weight=True, config=SMALL_TILES)
     ref_dx = torch.nn.grad.conv1d_input((2, 20, 14), w.double(), dz.double().transpose(1, 2)).transpose(1, 2)
     assert_close(dx, ref_dx, torch.float32, name="dx")
-    dw = CV.conv1d_weight_grad(x, dz, 3, 20, config=CV.Config({"BLOCK_C": 16, "BLOCK_N": 16, "BLOCK_M": 16}, 4, 1))
+    dw = conv1d.conv1d_weight_grad(x, dz, 3, 20,
+                                   config=conv1d.Config({"BLOCK_C": 16, "BLOCK_N": 16, "BLOCK_M": 16}, 4, 1))
     ref_dw = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), w.shape, dz.double().transpose(1, 2))
     assert_close(dw.permute(2, 1, 0), ref_dw, torch.float32, name="dw")
 
@@ -104,10 +105,10 @@ def test_packed_weight_layout():
     """pack_weight keeps shape and values, lays the weight out as (k, C_in, C_out), and its gradient reaches
     the original weight."""
     w = torch.randn(6, 4, 3, device=DEVICE, requires_grad=True)
-    p = CV.pack_weight(w)
+    p = conv1d.pack_weight(w)
     assert p.shape == w.shape and torch.equal(p, w) and p.permute(2, 1, 0).is_contiguous()
     x = torch.randn(2, 8, 4, device=DEVICE)
-    CV.conv1d(x, p).sum().backward()
+    conv1d.conv1d(x, p).sum().backward()
     ref = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), w.shape, torch.ones(2, 6, 6, dtype=torch.float64))
     assert_close(w.grad, ref, torch.float32)
 
@@ -119,7 +120,7 @@ VIEW_ARGS = {"x": Arg((2, 7, 4), broadcast=(0,)), "weight": Arg((5, 4, 3)), "bia
 def view_case(arg: str, layout: str, dtype_name: str, device: str = DEVICE) -> None:
     """One (argument, layout) case of the matrix: output and every base's gradient vs float64."""
     case = next(c for c in view_cases(VIEW_ARGS) if (c.arg, c.layout) == (arg, layout))
-    check_case(case, VIEW_ARGS, lambda x, weight, bias: CV.conv1d(x, weight, bias, "relu"),
+    check_case(case, VIEW_ARGS, lambda x, weight, bias: conv1d.conv1d(x, weight, bias, "relu"),
                lambda x, weight, bias: ref_conv(x, weight, bias, "relu"), dtype=DTYPE_NAMES[dtype_name],
                device=device)
 
@@ -143,8 +144,8 @@ def test_gather_matches_dense_one_hot_conv(k, index_dtype):
     w = torch.randn(N, C, k, device=DEVICE)
     b = torch.randn(N, device=DEVICE)
     ws, bs = w.clone().requires_grad_(), b.clone().requires_grad_()
-    y = G.conv1d_gather(idx, ws, bs, "relu")
-    dense = CV.conv1d(one_hot_cl(idx, C, torch.float32), w, b, "relu")
+    y = conv1d_gather.conv1d_gather(idx, ws, bs, "relu")
+    dense = conv1d.conv1d(one_hot_cl(idx, C, torch.float32), w, b, "relu")
     assert_close(y, dense.double(), torch.float32, name="gather vs dense")
     w64, b64 = w.double().requires_grad_(), b.double().requires_grad_()
     ref = ref_conv(one_hot_cl(idx, C, torch.float64), w64, b64, "relu")
@@ -164,15 +165,15 @@ def test_gather_dtypes_and_small_tiles():
     ref = ref_conv(one_hot_cl(idx, 9, torch.float64), w.double(), b.double())
     for dtype in (torch.float16, torch.bfloat16):
         with torch.no_grad():
-            y = G.conv1d_gather(idx, w.to(dtype), b.to(dtype))
+            y = conv1d_gather.conv1d_gather(idx, w.to(dtype), b.to(dtype))
         assert y.dtype == dtype
         assert_close(y, ref, dtype)
-    assert_close(G.gather_conv_forward(idx, w, b, config=SMALL_GATHER_TILES), ref, torch.float32)
+    assert_close(conv1d_gather.gather_conv_forward(idx, w, b, config=SMALL_GATHER_TILES), ref, torch.float32)
 
 
 def _ln_ref(z, g, h, pool, eps=1e-5):
     """relu(max_pool1d(layer_norm(z, [C, L]))) on channels-first float64 z (B, C, L) -> channels-first."""
-    return F.max_pool1d(F.relu(F.layer_norm(z, z.shape[1:], g, h, eps)), pool, pool)
+    return functional.max_pool1d(functional.relu(functional.layer_norm(z, z.shape[1:], g, h, eps)), pool, pool)
 
 
 @pytest.mark.parametrize("pool,affine", [(3, True), (2, False)])
@@ -186,13 +187,13 @@ def test_gather_ln_relu_pool(pool, affine):
     L_out = L - k + 1
     g = torch.randn(N, L_out, device=DEVICE) if affine else None
     h = torch.randn(N, L_out, device=DEVICE) if affine else None
-    z = F.conv1d(one_hot_cl(idx, C, torch.float64).transpose(1, 2), w.double(), b.double())
+    z = functional.conv1d(one_hot_cl(idx, C, torch.float64).transpose(1, 2), w.double(), b.double())
     ref = _ln_ref(z, g.double() if affine else None, h.double() if affine else None, pool).transpose(1, 2)
     with torch.no_grad():
-        y = G.conv1d_gather_ln_relu_pool(idx, w, b, g, h, pool=pool)
+        y = conv1d_gather.conv1d_gather_ln_relu_pool(idx, w, b, g, h, pool=pool)
     assert_close(y, ref, torch.float32)
-    y2 = G.ln_relu_pool_forward(idx, w, b, g, h, 1e-5, pool, False, stats_config=SMALL_GATHER_TILES,
-                                config=SMALL_GATHER_TILES)
+    y2 = conv1d_gather.ln_relu_pool_forward(idx, w, b, g, h, 1e-5, pool, False, stats_config=SMALL_GATHER_TILES,
+                                            config=SMALL_GATHER_TILES)
     assert_close(y2, ref, torch.float32, name="small tiles")
 
 
@@ -203,7 +204,7 @@ def test_ln_relu_pool_channels_last(channels_first):
     x = base[:, :, 5:38]  # (3, 17, 33): channel stride 1, row stride 45
     g, h = torch.randn(33, 17, device=DEVICE), torch.randn(33, 17, device=DEVICE)
     with torch.no_grad():
-        y = G.layer_norm_relu_maxpool_cl(x, g.t().contiguous().t(), h, channels_first=channels_first)
+        y = conv1d_gather.layer_norm_relu_maxpool_cl(x, g.t().contiguous().t(), h, channels_first=channels_first)
     ref = _ln_ref(x.double().transpose(1, 2), g.double(), h.double(), 3)
     assert_close(y, ref if channels_first else ref.transpose(1, 2), torch.float32)
     assert y.is_contiguous()
@@ -215,10 +216,10 @@ def test_nan_propagates_like_torch():
     w, b = torch.randn(6, 4, 3, device=DEVICE), torch.randn(6, device=DEVICE)
     with torch.no_grad():
         for pool in (1, 3):
-            y = CV.conv1d(x, w, b, "relu", pool=pool)
+            y = conv1d.conv1d(x, w, b, "relu", pool=pool)
             r = ref_conv(x, w, b, "relu", pool)
             assert torch.equal(torch.isnan(y), torch.isnan(r)), pool
-        y = G.layer_norm_relu_maxpool_cl(x, None, None)
+        y = conv1d_gather.layer_norm_relu_maxpool_cl(x, None, None)
         assert torch.isnan(y[1]).all() and not torch.isnan(y[0]).any()  # one NaN poisons its sample's statistics
 
 
@@ -227,28 +228,30 @@ def test_outputs_fully_written():
     x = torch.randn(2, 19, 5, device=DEVICE)
     w, b = torch.randn(9, 5, 3, device=DEVICE), torch.randn(9, device=DEVICE)
     out = poison_(torch.empty(2, 17, 9, device=DEVICE))
-    out.copy_(CV.conv1d_forward(x, w, b, config=SMALL_TILES))
+    out.copy_(conv1d.conv1d_forward(x, w, b, config=SMALL_TILES))
     assert not torch.isnan(out).any()
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda x, w, i: CV.conv1d(x[0], w), "x must have 3 dims"),
-    (lambda x, w, i: CV.conv1d(x, w[:, :3]), "C_in must equal"),
-    (lambda x, w, i: CV.conv1d(x, w.half()), "weight has dtype"),
-    (lambda x, w, i: CV.conv1d(x, w, torch.ones(3)), "bias has 3 elements"),
-    (lambda x, w, i: CV.conv1d(x, w, activation="gelu"), "activation must be"),
-    (lambda x, w, i: CV.conv1d(x, w, pool=0), "pool must be"),
-    (lambda x, w, i: CV.conv1d(x, w, precision="fp8"), "precision must be"),
-    (lambda x, w, i: CV.conv1d(x[:, :2], w), "output would be empty"),
-    (lambda x, w, i: CV.conv1d(x.requires_grad_(), w, pool=3), "inference epilogue"),
-    (lambda x, w, i: CV.conv1d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
-    (lambda x, w, i: CV.conv1d(x, w.to("meta")), "weight is on meta"),
-    (lambda x, w, i: G.conv1d_gather(i.float(), w), "indices has dtype"),
-    (lambda x, w, i: G.conv1d_gather(i[:, :2], w), "indices has length 2"),
-    (lambda x, w, i: G.conv1d_gather(i, w.bfloat16().requires_grad_()), "interpreter cannot compute"),
-    (lambda x, w, i: G.conv1d_gather_ln_relu_pool(i, w, None, torch.ones(5, 3), None), "ln_weight has shape"),
-    (lambda x, w, i: G.conv1d_gather_ln_relu_pool(i, w.requires_grad_(), None, None, None), "inference kernel"),
-    (lambda x, w, i: G.layer_norm_relu_maxpool_cl(x, None, None, pool=9), "pooled output would be empty"),
+    (lambda x, w, i: conv1d.conv1d(x[0], w), "x must have 3 dims"),
+    (lambda x, w, i: conv1d.conv1d(x, w[:, :3]), "C_in must equal"),
+    (lambda x, w, i: conv1d.conv1d(x, w.half()), "weight has dtype"),
+    (lambda x, w, i: conv1d.conv1d(x, w, torch.ones(3)), "bias has 3 elements"),
+    (lambda x, w, i: conv1d.conv1d(x, w, activation="gelu"), "activation must be"),
+    (lambda x, w, i: conv1d.conv1d(x, w, pool=0), "pool must be"),
+    (lambda x, w, i: conv1d.conv1d(x, w, precision="fp8"), "precision must be"),
+    (lambda x, w, i: conv1d.conv1d(x[:, :2], w), "output would be empty"),
+    (lambda x, w, i: conv1d.conv1d(x.requires_grad_(), w, pool=3), "inference epilogue"),
+    (lambda x, w, i: conv1d.conv1d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
+    (lambda x, w, i: conv1d.conv1d(x, w.to("meta")), "weight is on meta"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather(i.float(), w), "indices has dtype"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather(i[:, :2], w), "indices has length 2"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather(i, w.bfloat16().requires_grad_()), "interpreter cannot compute"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather_ln_relu_pool(i, w, None, torch.ones(5, 3), None),
+     "ln_weight has shape"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather_ln_relu_pool(i, w.requires_grad_(), None, None, None),
+     "inference kernel"),
+    (lambda x, w, i: conv1d_gather.layer_norm_relu_maxpool_cl(x, None, None, pool=9), "pooled output would be empty"),
 ])
 def test_bad_input_raises(bad, match):
     if "meta" in match and DEVICE != "cpu":
@@ -276,28 +279,28 @@ def gpu_char_cnn_layers(dtype_name: str) -> None:
     _check_conv(32, 336, 256, 256, 7, "relu", dtype, device="cuda")
     _check_conv(16, 110, 256, 256, 3, "relu", dtype, device="cuda")
     x = torch.randn(32, 336, 256, device="cuda", dtype=dtype)
-    w = CV.pack_weight(torch.randn(256, 256, 7, device="cuda", dtype=dtype) * 0.02)
+    w = conv1d.pack_weight(torch.randn(256, 256, 7, device="cuda", dtype=dtype) * 0.02)
     b = torch.randn(256, device="cuda", dtype=dtype)
     with torch.no_grad():
-        y = CV.conv1d(x, w, b, "relu", pool=3)
+        y = conv1d.conv1d(x, w, b, "relu", pool=3)
     assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", 3), dtype)
     idx = _indices(32, 1014, 70, device="cuda")
-    w1 = CV.pack_weight(torch.randn(256, 70, 7, device="cuda", dtype=dtype))
+    w1 = conv1d.pack_weight(torch.randn(256, 70, 7, device="cuda", dtype=dtype))
     b1 = torch.randn(256, device="cuda", dtype=dtype)
     g, h = torch.randn(256, 1008, device="cuda", dtype=dtype), torch.randn(256, 1008, device="cuda", dtype=dtype)
-    z = F.conv1d(one_hot_cl(idx, 70, torch.float64).transpose(1, 2), w1.double(), b1.double())
+    z = functional.conv1d(one_hot_cl(idx, 70, torch.float64).transpose(1, 2), w1.double(), b1.double())
     with torch.no_grad():
-        y1 = G.conv1d_gather_ln_relu_pool(idx, w1, b1, g, h)
-        z1 = G.conv1d_gather(idx, w1, b1)
+        y1 = conv1d_gather.conv1d_gather_ln_relu_pool(idx, w1, b1, g, h)
+        z1 = conv1d_gather.conv1d_gather(idx, w1, b1)
     assert_close(z1, z.transpose(1, 2), dtype, name="gather")
     assert_close(y1, _ln_ref(z, g.double(), h.double(), 3).transpose(1, 2), dtype, name="fused block 1")
     x6 = torch.randn(64, 102, 256, device="cuda", dtype=dtype)
     g6, h6 = torch.randn(256, 102, device="cuda", dtype=dtype), torch.randn(256, 102, device="cuda", dtype=dtype)
     with torch.no_grad():
-        y6 = G.layer_norm_relu_maxpool_cl(x6, g6, h6, channels_first=True)
+        y6 = conv1d_gather.layer_norm_relu_maxpool_cl(x6, g6, h6, channels_first=True)
     assert_close(y6, _ln_ref(x6.double().transpose(1, 2), g6.double(), h6.double(), 3), dtype, name="block 6")
     ws = w1.detach().requires_grad_()
-    G.conv1d_gather(idx, ws, b1).float().sum().backward()
+    conv1d_gather.conv1d_gather(idx, ws, b1).float().sum().backward()
     ref_dw = torch.nn.grad.conv1d_weight(one_hot_cl(idx, 70, torch.float64).transpose(1, 2), ws.shape,
                                          torch.ones(32, 256, 1008, dtype=torch.float64, device="cuda"))
     assert_close(ws.grad, ref_dw, dtype, name="gather dw")
@@ -315,12 +318,12 @@ def gpu_tf32_and_compile() -> None:
     w = torch.randn(48, 32, 3, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     b = torch.randn(48, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     torch._dynamo.reset()
-    fn = torch.compile(lambda x, w, b: CV.conv1d(x, w, b, "relu").float().square().sum(), fullgraph=True)
+    fn = torch.compile(lambda x, w, b: conv1d.conv1d(x, w, b, "relu").float().square().sum(), fullgraph=True)
     fn(x, w, b).backward()
     grads = [t.grad.clone() for t in (x, w, b)]
     for t in (x, w, b):
         t.grad = None
-    CV.conv1d(x, w, b, "relu").float().square().sum().backward()
+    conv1d.conv1d(x, w, b, "relu").float().square().sum().backward()
     for g1, t in zip(grads, (x, w, b)):
         assert rel_err(g1, t.grad) < 1e-2
 
@@ -336,11 +339,11 @@ def gpu_autotune_picks_a_config() -> None:
     os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "1"
     try:
         x = torch.randn(64, 110, 256, device="cuda", dtype=torch.bfloat16)
-        w = CV.pack_weight(torch.randn(256, 256, 3, device="cuda", dtype=torch.bfloat16) * 0.03)
+        w = conv1d.pack_weight(torch.randn(256, 256, 3, device="cuda", dtype=torch.bfloat16) * 0.03)
         with torch.no_grad():
-            y = CV.conv1d(x, w, None, "relu")
+            y = conv1d.conv1d(x, w, None, "relu")
         assert_close(y, ref_conv(x.double(), w.double(), None, "relu"), torch.bfloat16)
-        assert any(what in ("tuned", "hit") for _, what in CV._conv_tuner.events)
+        assert any(what in ("tuned", "hit") for _, what in conv1d._conv_tuner.events)
     finally:
         os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "0"
 
@@ -366,7 +369,7 @@ def test_op_suite_cases_run_through_the_harness():
 def test_max_pool_channels_last():
     x = torch.randn(3, 16, 9, device=DEVICE)[:, 1:, :]  # length 15, a strided view
     with torch.no_grad():
-        y = CV.max_pool1d_cl(x, 3)
-    assert torch.equal(y, F.max_pool1d(x.transpose(1, 2), 3, 3).transpose(1, 2))
+        y = conv1d.max_pool1d_cl(x, 3)
+    assert torch.equal(y, functional.max_pool1d(x.transpose(1, 2), 3, 3).transpose(1, 2))
     with pytest.raises(ValueError, match="pool must be"):
-        CV.max_pool1d_cl(x, 0)
+        conv1d.max_pool1d_cl(x, 0)

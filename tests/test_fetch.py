@@ -17,12 +17,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.data import ag_news as A
-from bench.data import cifar10 as C
+from bench.data import ag_news
+from bench.data import cifar10
 from bench.data import common
-from bench.data import fetch as F
-from bench.data import mnist as M
-from bench.data import sgemm as S
+from bench.data import fetch
+from bench.data import mnist
+from bench.data import sgemm
 
 
 @pytest.fixture
@@ -72,20 +72,20 @@ def _tar(folder, members):
 
 
 def _idx_bytes(tmp_path, name, array):
-    return M.write_idx(tmp_path / name, array, gz=True).read_bytes()
+    return mnist.write_idx(tmp_path / name, array, gz=True).read_bytes()
 
 
 def _mnist(tmp_path, rng):
     files = {}
     for split, n in (("train", 6), ("test", 4)):
-        images, labels = M.SPLITS[split]
+        images, labels = mnist.SPLITS[split]
         files[images + ".gz"] = _idx_bytes(tmp_path, images + ".gz", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
         files[labels + ".gz"] = _idx_bytes(tmp_path, labels + ".gz", rng.integers(0, 10, n, dtype=np.uint8))
     return files, files
 
 
 def _sgemm(tmp_path, rng):
-    csv = S.write_synthetic(tmp_path / "sgemm_product.csv", rows=30, gz=False).read_bytes()
+    csv = sgemm.write_synthetic(tmp_path / "sgemm_product.csv", rows=30, gz=False).read_bytes()
     inner = io.BytesIO()  # the CSV inside a zip inside the zip: the layout some copies of the archive have
     with zipfile.ZipFile(inner, "w") as z:
         z.writestr("sgemm_product.csv", csv)
@@ -106,10 +106,10 @@ def _ag_news(tmp_path, rng):
 
 def _cifar10(tmp_path, rng):
     contents = {}
-    for name in F.CIFAR10_BATCHES:
+    for name in fetch.CIFAR10_BATCHES:
         n = 3 if name == "test_batch" else 2
-        path = C.write_python_batch(tmp_path / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
-                                    rng.integers(0, 10, n))
+        path = cifar10.write_python_batch(tmp_path / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+                                          rng.integers(0, 10, n))
         contents[name] = path.read_bytes()
     contents["batches.meta"] = b"meta"
     return {"cifar-10-python.tar.gz": _tar("cifar-10-batches-py", contents)}, contents
@@ -125,7 +125,7 @@ def _digest(template, data):
 
 def _manifest(name, served, contents):
     """The real entry of ``name`` with the checksums of the generated files."""
-    ds = F.DATASETS[name]
+    ds = fetch.DATASETS[name]
     remotes = tuple(dataclasses.replace(r, checksum=_digest(r.checksum, served[r.filename])) for r in ds.remotes)
     files = {rel: (_digest(c, contents[rel]) if c else None) for rel, c in ds.files.items()}
     return {name: dataclasses.replace(ds, remotes=remotes, files=files)}
@@ -140,16 +140,16 @@ def _setup(name, tmp_path, server):
 
 def _load(name, folder, contents):
     if name == "mnist":
-        return len(M.load(folder)[0])
+        return len(mnist.load(folder)[0])
     if name == "sgemm":
-        return S.read_csv(folder)[0].shape[0]
+        return sgemm.read_csv(folder)[0].shape[0]
     if name == "ag_news":
         md5 = {f: hashlib.md5(contents[f]).hexdigest() for f in ("train.csv", "test.csv")}
-        return len(A.load(folder, expected_md5=md5).train)
-    return len(C.load(folder).train)
+        return len(ag_news.load(folder, expected_md5=md5).train)
+    return len(cifar10.load(folder).train)
 
 
-LOADERS = {"mnist": M.load, "sgemm": S.load, "ag_news": A.load, "cifar10": C.load}
+LOADERS = {"mnist": mnist.load, "sgemm": sgemm.load, "ag_news": ag_news.load, "cifar10": cifar10.load}
 
 
 def _assert_nothing_left(root, name):
@@ -167,15 +167,15 @@ ROWS = {"mnist": 6, "sgemm": 30, "ag_news": 12, "cifar10": 10}
 def test_download_verify_unpack_then_rerun_downloads_nothing(name, tmp_path, server):
     _, contents, manifest = _setup(name, tmp_path, server)
     root = tmp_path / "data"
-    target = F.fetch(name, root, base_url=server.url, manifest=manifest)
+    target = fetch.fetch(name, root, base_url=server.url, manifest=manifest)
     assert target == root / name and _load(name, target, contents) == ROWS[name]
     assert sorted(p.name for p in root.iterdir()) == [name]  # the temporary folders are gone
     for rel, data in contents.items():
-        if rel in F.DATASETS[name].files:
+        if rel in fetch.DATASETS[name].files:
             assert (target / rel).read_bytes() == data
     n = len(server.requests)
-    assert n == len(F.DATASETS[name].remotes)
-    assert F.fetch(name, root, base_url=server.url, manifest=manifest) == target
+    assert n == len(fetch.DATASETS[name].remotes)
+    assert fetch.fetch(name, root, base_url=server.url, manifest=manifest) == target
     assert len(server.requests) == n
 
 
@@ -184,8 +184,8 @@ def test_download_cut_short_leaves_nothing(name, tmp_path, server):
     served, _, manifest = _setup(name, tmp_path, server)
     server.cut.add(sorted(served)[0])
     root = tmp_path / "data"
-    with pytest.raises(F.FetchError, match=re.escape(sorted(served)[0]) + ".*cut short"):
-        F.fetch(name, root, base_url=server.url, manifest=manifest)
+    with pytest.raises(fetch.FetchError, match=re.escape(sorted(served)[0]) + ".*cut short"):
+        fetch.fetch(name, root, base_url=server.url, manifest=manifest)
     _assert_nothing_left(root, name)
 
 
@@ -195,8 +195,8 @@ def test_checksum_mismatch_names_file_and_both_sums(tmp_path, server):
     bad = good[:-10] + bytes(10)
     server.files["cifar-10-python.tar.gz"] = bad
     root = tmp_path / "data"
-    with pytest.raises(F.FetchError) as e:
-        F.fetch("cifar10", root, base_url=server.url, manifest=manifest)
+    with pytest.raises(fetch.FetchError) as e:
+        fetch.fetch("cifar10", root, base_url=server.url, manifest=manifest)
     msg = str(e.value)
     assert "\n" not in msg and "cifar-10-python.tar.gz" in msg
     assert hashlib.md5(good).hexdigest() in msg and hashlib.md5(bad).hexdigest() in msg
@@ -208,19 +208,19 @@ def test_unpacked_file_checksum_mismatch(tmp_path, server):
     ds = manifest["sgemm"]
     wrong = {"sgemm": dataclasses.replace(ds, files={"sgemm_product.csv": "sha256:" + "0" * 64})}
     root = tmp_path / "data"
-    with pytest.raises(F.FetchError, match="checksum mismatch for sgemm_product.csv.*expected sha256 0000"):
-        F.fetch("sgemm", root, base_url=server.url, manifest=wrong)
+    with pytest.raises(fetch.FetchError, match="checksum mismatch for sgemm_product.csv.*expected sha256 0000"):
+        fetch.fetch("sgemm", root, base_url=server.url, manifest=wrong)
     _assert_nothing_left(root, "sgemm")
 
 
 def test_http_error_and_html_page(tmp_path, server):
     _, _, manifest = _setup("ag_news", tmp_path, server)
     root = tmp_path / "data"
-    with pytest.raises(F.FetchError, match="could not download ag_news_csv.tar.gz .*Not Found"):
-        F.fetch("ag_news", root, base_url=server.url + "/nowhere", manifest=manifest)
+    with pytest.raises(fetch.FetchError, match="could not download ag_news_csv.tar.gz .*Not Found"):
+        fetch.fetch("ag_news", root, base_url=server.url + "/nowhere", manifest=manifest)
     server.html.add("ag_news_csv.tar.gz")  # what Google Drive sends when it wants a confirmation
-    with pytest.raises(F.FetchError, match="HTML page instead of ag_news_csv.tar.gz"):
-        F.fetch("ag_news", root, base_url=server.url, manifest=manifest)
+    with pytest.raises(fetch.FetchError, match="HTML page instead of ag_news_csv.tar.gz"):
+        fetch.fetch("ag_news", root, base_url=server.url, manifest=manifest)
     _assert_nothing_left(root, "ag_news")
 
 
@@ -229,11 +229,11 @@ def test_file_placed_by_hand_is_used_and_kept(tmp_path, server):
     root = tmp_path / "data"
     root.mkdir()
     (root / "ag_news_csv.tar.gz").write_bytes(b"not the archive")
-    with pytest.raises(F.FetchError, match="checksum mismatch for ag_news_csv.tar.gz in .*placed by hand"):
-        F.fetch("ag_news", root, base_url=server.url, manifest=manifest)
+    with pytest.raises(fetch.FetchError, match="checksum mismatch for ag_news_csv.tar.gz in .*placed by hand"):
+        fetch.fetch("ag_news", root, base_url=server.url, manifest=manifest)
     assert (root / "ag_news_csv.tar.gz").exists() and not (root / "ag_news").exists()
     (root / "ag_news_csv.tar.gz").write_bytes(served["ag_news_csv.tar.gz"])
-    target = F.fetch("ag_news", root, base_url=server.url, manifest=manifest)
+    target = fetch.fetch("ag_news", root, base_url=server.url, manifest=manifest)
     assert server.requests == [] and _load("ag_news", target, contents) == 12
 
 
@@ -244,8 +244,8 @@ def test_fills_a_folder_that_holds_part_of_the_data(tmp_path, server, monkeypatc
     root = tmp_path / "data"
     (root / "ag_news").mkdir(parents=True)
     (root / "ag_news" / "test.csv.gz").write_bytes(gzip.compress(contents["test.csv"]))
-    monkeypatch.setenv(F.BASE_URL_ENV, server.url)
-    target = F.fetch("ag_news", root, manifest=manifest)
+    monkeypatch.setenv(fetch.BASE_URL_ENV, server.url)
+    target = fetch.fetch("ag_news", root, manifest=manifest)
     assert (target / "train.csv").read_bytes() == contents["train.csv"] and (target / "test.csv.gz").exists()
     assert sorted(p.name for p in root.iterdir()) == ["ag_news"]
 
@@ -255,18 +255,18 @@ def test_cli_prints_one_line_errors(tmp_path, server, capsys):
     served, _, _ = _setup("mnist", tmp_path, server)
     args = ["mnist", "--root", str(tmp_path / "data"), "--base-url", server.url]
     with pytest.raises(SystemExit) as e:
-        F.main(args)
+        fetch.main(args)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    first = F.DATASETS["mnist"].remotes[0].filename
+    first = fetch.DATASETS["mnist"].remotes[0].filename
     assert err[-1].startswith(f"error: checksum mismatch for {first} from {server.url}/{first}: expected md5 "
-                              f"{F.MNIST_FILES[first][4:]}, got {hashlib.md5(served[first]).hexdigest()}")
+                              f"{fetch.MNIST_FILES[first][4:]}, got {hashlib.md5(served[first]).hexdigest()}")
     assert not any("Traceback" in line for line in err)
-    with pytest.raises(F.FetchError):
-        F.main(args + ["--debug"])
+    with pytest.raises(fetch.FetchError):
+        fetch.main(args + ["--debug"])
     _assert_nothing_left(tmp_path / "data", "mnist")
-    with pytest.raises(F.FetchError, match="unknown data set 'imagenet'; choose from mnist, sgemm"):
-        F.fetch("imagenet", tmp_path)
+    with pytest.raises(fetch.FetchError, match="unknown data set 'imagenet'; choose from mnist, sgemm"):
+        fetch.fetch("imagenet", tmp_path)
 
 
 def test_not_found_messages_name_paths_and_fetch_command(tmp_path):
@@ -287,16 +287,16 @@ def test_published_checksums_match_the_shared_copies(tmp_path, server):
     shared = common.default_roots("mnist")[1].parent
     if not (shared / "mnist" / "train-images-idx3-ubyte.gz").is_file() or not (shared / "sgemm").is_dir():
         pytest.skip("shared data not available")
-    for name in F.MNIST_FILES:
+    for name in fetch.MNIST_FILES:
         server.files[name] = (shared / "mnist" / name).read_bytes()
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
         z.writestr("sgemm_product.csv", gzip.decompress((shared / "sgemm" / "sgemm_product.csv.gz").read_bytes()))
     server.files["sgemm+gpu+kernel+performance.zip"] = archive.getvalue()
     root = tmp_path / "data"
-    test = M.load_split("test", F.fetch("mnist", root, base_url=server.url))
+    test = mnist.load_split("test", fetch.fetch("mnist", root, base_url=server.url))
     assert len(test) == 10_000
-    assert S.read_csv(F.fetch("sgemm", root, base_url=server.url))[0].shape == (S.EXPECTED_ROWS, 14)
+    assert sgemm.read_csv(fetch.fetch("sgemm", root, base_url=server.url))[0].shape == (sgemm.EXPECTED_ROWS, 14)
 
 
 def test_next_location_after_a_failure(tmp_path, server):
@@ -308,13 +308,13 @@ def test_next_location_after_a_failure(tmp_path, server):
     remote = dataclasses.replace(ds.remotes[0], urls=(f"{server.url}/wrong/ag_news_csv.tar.gz",
                                                       f"{server.url}/ag_news_csv.tar.gz"))
     table = {"ag_news": dataclasses.replace(ds, remotes=(remote,))}
-    target = F.fetch("ag_news", tmp_path / "data", manifest=table)
+    target = fetch.fetch("ag_news", tmp_path / "data", manifest=table)
     assert server.requests == ["wrong/ag_news_csv.tar.gz", "ag_news_csv.tar.gz"]
     assert _load("ag_news", target, contents) == 12 and target.stat().st_mode & 0o055 == 0o055 & ~_umask()
     server.files["ag_news_csv.tar.gz"] = b"also wrong"
-    with pytest.raises(F.FetchError, match="mismatch for ag_news_csv.tar.gz from .*wrong.*; checksum mismatch .*; "
-                                           "or put ag_news_csv.tar.gz into .* by hand"):
-        F.fetch("ag_news", tmp_path / "other", manifest=table)
+    with pytest.raises(fetch.FetchError, match="mismatch for ag_news_csv.tar.gz from .*wrong.*; checksum mismatch .*; "
+                                               "or put ag_news_csv.tar.gz into .* by hand"):
+        fetch.fetch("ag_news", tmp_path / "other", manifest=table)
 
 
 def _umask():

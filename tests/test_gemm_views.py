@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from models.layers import Linear
-from triton_kernels import gemm as G
+from triton_kernels import gemm
 from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
@@ -69,13 +69,13 @@ def _functions(op: str, activation: str):
     unaffected and checks every gradient exactly."""
     if op == "gemm":
         def kernel(a, b, bias, residual, act):
-            return G.gemm(a, b, bias, residual, act)
+            return gemm.gemm(a, b, bias, residual, act)
 
         def pre(a, b, bias, residual):
             return a @ b + bias
     else:
         def kernel(x, weight, bias, residual, act):
-            return G.linear(x, weight, bias, act, residual)
+            return gemm.linear(x, weight, bias, act, residual)
 
         def pre(x, weight, bias, residual):
             return torch.nn.functional.linear(x, weight, bias)
@@ -166,22 +166,22 @@ def reported_case(name: str, dtype_name: str, device: str = "cpu") -> None:
         h, w, bias = _leaf(M, 64, dtype=dtype, device=device), _leaf(N, 9, dtype=dtype, device=device), \
             _leaf(N, dtype=dtype, device=device)
         h64, w64, b64 = f64(h, w, bias)
-        out = G.linear(h[:, :9], w, bias, "relu")
+        out = gemm.linear(h[:, :9], w, bias, "relu")
         ref = torch.relu(torch.nn.functional.linear(h64[:, :9], w64, b64))
         _compare_grads(out, ref, (h, w, bias), (h64, w64, b64), dtype, name)
     elif name == "b_col_slice":  # b = big[:, :33] of a (K, 64) tensor
         a, big = _leaf(M, K, dtype=dtype, device=device), _leaf(K, 64, dtype=dtype, device=device)
         a64, big64 = f64(a, big)
-        _compare_grads(G.gemm(a, big[:, :N]), a64 @ big64[:, :N], (a, big), (a64, big64), dtype, name)
+        _compare_grads(gemm.gemm(a, big[:, :N]), a64 @ big64[:, :N], (a, big), (a64, big64), dtype, name)
     elif name == "a_t_of_slice":  # a = big[:, :33].t(): 33 x K with unit stride along M = 33
         big, b = _leaf(K, 64, dtype=dtype, device=device), _leaf(K, N, dtype=dtype, device=device)
         big64, b64 = f64(big, b)
-        out = G.gemm(big[:, :N].t(), b, activation="gelu")
+        out = gemm.gemm(big[:, :N].t(), b, activation="gelu")
         _compare_grads(out, torch.nn.functional.gelu(big64[:, :N].t() @ b64), (big, b), (big64, b64), dtype, name)
     elif name == "expanded":  # a stride 0 along K (unit along M), b stride 0 along K (unit along N)
         col, row = _leaf(M, 1, dtype=dtype, device=device), _leaf(1, N, dtype=dtype, device=device)
         col64, row64 = f64(col, row)
-        out = G.gemm(col.expand(M, K), row.expand(K, N))
+        out = gemm.gemm(col.expand(M, K), row.expand(K, N))
         _compare_grads(out, col64.expand(M, K) @ row64.expand(K, N), (col, row), (col64, row64), dtype, name)
     else:
         raise ValueError(name)
@@ -204,8 +204,8 @@ def test_gpu_reported_views(isolated, name, dtype_name):
 
 
 # ------------------------------------------------------------------------------------ TMA kernel views
-TMA_TILE = {2: G.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1}, 8, 4),
-            4: G.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)}
+TMA_TILE = {2: gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1}, 8, 4),
+            4: gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)}
 
 
 def _tma_operands(layout: str, dtype, device):
@@ -234,13 +234,13 @@ def tma_case(layout: str, dtype_name: str, device: str = "cuda") -> None:
     a, b, bias, residual = _tma_operands(layout, dtype, device)
     config = TMA_TILE[a.element_size()]
     if layout in ("offset1", "expanded"):
-        assert G.tma_layout(a) is None and G.tma_layout(b) is None
-        assert not G._tma_eligible(a, b, a.shape[0], b.shape[1], a.shape[1])
+        assert gemm.tma_layout(a) is None and gemm.tma_layout(b) is None
+        assert not gemm._tma_eligible(a, b, a.shape[0], b.shape[1], a.shape[1])
         with pytest.raises(ValueError, match="TMA"):
-            G.gemm_forward(a, b, bias, residual, "gelu", config=config)
+            gemm.gemm_forward(a, b, bias, residual, "gelu", config=config)
         return
     out = poison_(torch.empty(a.shape[0], b.shape[1], device=device, dtype=dtype))
-    c, z = G.gemm_forward(a, b, bias, residual, "gelu", save_preact=True, out=out, config=config)
+    c, z = gemm.gemm_forward(a, b, bias, residual, "gelu", save_preact=True, out=out, config=config)
     z64 = a.double() @ b.double() + bias.double()
     assert_close(z, z64, dtype, name="Z")
     assert_close(c, torch.nn.functional.gelu(z64) + residual.double(), dtype, name="C")
@@ -256,19 +256,19 @@ def test_gpu_tma_views(isolated, layout, dtype_name):
 def test_tma_layout_refuses_stride0_and_offset_bases():
     """TMA needs a unit stride, a 16-byte-aligned other stride and a 16-byte-aligned base address."""
     t = torch.randn(64, 80)
-    assert G.tma_layout(t[:, :64]) == (False, 80)
-    assert G.tma_layout(t[:, :64].t()) == (True, 80)
-    assert G.tma_layout(torch.randn(64, 1).expand(64, 64)) is None   # stride 0 along dim 1
-    assert G.tma_layout(torch.randn(1, 64).expand(64, 64)) is None   # stride 0 along dim 0
-    assert G.tma_layout(torch.randn(64 * 64 + 1)[1:].view(64, 64)) is None  # base 4 bytes in
-    assert G.tma_layout(t[:, 1:65]) is None                         # base 4 bytes in, aligned rows
-    assert G.tma_layout(torch.randn(64, 71)[:, :64]) is None        # 284-byte rows
+    assert gemm.tma_layout(t[:, :64]) == (False, 80)
+    assert gemm.tma_layout(t[:, :64].t()) == (True, 80)
+    assert gemm.tma_layout(torch.randn(64, 1).expand(64, 64)) is None   # stride 0 along dim 1
+    assert gemm.tma_layout(torch.randn(1, 64).expand(64, 64)) is None   # stride 0 along dim 0
+    assert gemm.tma_layout(torch.randn(64 * 64 + 1)[1:].view(64, 64)) is None  # base 4 bytes in
+    assert gemm.tma_layout(t[:, 1:65]) is None                         # base 4 bytes in, aligned rows
+    assert gemm.tma_layout(torch.randn(64, 71)[:, :64]) is None        # 284-byte rows
 
 
 def test_forcing_tma_on_a_layout_it_cannot_read_is_refused():
     a = torch.randn(64 * 48 + 1)[1:].view(64, 48)
     with pytest.raises(ValueError, match="TMA"):
-        G.gemm_forward(a, torch.randn(48, 64), config=TMA_TILE[4])
+        gemm.gemm_forward(a, torch.randn(48, 64), config=TMA_TILE[4])
 
 
 # ------------------------------------------------------------------------------------ NaN / inf
@@ -298,7 +298,7 @@ def nonfinite_case(where: str, value: float, activation: str, with_residual: boo
     leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in (a, b, bias, res)]
     leaves64 = [t.detach().cpu().double().requires_grad_() for t in leaves]
     r, r64 = (leaves[3], leaves64[3]) if with_residual else (None, None)
-    out = G.gemm(*leaves[:3], r, activation)
+    out = gemm.gemm(*leaves[:3], r, activation)
     ref = REF_ACT[activation](leaves64[0] @ leaves64[1] + leaves64[2]) + (r64 if with_residual else 0)
     _assert_same_nonfinite_and_close(out, ref, dtype, "C")
     grad = torch.randn(M, N, dtype=torch.float64)
@@ -334,21 +334,21 @@ def test_gpu_nonfinite_propagates_as_torch(isolated, where, value, act, with_res
 def test_bfloat16_refused_in_the_interpreter_before_any_launch():
     a, b = torch.randn(4, 5), torch.randn(5, 6)
     with pytest.raises(ValueError, match=r"a has dtype torch.bfloat16.*interpreter"):
-        G.gemm(a.bfloat16(), b.bfloat16())
+        gemm.gemm(a.bfloat16(), b.bfloat16())
     with pytest.raises(ValueError, match=r"b has dtype torch.bfloat16.*interpreter"):
-        G.gemm(a, b.bfloat16())
+        gemm.gemm(a, b.bfloat16())
     layer = Linear(5, 3, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"x has dtype torch.bfloat16.*interpreter"):
         layer(a.bfloat16())
     with pytest.raises(ValueError, match=r"weight has dtype torch.bfloat16.*interpreter"):
-        G.linear(a, layer.weight)
+        gemm.linear(a, layer.weight)
 
 
 @pytest.mark.skipif(GPU, reason="the interpreter's numbers")
 def test_float16_is_computed_right_in_the_interpreter():
     """fp16 (unlike bf16) is real arithmetic in the interpreter: within the fp16 tolerance of float64."""
     a, b = torch.randn(37, 50, dtype=torch.float16), torch.randn(50, 29, dtype=torch.float16)
-    assert_close(G.gemm(a, b), a.double() @ b.double(), torch.float16)
+    assert_close(gemm.gemm(a, b), a.double() @ b.double(), torch.float16)
 
 
 # ------------------------------------------------------------------ offline sm_90 compile (no GPU needed)
@@ -366,7 +366,7 @@ def sm90_ptx(sizes, strides_a, strides_b) -> str:
     constants = dict(HAS_BIAS=False, HAS_RES=False, SAVE_Z=False, ACT=0, PRECISION="ieee", INDEX_64=False,
                      BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8)
     signature, constexprs, attrs = {}, {}, {}
-    for i, name in enumerate(G._gemm_kernel.arg_names):
+    for i, name in enumerate(gemm._gemm_kernel.arg_names):
         if name.endswith("_ptr"):
             signature[name], attrs[(i,)] = "*fp16", [["tt.divisibility", 16]]
         elif name in constants or ints[name] == 1:
@@ -375,7 +375,7 @@ def sm90_ptx(sizes, strides_a, strides_b) -> str:
             signature[name] = "i32"
             if ints[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    source = triton.compiler.ASTSource(fn=G._gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    source = triton.compiler.ASTSource(fn=gemm._gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 128), options=dict(num_warps=4, num_stages=2))
     return kernel.asm["ptx"]
 

@@ -4,44 +4,46 @@ import json
 import pytest
 import torch
 
-from bench import cli, harness as H, results as R
+from bench import cli, harness, results
 
 
 def _case(fns, reference=lambda x: x.double() * 2, **kw):
-    return H.Case(suite="unit", name="double", params={"N": 8}, dtype=torch.float32,
-                  inputs=lambda seed, dev: (torch.randn(8, device=dev),), fns=fns, reference=reference,
-                  flops=8, bytes=64, **kw)
+    return harness.Case(suite="unit", name="double", params={"N": 8}, dtype=torch.float32,
+                        inputs=lambda seed, dev: (torch.randn(8, device=dev),), fns=fns, reference=reference,
+                        flops=8, bytes=64, **kw)
 
 
 def test_quantiles_and_median():
     xs = [5, 1, 4, 2, 3]
-    assert H.median(xs) == 3 and H.quantile(xs, 0.0) == 1 and H.quantile(xs, 1.0) == 5
-    assert H.quantile([1, 2], 0.5) == 1.5
+    assert harness.median(xs) == 3 and harness.quantile(xs, 0.0) == 1 and harness.quantile(xs, 1.0) == 5
+    assert harness.quantile([1, 2], 0.5) == 1.5
     with pytest.raises(ValueError):
-        H.quantile([], 0.5)
+        harness.quantile([], 0.5)
 
 
 def test_bootstrap_ratio_ci_brackets_estimate():
     num, den = [2.0, 2.1, 1.9, 2.05, 1.95], [1.0, 1.02, 0.98, 1.01, 0.99]
-    est, lo, hi = H.bootstrap_ratio_ci(num, den)
+    est, lo, hi = harness.bootstrap_ratio_ci(num, den)
     assert lo <= est <= hi and 1.8 < lo and hi < 2.2
-    assert H.bootstrap_ratio_ci([1.0] * 4, [1.0] * 4) == (1.0, 1.0, 1.0)
+    assert harness.bootstrap_ratio_ci([1.0] * 4, [1.0] * 4) == (1.0, 1.0, 1.0)
 
 
 def test_rows_have_schema_and_provenance():
-    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}), H.RunConfig(backends=["eager", "triton"]))
-    assert rows and all(list(r) == R.COLUMNS for r in rows)
+    rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}),
+                            harness.RunConfig(backends=["eager", "triton"]))
+    assert rows and all(list(r) == results.COLUMNS for r in rows)
     metrics = {(r["backend"], r["metric"]) for r in rows}
     assert {("eager", "time_ms"), ("triton", "time_ms"), ("triton", "speedup_vs_eager"), ("eager", "gbps")} <= metrics
     r = next(r for r in rows if r["metric"] == "time_ms")
     assert r["status"] == "ok" and r["error_vs_fp64"] < 1e-6 and r["torch"] == torch.__version__
     assert json.loads(r["params"]) == {"N": 8}
     if not torch.cuda.is_available():
-        assert r["note"].startswith(R.CPU_NOTE)
+        assert r["note"].startswith(results.CPU_NOTE)
 
 
 def test_wrong_result_is_not_timed():
-    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x * 3}), H.RunConfig(backends=["eager", "triton"]))
+    rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x * 3}),
+                            harness.RunConfig(backends=["eager", "triton"]))
     bad = [r for r in rows if r["backend"] == "triton"]
     assert [r["status"] for r in bad if r["metric"] == "time_ms"] == ["wrong"]
     assert not any(r["metric"] == "tflops" for r in bad)
@@ -54,40 +56,43 @@ def test_failures_become_rows_and_run_goes_on():
     def oom(x):
         raise RuntimeError("CUDA out of memory. Tried to allocate")
 
-    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": boom}), H.RunConfig(backends=["eager", "triton", "compile-max-autotune"]))
+    rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": boom}),
+                            harness.RunConfig(backends=["eager", "triton", "compile-max-autotune"]))
     st = {r["backend"]: r["status"] for r in rows if r["metric"] == "time_ms"}
     assert st["eager"] == "ok" and st["triton"] == "unsupported"
-    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": oom}), H.RunConfig(backends=["eager", "triton"]))
+    rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": oom}),
+                            harness.RunConfig(backends=["eager", "triton"]))
     assert {r["status"] for r in rows if r["backend"] == "triton"} == {"oom"}
     if not torch.cuda.is_available():
-        rows = H.run_case(_case({"eager": lambda x: x * 2}), H.RunConfig(backends=["eager+graph"]))
+        rows = harness.run_case(_case({"eager": lambda x: x * 2}), harness.RunConfig(backends=["eager+graph"]))
         assert rows[0]["status"] == "unsupported"
-    many = H.run_cases([_case({"eager": boom}), _case({"eager": lambda x: x * 2})], H.RunConfig(backends=["eager"]), progress=False)
+    many = harness.run_cases([_case({"eager": boom}), _case({"eager": lambda x: x * 2})],
+                             harness.RunConfig(backends=["eager"]), progress=False)
     assert {r["status"] for r in many if r["metric"] == "time_ms"} == {"unsupported", "ok"}
 
 
 def test_unknown_backend_and_register():
     with pytest.raises(ValueError, match="unknown backend"):
-        H.build_backend("nope", _case({"eager": lambda x: x}))
-    H.register_backend("negate-twice")(lambda case: (lambda x: -(-case.fns["eager"](x))))
+        harness.build_backend("nope", _case({"eager": lambda x: x}))
+    harness.register_backend("negate-twice")(lambda case: (lambda x: -(-case.fns["eager"](x))))
     try:
-        rows = H.run_case(_case({"eager": lambda x: x * 2}), H.RunConfig(backends=["negate-twice"]))
+        rows = harness.run_case(_case({"eager": lambda x: x * 2}), harness.RunConfig(backends=["negate-twice"]))
         assert rows[-1]["status"] == "ok"
     finally:
-        H.BACKENDS.pop("negate-twice")
+        harness.BACKENDS.pop("negate-twice")
 
 
 def test_make_row_rejects_bad_status():
     with pytest.raises(ValueError, match="status"):
-        R.make_row("s", "c", {}, "float32", "eager", "time_ms", 1.0, "ms", status="great")
+        results.make_row("s", "c", {}, "float32", "eager", "time_ms", 1.0, "ms", status="great")
 
 
 def test_write_and_read_rows(tmp_path):
-    rows = [R.make_row("unit", "c", {"N": 1}, torch.float32, "eager", "time_ms", 1.5, "ms")]
-    path = R.write_rows(rows + [{"case": "hand", "metric": "x", "value": 2}], tmp_path, "unit")
-    df = R.read_results(tmp_path)
+    rows = [results.make_row("unit", "c", {"N": 1}, torch.float32, "eager", "time_ms", 1.5, "ms")]
+    path = results.write_rows(rows + [{"case": "hand", "metric": "x", "value": 2}], tmp_path, "unit")
+    df = results.read_results(tmp_path)
     assert path.exists() and (tmp_path / "unit.json").exists() and len(df) == 2
-    assert list(df.columns) == R.COLUMNS and df["suite"].eq("unit").all()
+    assert list(df.columns) == results.COLUMNS and df["suite"].eq("unit").all()
 
 
 def test_cli_flags_and_table(tmp_path, capsys):
@@ -104,7 +109,7 @@ def test_cli_flags_and_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "== unit on" in out and "double" in out and (tmp_path / "unit.csv").exists()
     if not torch.cuda.is_available():
-        assert R.CPU_NOTE in out
+        assert results.CPU_NOTE in out
     with pytest.raises(SystemExit):
         cli.main("unit", build, "d", ["--op", "nothing-matches", "--out", str(tmp_path)])
     assert rows
@@ -112,7 +117,7 @@ def test_cli_flags_and_table(tmp_path, capsys):
 
 def test_cli_show_reads_committed(tmp_path, capsys):
     d = tmp_path / "NVIDIA_X"
-    R.write_rows([R.make_row("unit", "c", {"N": 1}, "float32", "eager", "time_ms", 1.0, "ms")], d, "unit")
+    results.write_rows([results.make_row("unit", "c", {"N": 1}, "float32", "eager", "time_ms", 1.0, "ms")], d, "unit")
     assert cli.show("unit", str(tmp_path)) == 0
     assert "unit" in capsys.readouterr().out
     assert cli.show("absent", str(tmp_path)) == 1
@@ -133,9 +138,9 @@ def test_plot_writes_pngs(tmp_path):
     rows = []
     for n in (8, 16, 32):
         for b, t in (("eager", 2.0), ("triton", 1.0)):
-            rows.append(R.make_row("unit", "c", {"N": n}, "float32", b, "time_ms", t * n, "ms"))
-        rows.append(R.make_row("unit", "c", {"N": n}, "float32", "triton", "speedup_vs_eager", 2.0, "x"))
-    R.write_rows(rows, tmp_path, "unit")
+            rows.append(results.make_row("unit", "c", {"N": n}, "float32", b, "time_ms", t * n, "ms"))
+        rows.append(results.make_row("unit", "c", {"N": n}, "float32", "triton", "speedup_vs_eager", 2.0, "x"))
+    results.write_rows(rows, tmp_path, "unit")
     out = tmp_path / "figures"
     assert plot.main([str(tmp_path), "--out", str(out)]) == 0
     assert (out / "speedup_vs_eager.png").exists() and (out / "latency_c_float32.png").exists()
@@ -146,10 +151,10 @@ def test_roofline_points_and_plot(tmp_path):
     from bench import roofline
 
     (tmp_path / "ceilings.json").write_text(json.dumps({"copy_gbps": 3000, "gemm_tflops": {"bfloat16": 800}}))
-    rows = [R.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", "tflops", 700, "TFLOP/s"),
-            R.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", "gbps", 300, "GB/s")]
-    R.write_rows(rows, tmp_path, "unit")
-    pts = roofline.points(R.read_results(tmp_path))
+    rows = [results.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", "tflops", 700, "TFLOP/s"),
+            results.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", "gbps", 300, "GB/s")]
+    results.write_rows(rows, tmp_path, "unit")
+    pts = roofline.points(results.read_results(tmp_path))
     assert len(pts) == 1 and abs(pts["intensity"].iloc[0] - 700e12 / 300e9) < 1e-6
     png = roofline.plot([str(tmp_path)], None, None)
     assert png.exists()
@@ -162,8 +167,8 @@ def test_roofline_plot_honours_out(tmp_path):
     src = tmp_path / "results"
     src.mkdir()
     (src / "ceilings.json").write_text(json.dumps({"device": "GPU-X", "copy_gbps": 3000, "gemm_tflops": {"bf16": 800}}))
-    R.write_rows([{**R.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", m, v, u), "device": "GPU-X"}
-                  for m, v, u in (("tflops", 700, "TFLOP/s"), ("gbps", 300, "GB/s"))], src, "unit")
+    results.write_rows([{**results.make_row("unit", "g", {"N": 1}, "bfloat16", "triton", m, v, u), "device": "GPU-X"}
+                        for m, v, u in (("tflops", 700, "TFLOP/s"), ("gbps", 300, "GB/s"))], src, "unit")
     assert roofline.main(["--plot", str(src), "--out", str(tmp_path / "mine.png")]) == 0
     assert roofline.main(["--plot", str(src), "--out", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "mine.png").exists() and (tmp_path / "figs" / "roofline.png").exists()
@@ -171,45 +176,45 @@ def test_roofline_plot_honours_out(tmp_path):
 
 
 def _row(case, value, params=None, device=None, metric="time_ms"):
-    r = R.make_row("unit", case, params or {"N": 8}, "float32", "triton", metric, value, "ms")
+    r = results.make_row("unit", case, params or {"N": 8}, "float32", "triton", metric, value, "ms")
     return {**r, "device": device} if device else r
 
 
 def test_write_rows_merges_by_key(tmp_path):
     """A filtered run replaces exactly the rows it measured (same suite, case, params, dtype, backend,
     metric) and keeps every other row of the file."""
-    R.write_rows([_row("a", 1.0), _row("b", 2.0), _row("b", 3.0, {"N": 16})], tmp_path, "unit")
-    R.write_rows([_row("b", 20.0), _row("c", 4.0)], tmp_path, "unit")
-    df = R.read_results(tmp_path / "unit.csv")
+    results.write_rows([_row("a", 1.0), _row("b", 2.0), _row("b", 3.0, {"N": 16})], tmp_path, "unit")
+    results.write_rows([_row("b", 20.0), _row("c", 4.0)], tmp_path, "unit")
+    df = results.read_results(tmp_path / "unit.csv")
     got = {(r.case, r.params): r.value for r in df.itertuples()}
     assert got == {("a", '{"N": 8}'): 1.0, ("b", '{"N": 8}'): 20.0, ("b", '{"N": 16}'): 3.0, ("c", '{"N": 8}'): 4.0}
     twin = json.loads((tmp_path / "unit.json").read_text())
     assert {(r["case"], r["params"]): r["value"] for r in twin} == got  # the JSON twin says the same
-    R.write_rows([_row("z", 9.0)], tmp_path, "unit", merge=False)  # replace on purpose
-    assert list(R.read_results(tmp_path / "unit.csv")["case"]) == ["z"]
+    results.write_rows([_row("z", 9.0)], tmp_path, "unit", merge=False)  # replace on purpose
+    assert list(results.read_results(tmp_path / "unit.csv")["case"]) == ["z"]
 
 
 def test_write_rows_merges_from_the_csv_alone(tmp_path):
-    R.write_rows([_row("a", 1.0), _row("b", 2.0)], tmp_path, "unit")
+    results.write_rows([_row("a", 1.0), _row("b", 2.0)], tmp_path, "unit")
     (tmp_path / "unit.json").unlink()
-    R.write_rows([_row("b", 5.0)], tmp_path, "unit")
-    df = R.read_results(tmp_path / "unit.csv")
+    results.write_rows([_row("b", 5.0)], tmp_path, "unit")
+    df = results.read_results(tmp_path / "unit.csv")
     assert dict(zip(df["case"], df["value"])) == {"a": 1.0, "b": 5.0}
 
 
 def test_cpu_and_gpu_rows_never_share_a_file(tmp_path):
-    R.write_rows([_row("a", 1.0, device="NVIDIA H100 80GB HBM3")], tmp_path, "unit")
+    results.write_rows([_row("a", 1.0, device="NVIDIA H100 80GB HBM3")], tmp_path, "unit")
     with pytest.raises(ValueError, match="never mixed"):
-        R.write_rows([_row("a", 9.0, device=R.CPU_DEVICE)], tmp_path, "unit")
-    assert R.read_results(tmp_path / "unit.csv")["value"].tolist() == [1.0]
+        results.write_rows([_row("a", 9.0, device=results.CPU_DEVICE)], tmp_path, "unit")
+    assert results.read_results(tmp_path / "unit.csv")["value"].tolist() == [1.0]
 
 
 def test_cpu_results_go_under_an_ignored_folder():
     from triton_kernels.runtime import INTERPRET
 
-    d = R.results_dir()
-    assert (d == R.LOCAL / "results" / "cpu-interpreter") if INTERPRET else (d.parent == R.RESULTS)
-    assert ".local/" in (R.REPO / ".gitignore").read_text().split()
+    d = results.results_dir()
+    assert (d == results.LOCAL / "results" / "cpu-interpreter") if INTERPRET else (d.parent == results.RESULTS)
+    assert ".local/" in (results.REPO / ".gitignore").read_text().split()
 
 
 def test_interpreter_warnings_are_filtered_by_message_only():
@@ -225,14 +230,14 @@ def test_interpreter_warnings_are_filtered_by_message_only():
                                 ("something else", "triton.runtime.interpreter")):
             warnings.warn_explicit(message, RuntimeWarning, "f.py", 1, module=module)
     assert [(str(w.message)) for w in caught] == ["invalid value encountered in divide", "something else"]
-    ini = tomllib.loads((R.REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    ini = tomllib.loads((results.REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert f"ignore:{cli.INTERPRETER_WARNINGS}:RuntimeWarning:{cli.INTERPRETER_MODULE}" in ini["filterwarnings"]
 
 
 def test_same_backend_twice_is_its_own_row():
-    rows = H.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}),
-                      H.RunConfig(backends=["eager", "triton", "triton#2"]))
+    rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}),
+                            harness.RunConfig(backends=["eager", "triton", "triton#2"]))
     t = {r["backend"]: r for r in rows if r["metric"] == "time_ms"}
     assert {"triton", "triton#2"} <= set(t) and t["triton#2"]["status"] == "ok"
     assert cli.parse_backends("triton#2,eager+graph#2") == ["triton#2", "eager+graph#2"]
-    assert H.base_backend("eager+graph#2") == "eager" and H.is_graphed("eager+graph#2")
+    assert harness.base_backend("eager+graph#2") == "eager" and harness.is_graphed("eager+graph#2")

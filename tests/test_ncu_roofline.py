@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench import ncu_roofline as NR
+from bench import ncu_roofline
 
 META = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Device","CC"'
 METRICS = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
@@ -28,18 +28,18 @@ def _raw_csv():
 
 
 def test_raw_page(tmp_path):
-    launches = NR.parse(_raw_csv())
+    launches = ncu_roofline.parse(_raw_csv())
     assert len(launches) == 3 and launches[0]["gpu__time_duration.sum"] == pytest.approx(2e-6)
     assert launches[0]["dram__bytes_read.sum"] == pytest.approx(4e6) and launches[0]["dram__bytes_write.sum"] == 4e6
-    points = {p["kernel"]: p for p in NR.kernel_points(launches, NR.factors(4096.0))}
+    points = {p["kernel"]: p for p in ncu_roofline.kernel_points(launches, ncu_roofline.factors(4096.0))}
     bn, gemm = points["_bn_apply_kernel"], points["sm90_xmma_gemm_bf16"]
     assert bn["launches"] == 2 and bn["flops"] == pytest.approx(2 * (1000 + 2 * 1000) + 2 * 500)
     assert bn["bytes"] == pytest.approx(16e6) and bn["time_s"] == pytest.approx(4e-6)
     assert bn["ai"] == pytest.approx(bn["flops"] / 16e6) and bn["gflops"] == pytest.approx(bn["flops"] / 4e-6 / 1e9)
     assert gemm["tensor_flops"] == pytest.approx(2000 * 4096) and gemm["share"] == pytest.approx(10 / 14)
-    assert NR.calibrate(launches, "xmma_gemm:4096000") == ("inst", pytest.approx(2048.0))
+    assert ncu_roofline.calibrate(launches, "xmma_gemm:4096000") == ("inst", pytest.approx(2048.0))
     launches.append(dict(launches[1], id="3"))  # a calibration GEMM as the last launch
-    assert NR.calibrate(launches, "@last:2048000") == ("inst", pytest.approx(1024.0))
+    assert ncu_roofline.calibrate(launches, "@last:2048000") == ("inst", pytest.approx(1024.0))
 
 
 def test_details_page_and_ops_counters():
@@ -49,11 +49,11 @@ def test_details_page_and_ops_counters():
                       base + ',"dram__bytes.sum","Gbyte","0.001"',
                       base + ',"sm__ops_path_tensor_src_bf16_dst_fp32.sum","","1000000"',
                       base + ',"sm__inst_executed_pipe_tensor.sum","inst","10"'])
-    launches = NR.parse(text)
+    launches = ncu_roofline.parse(text)
     assert len(launches) == 1 and launches[0]["gpu__time_duration.sum"] == pytest.approx(5e-6)
-    (p,) = NR.kernel_points(launches, NR.factors(4096.0))
+    (p,) = ncu_roofline.kernel_points(launches, ncu_roofline.factors(4096.0))
     assert p["tensor_flops"] == pytest.approx(2e6) and p["bytes"] == pytest.approx(1e6)  # ops x 2, not inst x 4096
-    assert NR.calibrate(launches, "conv:3000000") == ("ops", pytest.approx(3.0))  # per op, from a known count
+    assert ncu_roofline.calibrate(launches, "conv:3000000") == ("ops", pytest.approx(3.0))  # per op, from a known count
 
 
 def test_main_plot_rows_and_errors(tmp_path, capsys):
@@ -61,8 +61,8 @@ def test_main_plot_rows_and_errors(tmp_path, capsys):
     csv.write_text(_raw_csv())
     ceilings = tmp_path / "ceilings.json"
     ceilings.write_text(json.dumps({"device": DEV, "copy_gbps": 3000.0, "gemm_tflops": {"bfloat16": 800.0}}))
-    assert NR.main([str(csv), "--ceilings", str(ceilings), "--png", str(tmp_path / "r.png"), "--out",
-                    str(tmp_path / "rows"), "--json", str(tmp_path / "p.json")]) == 0
+    assert ncu_roofline.main([str(csv), "--ceilings", str(ceilings), "--png", str(tmp_path / "r.png"), "--out",
+                              str(tmp_path / "rows"), "--json", str(tmp_path / "p.json")]) == 0
     assert (tmp_path / "r.png").stat().st_size > 1000
     out = capsys.readouterr().out
     assert "whole step" in out and "_bn_apply_kernel" in out
@@ -72,14 +72,14 @@ def test_main_plot_rows_and_errors(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("not a report\n")
     with pytest.raises(ValueError, match="Kernel Name"):
-        NR.main([str(bad)])
+        ncu_roofline.main([str(bad)])
     gemm_last = tmp_path / "gemm_last.csv"
     lines = _raw_csv().splitlines()
     gemm_last.write_text("\n".join(lines[:3] + [lines[3], lines[5], lines[4]]) + "\n")
-    assert NR.main([str(gemm_last), "--calibrate", "@last:4096000", "--json", str(tmp_path / "q.json")]) == 0
+    assert ncu_roofline.main([str(gemm_last), "--calibrate", "@last:4096000", "--json", str(tmp_path / "q.json")]) == 0
     q = json.loads((tmp_path / "q.json").read_text())
     assert [p["kernel"] for p in q] == ["_bn_apply_kernel", "whole step"]  # the GEMM was the calibration
     with pytest.raises(ValueError, match="no kernel name contains"):
-        NR.main([str(csv), "--calibrate", "absent:100"])
+        ncu_roofline.main([str(csv), "--calibrate", "absent:100"])
     with pytest.raises(SystemExit):
-        NR.main([str(tmp_path / "missing.csv")])
+        ncu_roofline.main([str(tmp_path / "missing.csv")])

@@ -3,9 +3,9 @@ channels_last / NCHW and the view matrix, bad input (CPU interpreter); bf16 at t
 the GPU."""
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import pool_head as PH
+from triton_kernels import pool_head
 from triton_kernels.testing import assert_close
 
 from .conftest import DEVICE
@@ -13,15 +13,15 @@ from .view_matrix import Arg, ViewCase, check_case, view_cases
 
 
 def reference(x, weight, bias):
-    return F.linear(F.adaptive_avg_pool2d(x.double(), 1).flatten(1), weight.double(),
-                    bias.double() if bias is not None else None)
+    return functional.linear(functional.adaptive_avg_pool2d(x.double(), 1).flatten(1), weight.double(),
+                             bias.double() if bias is not None else None)
 
 
 def _check(N, C, H, W, K, dtype, fmt, bias=True):
     x = torch.randn(N, C, H, W, device=DEVICE).to(dtype).to(memory_format=fmt).requires_grad_()
     w = (torch.randn(K, C, device=DEVICE) / C ** 0.5).requires_grad_()
     b = torch.randn(K, device=DEVICE).requires_grad_() if bias else None
-    y = PH.pool_head(x, w, b)
+    y = pool_head.pool_head(x, w, b)
     assert y.shape == (N, K) and y.dtype == dtype
     leaves = [t.detach().cpu().double().requires_grad_() if t is not None else None for t in (x, w, b)]
     ref = reference(*leaves)
@@ -53,7 +53,7 @@ CASES = view_cases(VIEW_ARGS)
 
 def view_case(arg: str, layout: str, dtype_name: str) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_case(ViewCase(arg, layout), VIEW_ARGS, PH.pool_head, reference, dtype=getattr(torch, dtype_name),
+    check_case(ViewCase(arg, layout), VIEW_ARGS, pool_head.pool_head, reference, dtype=getattr(torch, dtype_name),
                device=device)
 
 
@@ -63,12 +63,12 @@ def test_views(case):
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda x, w: PH.pool_head(x[0], w), "x must have 4 dims"),
-    (lambda x, w: PH.pool_head(x, w[:, :5]), "weight has 5 input features"),
-    (lambda x, w: PH.pool_head(x, w, torch.zeros(3)), "bias has 3 values"),
-    (lambda x, w: PH.pool_head(x, torch.zeros(300, 8)), "supports 1..256"),
-    (lambda x, w: PH.pool_head(x[:, :, :0], w), "no pixels"),
-    (lambda x, w: PH.pool_head(x.double(), w), "x has dtype"),
+    (lambda x, w: pool_head.pool_head(x[0], w), "x must have 4 dims"),
+    (lambda x, w: pool_head.pool_head(x, w[:, :5]), "weight has 5 input features"),
+    (lambda x, w: pool_head.pool_head(x, w, torch.zeros(3)), "bias has 3 values"),
+    (lambda x, w: pool_head.pool_head(x, torch.zeros(300, 8)), "supports 1..256"),
+    (lambda x, w: pool_head.pool_head(x[:, :, :0], w), "no pixels"),
+    (lambda x, w: pool_head.pool_head(x.double(), w), "x has dtype"),
 ])
 def test_bad_input_raises(bad, match):
     with pytest.raises(ValueError, match=match):

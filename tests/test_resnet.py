@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench import resnet as RN
-from bench import resnet_data as D
+import bench.resnet
+from bench import resnet_data
 from bench.data import cifar10
 from models.resnet import BatchNormAct2d, ResNet, compile_model, fold_batch_norms, resnet
 from triton_kernels.testing import assert_close, rel_err
@@ -146,24 +146,24 @@ def _rows_as_set(images, labels):
 @pytest.mark.parametrize("fmt", ["python", "binary", "webp"])
 def test_load_tiny_files(fmt, tmp_path):
     tr_x, tr_y, te_x, te_y = _write(fmt, tmp_path / fmt)
-    data = D.load(str(tmp_path / fmt))
+    data = resnet_data.load(str(tmp_path / fmt))
     assert data.name == "cifar10" and data.train_images.shape == (20, 3, 32, 32) and data.test_images.shape[0] == 6
     assert _rows_as_set(data.train_images, data.train_labels) == _rows_as_set(tr_x, tr_y)  # same rows, shuffled
     assert _rows_as_set(data.test_images, data.test_labels) == _rows_as_set(te_x, te_y)
-    assert len(D.load(str(tmp_path / fmt), train_limit=7).train_images) == 7
-    syn = D.load(synthetic=True, train_limit=10, test_limit=4)
+    assert len(resnet_data.load(str(tmp_path / fmt), train_limit=7).train_images) == 7
+    syn = resnet_data.load(synthetic=True, train_limit=10, test_limit=4)
     assert syn.name == "synthetic" and syn.train_images.shape == (10, 3, 32, 32)
 
 
 def test_plan_and_shards():
-    a, b = D.epoch_plan(50, 3, 1), D.epoch_plan(50, 3, 1)
+    a, b = resnet_data.epoch_plan(50, 3, 1), resnet_data.epoch_plan(50, 3, 1)
     assert torch.equal(a.perm, b.perm) and torch.equal(a.crops, b.crops) and torch.equal(a.flips, b.flips)
-    assert not torch.equal(a.perm, D.epoch_plan(50, 3, 2).perm)
+    assert not torch.equal(a.perm, resnet_data.epoch_plan(50, 3, 2).perm)
     assert a.crops.min() >= 0 and a.crops.max() <= 8 and sorted(a.perm.tolist()) == list(range(50))
-    whole = D.batch_rows(a, 2, 8, 0, 1)
-    assert torch.equal(torch.cat([D.batch_rows(a, 2, 8, r, 2) for r in range(2)]), whole)
+    whole = resnet_data.batch_rows(a, 2, 8, 0, 1)
+    assert torch.equal(torch.cat([resnet_data.batch_rows(a, 2, 8, r, 2) for r in range(2)]), whole)
     with pytest.raises(ValueError, match="not a multiple"):
-        D.PlannedBatchSampler(50, 9, 0, world=2)
+        resnet_data.PlannedBatchSampler(50, 9, 0, world=2)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -171,19 +171,19 @@ def test_gpu_resident_batches_equal_dataloader_batches(workers):
     """Both data paths give the same augmented batches (the plan's crops and flips), equal to a plain
     numpy pad / crop / flip; a sampler set to a later step resumes there."""
     images, labels = _images(40, 1)
-    gpu = D.GpuLoader(images, labels, 8, seed=5, device=DEVICE, channels_last=False)
-    sampler = D.PlannedBatchSampler(40, 8, seed=5)
-    loader = D.make_cpu_loader(images, labels, sampler, workers, pin_memory=False)
+    gpu = resnet_data.GpuLoader(images, labels, 8, seed=5, device=DEVICE, channels_last=False)
+    sampler = resnet_data.PlannedBatchSampler(40, 8, seed=5)
+    loader = resnet_data.make_cpu_loader(images, labels, sampler, workers, pin_memory=False)
     sampler.set_epoch(2, start_step=1)
     cpu_batches = list(loader)
     assert len(cpu_batches) == 4
-    plan = D.epoch_plan(40, 5, 2)
-    mean, std = np.array(D.MEAN).reshape(3, 1, 1), np.array(D.STD).reshape(3, 1, 1)
+    plan = resnet_data.epoch_plan(40, 5, 2)
+    mean, std = np.array(resnet_data.MEAN).reshape(3, 1, 1), np.array(resnet_data.STD).reshape(3, 1, 1)
     for step, (x_cpu, y_cpu) in enumerate(cpu_batches, start=1):
         x_gpu, y_gpu = gpu.batch(2, step)
         assert torch.equal(y_gpu.cpu(), y_cpu)
         assert_close(x_gpu.cpu(), x_cpu.double(), torch.float32)
-        rows = D.batch_rows(plan, step, 8, 0, 1)
+        rows = resnet_data.batch_rows(plan, step, 8, 0, 1)
         for j, row in enumerate(rows.tolist()):
             img = np.pad(images[row], ((0, 0), (4, 4), (4, 4)))
             (y0, x0), flip = plan.crops[row].tolist(), bool(plan.flips[row])
@@ -201,14 +201,14 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     """Run A trains 2 epochs of 4 steps. Run B, the same, is SIGKILLed after step 7 (mid-epoch 2, its last
     checkpoint at step 6); run C resumes B's folder. C ends with A's weights, buffers and metrics."""
     common = ["--save-every", "2", "--optimizer", "sgd-nesterov", "--label-smoothing", "0.1"]
-    assert RN.main(_train_args(tmp_path / "a", *common)) == 0
+    assert bench.resnet.main(_train_args(tmp_path / "a", *common)) == 0
     killed = subprocess.run([sys.executable, "-m", "bench.resnet", *_train_args(tmp_path / "b", *common),
                              "--debug-kill-at-step", "7"], cwd=REPO, env=_env(), capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert not (tmp_path / "b" / "final.pt").exists()
     state = torch.load(tmp_path / "b" / "last.pt", weights_only=False)
     assert (state["progress"]["epoch"], state["progress"]["step"], state["progress"]["global_step"]) == (1, 2, 6)
-    assert RN.main(_train_args(tmp_path / "b", *common, "--resume", "auto")) == 0
+    assert bench.resnet.main(_train_args(tmp_path / "b", *common, "--resume", "auto")) == 0
     a, c = (torch.load(tmp_path / d / "final.pt") for d in ("a", "b"))
     assert list(a) == list(c) and all(torch.equal(a[k], c[k]) for k in a)
     ha, hc = (json.loads((tmp_path / d / "history.json").read_text()) for d in ("a", "b"))
@@ -218,7 +218,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     best = torch.load(tmp_path / "a" / "best.pt", weights_only=False)
     assert set(best) >= {"model", "optimizer", "scheduler", "scaler", "rng", "progress"}
     with pytest.raises(SystemExit, match="other settings"):
-        RN.main(_train_args(tmp_path / "b", *common, "--resume", "auto", "--seed", "1"))
+        bench.resnet.main(_train_args(tmp_path / "b", *common, "--resume", "auto", "--seed", "1"))
 
 
 def test_ddp_gloo_two_processes_equal_one(tmp_path):
@@ -230,7 +230,7 @@ def test_ddp_gloo_two_processes_equal_one(tmp_path):
                           str(29500 + os.getpid() % 1000), "-m", "bench.resnet", *args, "--out-dir",
                           str(tmp_path / "ddp")], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert RN.main(args + ["--out-dir", str(tmp_path / "one")]) == 0
+    assert bench.resnet.main(args + ["--out-dir", str(tmp_path / "one")]) == 0
     ddp, one = (torch.load(tmp_path / d / "final.pt") for d in ("ddp", "one"))
     for k in one:
         assert rel_err(ddp[k], one[k]) <= 1e-5, k
@@ -239,8 +239,9 @@ def test_ddp_gloo_two_processes_equal_one(tmp_path):
 
 
 def test_bench_steps_rows_and_curves(tmp_path):
-    assert RN.main(["--synthetic", "--train-limit", "64", "--batch-size", "16", "--bench-steps", "2", "--bench-rounds",
-                    "2", "--warmup-iters", "1", "--backend", "eager", "--out-dir", str(tmp_path), *TINY_ARGS]) == 0
+    assert bench.resnet.main(["--synthetic", "--train-limit", "64", "--batch-size", "16", "--bench-steps",
+                              "2", "--bench-rounds", "2", "--warmup-iters", "1", "--backend", "eager", "--out-dir",
+                              str(tmp_path), *TINY_ARGS]) == 0
     rows = json.loads(next(tmp_path.glob("resnet-steps-*.json")).read_text())
     step = [r for r in rows if r["metric"] == "step_ms"]
     assert len(step) == 1 and step[0]["case"] == "resnet18_train_step" and step[0]["backend"] == "eager"
@@ -251,30 +252,32 @@ def test_bench_steps_rows_and_curves(tmp_path):
 
 def test_sweep_profiler_and_scaling_modes(tmp_path):
     base = ["--synthetic", "--train-limit", "80", "--test-limit", "16", "--batch-size", "16", *TINY_ARGS]
-    assert RN.main(base + ["--sweep-workers", "0,1", "--sweep-steps", "2", "--out-dir", str(tmp_path)]) == 0
+    assert bench.resnet.main(base + ["--sweep-workers", "0,1", "--sweep-steps", "2", "--out-dir", str(tmp_path)]) == 0
     rows = json.loads(next(tmp_path.glob("resnet-workers-*.json")).read_text())
     assert {json.loads(r["params"])["workers"] for r in rows if r["metric"] == "images_per_s"} == {0, 1}
     assert [r for r in rows if r["metric"] == "best_workers"][0]["value"] in (0, 1)
     trace = tmp_path / "t.json"
-    assert RN.main(base + ["--run-profiler", "--warmup-iters", "1", "--profile-steps", "1", "--trace-file-name",
-                           str(trace), "--out-dir", str(tmp_path / "p")]) == 0
+    assert bench.resnet.main(base + ["--run-profiler", "--warmup-iters", "1", "--profile-steps", "1",
+                                     "--trace-file-name", str(trace), "--out-dir", str(tmp_path / "p")]) == 0
     assert "traceEvents" in json.loads(trace.read_text())
-    assert RN.main(base + ["--profile-one-step", "--warmup-iters", "1", "--out-dir", str(tmp_path / "p1")]) == 0
+    assert bench.resnet.main(base + ["--profile-one-step", "--warmup-iters", "1", "--out-dir",
+                                     str(tmp_path / "p1")]) == 0
     assert not (tmp_path / "p1" / "final.pt").exists()
-    assert RN.main(base + ["--scaling", "8,16", "--bench-steps", "1", "--warmup-iters", "1",
-                           "--out-dir", str(tmp_path / "s")]) == 0
+    assert bench.resnet.main(base + ["--scaling", "8,16", "--bench-steps", "1", "--warmup-iters", "1",
+                                     "--out-dir", str(tmp_path / "s")]) == 0
     rows = json.loads(next((tmp_path / "s").glob("resnet_ddp-*.json")).read_text())
     assert {json.loads(r["params"])["batch_per_gpu"] for r in rows if r["metric"] == "images_per_s"} == {8, 16}
 
 
 def test_scaling_report(tmp_path):
-    from bench import results as R
+    from bench import results
 
-    rows = [R.make_row("resnet_ddp", "resnet18_ddp", {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10"},
-                       "bf16", "eager", "images_per_s", v, "inputs/s")
+    rows = [results.make_row("resnet_ddp", "resnet18_ddp",
+                             {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10"},
+                             "bf16", "eager", "images_per_s", v, "inputs/s")
             for g, b, v in ((1, 512, 1000.0), (1, 1024, 1100.0), (2, 512, 1800.0))]
-    R.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
-    assert RN.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
+    results.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
+    assert bench.resnet.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
     report = json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())
     out = {r["metric"]: r["value"] for r in report}
     assert out["weak_scaling_efficiency"] == pytest.approx(0.9)
@@ -283,14 +286,14 @@ def test_scaling_report(tmp_path):
 
 def test_bad_arguments():
     with pytest.raises(SystemExit):
-        RN.parse_args(["--backend", "cuda"])
+        bench.resnet.parse_args(["--backend", "cuda"])
     with pytest.raises(SystemExit):
-        RN.parse_args(["--backend", "eager,triton"])  # several backends are for --bench-steps
+        bench.resnet.parse_args(["--backend", "eager,triton"])  # several backends are for --bench-steps
     with pytest.raises(SystemExit):
-        RN.parse_args(["--widths", "4,8"])
-    a = RN.parse_args(["--optimizer", "adadelta", "--amp"])
+        bench.resnet.parse_args(["--widths", "4,8"])
+    a = bench.resnet.parse_args(["--optimizer", "adadelta", "--amp"])
     assert a.lr == 1.0 and a.amp == "bf16"
-    f = RN.warmup_cosine(10, 2)
+    f = bench.resnet.warmup_cosine(10, 2)
     assert [round(f(s), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
 
 

@@ -8,41 +8,41 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from triton_kernels import runtime as R
+from triton_kernels import runtime
 
 
 def test_interpreter_switch_on_cpu():
     if not torch.cuda.is_available():
-        assert R.is_interpreter() and os.environ["TRITON_INTERPRET"] == "1"
-        assert R.device_name() == "cpu-interpreter"
+        assert runtime.is_interpreter() and os.environ["TRITON_INTERPRET"] == "1"
+        assert runtime.device_name() == "cpu-interpreter"
 
 
 def test_bucket():
-    assert [R.bucket(n) for n in (1, 16, 17, 1000, 1024)] == [16, 16, 32, 1024, 1024]
+    assert [runtime.bucket(n) for n in (1, 16, 17, 1000, 1024)] == [16, 16, 32, 1024, 1024]
 
 
 def _fake_tuner(name="unit"):
     def kernel_src():  # stands in for a jitted kernel: only its source is hashed
         return 1
-    cfgs = [R.Config({"B": b}, 4, 2) for b in (16, 32, 64)]
-    return R.Autotuner(name, kernel_src, cfgs, interpret_config=cfgs[0])
+    cfgs = [runtime.Config({"B": b}, 4, 2) for b in (16, 32, 64)]
+    return runtime.Autotuner(name, kernel_src, cfgs, interpret_config=cfgs[0])
 
 
 def test_config_json_roundtrip():
-    c = R.Config({"BLOCK_M": 64}, 8, 3)
-    assert R.Config.from_json(json.loads(json.dumps(c.to_json()))) == c
+    c = runtime.Config({"BLOCK_M": 64}, 8, 3)
+    assert runtime.Config.from_json(json.loads(json.dumps(c.to_json()))) == c
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(R.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(runtime.CACHE_ENV, str(tmp_path))
     return tmp_path
 
 
 def test_cache_path_keys(cache):
     t = _fake_tuner()
     p = t.cache_path()
-    assert p.parent == cache and R.device_slug() in p.name and t._source_hash in p.name
+    assert p.parent == cache and runtime.device_slug() in p.name and t._source_hash in p.name
 
 
 class _Key(NamedTuple):
@@ -56,8 +56,8 @@ def _simulate_tune(t, key, best):
 
 def test_cache_hit_and_miss(cache, monkeypatch):
     t = _fake_tuner()
-    monkeypatch.setattr(R, "INTERPRET", False)
-    monkeypatch.setenv(R.TUNE_ENV, "1")
+    monkeypatch.setattr(runtime, "INTERPRET", False)
+    monkeypatch.setenv(runtime.TUNE_ENV, "1")
     tuned = []
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: tuned.append(k) or cfgs[-1])
     _simulate_tune(t, _Key("a", 1), t.configs[1])
@@ -74,14 +74,14 @@ def test_cache_hit_and_miss(cache, monkeypatch):
 
 def test_interpreter_uses_designated_config(cache):
     t = _fake_tuner()
-    if R.INTERPRET:
+    if runtime.INTERPRET:
         assert t.pick(_Key("k"), run=lambda c: pytest.fail("must not run")) == t.interpret_config
 
 
 def test_corrupt_cache_file_is_ignored(cache, monkeypatch):
     t = _fake_tuner()
-    monkeypatch.setattr(R, "INTERPRET", False)
-    monkeypatch.setenv(R.TUNE_ENV, "1")
+    monkeypatch.setattr(runtime, "INTERPRET", False)
+    monkeypatch.setenv(runtime.TUNE_ENV, "1")
     t.cache_path().write_text("{not json")
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[0])
     with pytest.warns(RuntimeWarning, match="corrupt"):
@@ -97,7 +97,7 @@ def _cache_is_usable_again(t):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _simulate_tune(t, _Key("k2"), t.configs[2])
-    assert R.read_json(t.cache_path())[t.key_str(_Key("k2"))]["best"]["kwargs"] == {"B": 64}
+    assert runtime.read_json(t.cache_path())[t.key_str(_Key("k2"))]["best"]["kwargs"] == {"B": 64}
 
 
 def test_cache_file_not_utf8_is_ignored(cache):
@@ -106,7 +106,7 @@ def test_cache_file_not_utf8_is_ignored(cache):
     t = _fake_tuner()
     t.cache_path().write_bytes(b'{"k": \xff\xfe\x00 not utf-8}')
     with pytest.warns(RuntimeWarning, match="ignoring corrupt autotune cache .*utf-8"):
-        assert R.read_json(t.cache_path()) == {}
+        assert runtime.read_json(t.cache_path()) == {}
     _cache_is_usable_again(t)
 
 
@@ -114,7 +114,7 @@ def test_cache_file_that_is_a_directory_is_ignored(cache):
     t = _fake_tuner()
     t.cache_path().mkdir()
     with pytest.warns(RuntimeWarning, match="ignoring corrupt autotune cache .*Is a directory"):
-        assert R.read_json(t.cache_path()) == {}
+        assert runtime.read_json(t.cache_path()) == {}
     with pytest.warns(RuntimeWarning) as record:
         _simulate_tune(t, _Key("k"), t.configs[1])
     assert [str(w.message).split(" /")[0] for w in record] == ["ignoring corrupt autotune cache",
@@ -125,18 +125,18 @@ def test_cache_file_that_is_a_directory_is_ignored(cache):
 def test_cache_env_pointing_at_a_file_is_ignored(tmp_path, monkeypatch):
     not_a_dir = tmp_path / "cache-file"
     not_a_dir.write_text("x")
-    monkeypatch.setenv(R.CACHE_ENV, str(not_a_dir))
+    monkeypatch.setenv(runtime.CACHE_ENV, str(not_a_dir))
     t = _fake_tuner()
     assert t.cache_path().parent == not_a_dir
-    with pytest.warns(RuntimeWarning, match=f"{not_a_dir} is not a directory .check \\${R.CACHE_ENV}"):
-        assert R.read_json(t.cache_path()) == {}
+    with pytest.warns(RuntimeWarning, match=f"{not_a_dir} is not a directory .check \\${runtime.CACHE_ENV}"):
+        assert runtime.read_json(t.cache_path()) == {}
     with pytest.warns(RuntimeWarning, match="could not write autotune cache"):
         _simulate_tune(t, _Key("k"), t.configs[1])
     assert not_a_dir.read_text() == "x"
 
 
 def _writer(path_env, i):
-    os.environ[R.CACHE_ENV] = path_env
+    os.environ[runtime.CACHE_ENV] = path_env
     t = _fake_tuner()
     for j in range(20):
         _simulate_tune(t, _Key(f"w{i}", j), t.configs[j % 3])
@@ -156,23 +156,23 @@ def test_concurrent_writers_merge(cache):
 
 def test_atomic_write_leaves_no_temp(tmp_path):
     p = tmp_path / "x.json"
-    R.atomic_write_text(p, "{}")
-    R.atomic_write_text(p, '{"a": 1}')
+    runtime.atomic_write_text(p, "{}")
+    runtime.atomic_write_text(p, '{"a": 1}')
     assert json.loads(p.read_text()) == {"a": 1}
     assert [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")] == []
 
 
 def test_check_tensor_errors():
     with pytest.raises(ValueError, match="x must be a torch.Tensor"):
-        R.check_tensor("x", [1, 2])
+        runtime.check_tensor("x", [1, 2])
     with pytest.raises(ValueError, match="y has dtype"):
-        R.check_tensor("y", torch.zeros(2, dtype=torch.int8), dtypes=[torch.float32])
+        runtime.check_tensor("y", torch.zeros(2, dtype=torch.int8), dtypes=[torch.float32])
 
 
 def test_tuning_off_uses_first_candidate(cache, monkeypatch):
     t = _fake_tuner()
-    monkeypatch.setattr(R, "INTERPRET", False)
-    monkeypatch.setenv(R.TUNE_ENV, "0")
+    monkeypatch.setattr(runtime, "INTERPRET", False)
+    monkeypatch.setenv(runtime.TUNE_ENV, "0")
     assert t.pick(_Key("k"), run=lambda c: pytest.fail("must not time")) == t.configs[0]
 
 
@@ -180,8 +180,8 @@ def test_candidates_built_only_when_needed(cache, monkeypatch):
     """The launch hot path: a remembered key costs one dict lookup; a candidate list given as a callable
     is built only on a miss."""
     t = _fake_tuner()
-    monkeypatch.setattr(R, "INTERPRET", False)
-    monkeypatch.setenv(R.TUNE_ENV, "1")
+    monkeypatch.setattr(runtime, "INTERPRET", False)
+    monkeypatch.setenv(runtime.TUNE_ENV, "1")
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[0])
     built = []
 
@@ -192,7 +192,7 @@ def test_candidates_built_only_when_needed(cache, monkeypatch):
     assert t.pick(_Key("m", 7), run=None, configs=candidates) == t.configs[-1]  # miss: built, "tuned"
     assert t.pick(_Key("m", 7), run=None, configs=candidates) == t.configs[-1]  # hit: not built again
     assert len(built) == 1
-    assert hash(t.configs[0]) == hash(R.Config.from_json(t.configs[0].to_json()))
+    assert hash(t.configs[0]) == hash(runtime.Config.from_json(t.configs[0].to_json()))
 
 
 def test_cache_entries_are_readable_and_old_format_is_ignored(cache, monkeypatch):
@@ -205,8 +205,8 @@ def test_cache_entries_are_readable_and_old_format_is_ignored(cache, monkeypatch
         has_bias: bool
 
     t = _fake_tuner()
-    monkeypatch.setattr(R, "INTERPRET", False)
-    monkeypatch.setenv(R.TUNE_ENV, "1")
+    monkeypatch.setattr(runtime, "INTERPRET", False)
+    monkeypatch.setenv(runtime.TUNE_ENV, "1")
     monkeypatch.setattr(t, "_tune", lambda k, run, cfgs: cfgs[-1])
     key = _GemmLikeKey(256, torch.bfloat16, "relu", True)
     assert t.key_str(key) == '{"m":256,"dtype":"bfloat16","act":"relu","has_bias":true}'

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from bench.data import sgemm as S
+from bench.data import sgemm
 from bench.data.common import DataNotFoundError
 
 
 @pytest.fixture
 def csv(tmp_path):
-    return S.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=200, seed=1)
+    return sgemm.write_synthetic(tmp_path / "sgemm_product.csv.gz", rows=200, seed=1)
 
 
 def test_load_split_and_standardise(csv):
-    d = S.load(csv, seed=3)
+    d = sgemm.load(csv, seed=3)
     assert (len(d.train), len(d.val), len(d.test)) == (160, 20, 20)
     assert d.train.x.shape == (160, 14) and d.train.x.dtype == torch.float32
     # standardised with TRAIN statistics: train columns have mean 0 / std 1, the others only roughly
@@ -26,7 +26,7 @@ def test_load_split_and_standardise(csv):
     assert (d.train.x.double().std(0, unbiased=False) - 1).abs().max() < 1e-4
     assert abs(d.train.y.double().mean().item()) < 1e-5
     # the target is ln(mean of the 4 runs), recoverable from the stored statistics
-    feats, runs = S.read_csv(csv)
+    feats, runs = sgemm.read_csv(csv)
     perm = np.random.default_rng(3).permutation(200)
     te = perm[180:]
     expect = np.log(runs[te].mean(1))
@@ -35,7 +35,7 @@ def test_load_split_and_standardise(csv):
 
 
 def test_split_is_seeded_and_disjoint(csv):
-    a, b, c = S.load(csv, seed=0), S.load(csv, seed=0), S.load(csv, seed=1)
+    a, b, c = sgemm.load(csv, seed=0), sgemm.load(csv, seed=0), sgemm.load(csv, seed=1)
     assert torch.equal(a.test.y, b.test.y)
     assert not torch.equal(a.test.y, c.test.y)
     rows = lambda d: {tuple(r) for r in d.unstandardize(torch.cat([d.train.y, d.val.y, d.test.y]))[:, None].tolist()}
@@ -43,15 +43,15 @@ def test_split_is_seeded_and_disjoint(csv):
 
 
 def test_mean_target_plain_csv_and_directory(tmp_path):
-    S.write_synthetic(tmp_path / "sgemm_product.csv", rows=50, gz=False)
-    d = S.load(tmp_path, target="mean", standardize_target=False, fractions=(0.6, 0.2, 0.2))
-    _, runs = S.read_csv(tmp_path)
+    sgemm.write_synthetic(tmp_path / "sgemm_product.csv", rows=50, gz=False)
+    d = sgemm.load(tmp_path, target="mean", standardize_target=False, fractions=(0.6, 0.2, 0.2))
+    _, runs = sgemm.read_csv(tmp_path)
     assert d.info["y_mean"] == 0.0 and d.train.y.min() > 10  # raw milliseconds
     assert math.isclose(float(torch.cat([d.train.y, d.val.y, d.test.y]).double().sum()), runs.mean(1).sum(), rel_tol=1e-5)
 
 
 def test_max_rows_subset(csv):
-    d = S.load(csv, max_rows=30)
+    d = sgemm.load(csv, max_rows=30)
     assert len(d.train) + len(d.val) + len(d.test) == 30
 
 
@@ -61,7 +61,7 @@ def _write(tmp_path, text, gz=True):
     return p
 
 
-HEADER = ",".join(S.FEATURES + S.RUNS)
+HEADER = ",".join(sgemm.FEATURES + sgemm.RUNS)
 ROW = ",".join(["16"] * 14 + ["20.5", "21", "19.9", "20.1"])
 
 
@@ -75,31 +75,31 @@ ROW = ",".join(["16"] * 14 + ["20.5", "21", "19.9", "20.1"])
     (HEADER + "\n" + ROW.replace("20.5", "nan") + "\n", "non-finite"),
 ])
 def test_malformed_files(tmp_path, text, match):
-    with pytest.raises(S.SgemmDataError, match=match):
-        S.read_csv(_write(tmp_path, text))
+    with pytest.raises(sgemm.SgemmDataError, match=match):
+        sgemm.read_csv(_write(tmp_path, text))
 
 
 def test_bad_arguments(tmp_path, csv):
-    with pytest.raises(S.SgemmDataError, match="not found"):
-        S.load(tmp_path / "nope.csv")
-    with pytest.raises(S.SgemmDataError, match="no sgemm_product"):
-        S.load(tmp_path / "empty_dir" if (tmp_path / "empty_dir").mkdir() is None else None)
+    with pytest.raises(sgemm.SgemmDataError, match="not found"):
+        sgemm.load(tmp_path / "nope.csv")
+    with pytest.raises(sgemm.SgemmDataError, match="no sgemm_product"):
+        sgemm.load(tmp_path / "empty_dir" if (tmp_path / "empty_dir").mkdir() is None else None)
     with pytest.raises(ValueError, match="target must be"):
-        S.load(csv, target="median")
+        sgemm.load(csv, target="median")
     with pytest.raises(ValueError, match="fractions"):
-        S.load(csv, fractions=(0.5, 0.1, 0.1))
+        sgemm.load(csv, fractions=(0.5, 0.1, 0.1))
     (tmp_path / "bad.gz").write_bytes(b"\x1f\x8b garbage")
-    with pytest.raises(S.SgemmDataError, match="corrupt gzip"):
-        S.read_csv(tmp_path / "bad.gz")
+    with pytest.raises(sgemm.SgemmDataError, match="corrupt gzip"):
+        sgemm.read_csv(tmp_path / "bad.gz")
 
 
 def test_real_data_if_present():
     try:
-        path = S.resolve()
-    except S.SgemmDataError:
+        path = sgemm.resolve()
+    except sgemm.SgemmDataError:
         pytest.skip("real SGEMM data not available")
-    feats, runs = S.read_csv(path)
-    assert feats.shape == (S.EXPECTED_ROWS, 14) and runs.shape == (S.EXPECTED_ROWS, 4)
+    feats, runs = sgemm.read_csv(path)
+    assert feats.shape == (sgemm.EXPECTED_ROWS, 14) and runs.shape == (sgemm.EXPECTED_ROWS, 4)
     assert 13.0 < runs.min() and runs.max() < 3400.0
 
 
@@ -110,12 +110,12 @@ def test_corrupt_not_truncated_gzip_names_the_file(tmp_path, csv):
     bad.write_bytes(good[:20] + bytes(b ^ 0xFF for b in good[20:40]) + good[40:])
     with pytest.raises(zlib.error):
         gzip.decompress(bad.read_bytes())
-    with pytest.raises(S.SgemmDataError, match=f"{bad}: corrupt gzip file"):
-        S.read_csv(bad)
+    with pytest.raises(sgemm.SgemmDataError, match=f"{bad}: corrupt gzip file"):
+        sgemm.read_csv(bad)
 
 
 def test_not_found_says_how_to_fetch(tmp_path):
     with pytest.raises(DataNotFoundError, match="SGEMM data not found at .*nope.csv .*python -m bench.data.fetch sgemm"):
-        S.load(tmp_path / "nope.csv")
+        sgemm.load(tmp_path / "nope.csv")
     with pytest.raises(DataNotFoundError, match="no sgemm_product.csv.gz or sgemm_product.csv in directory .*fetch sgemm"):
-        S.read_csv(tmp_path)
+        sgemm.read_csv(tmp_path)

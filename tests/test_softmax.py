@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.layers import LogSoftmax, Softmax
-from triton_kernels import softmax as S
+from triton_kernels import softmax
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
 
@@ -17,7 +17,7 @@ from .conftest import DEVICE
 from .view_matrix import Arg, ViewCase, check_case, view_cases
 
 REF = {False: torch.softmax, True: torch.log_softmax}
-FN = {False: S.softmax, True: S.log_softmax}
+FN = {False: softmax.softmax, True: softmax.log_softmax}
 # kernel paths by config: the row kernels (BLOCK_M rows per program) and the looped kernels with a chunk
 # shorter than the test rows, so the online max / sum runs over several chunks
 CONFIGS = {"row": Config({"BLOCK_M": 4}, 4, 1), "looped": Config({"BLOCK_N": 32}, 4, 1)}
@@ -56,7 +56,7 @@ def test_forward_backward(M, N, dtype, log, config):
 
 @pytest.mark.parametrize("log", [False, True])
 def test_long_row_picks_looped_kernel(log):
-    _check(torch.randn(1, S.MAX_FUSED_N + 1, device=DEVICE), log)  # the size-chosen path at its threshold
+    _check(torch.randn(1, softmax.MAX_FUSED_N + 1, device=DEVICE), log)  # the size-chosen path at its threshold
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -76,9 +76,9 @@ def test_strided_and_other_dims(log, config):
 
 def test_output_fully_written():
     x = torch.randn(13, 37)
-    y = S.softmax_forward(x)
+    y = softmax.softmax_forward(x)
     assert torch.isfinite(y).all()
-    dx = S.softmax_backward(torch.randn(13, 37), y)
+    dx = softmax.softmax_backward(torch.randn(13, 37), y)
     assert torch.isfinite(dx).all()
 
 
@@ -86,7 +86,7 @@ def test_poisoned_buffers_are_replaced():
     # the launcher allocates its outputs; a NaN-filled input row must give NaN only in that row
     x = torch.randn(4, 10)
     x[2] = poison_(torch.empty(10))
-    y = S.softmax(x)
+    y = softmax.softmax(x)
     assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3]]).all()
 
 
@@ -118,7 +118,7 @@ def backward_view_case(arg: str, layout: str, dtype_name: str, log: bool, size: 
             return dy - y.exp() * dy.sum(-1, keepdim=True)
         return y * (dy - (dy * y).sum(-1, keepdim=True))
 
-    check_case(ViewCase(arg, layout), args, lambda dy, y: S.softmax_backward(dy, y, log, config=config), ref,
+    check_case(ViewCase(arg, layout), args, lambda dy, y: softmax.softmax_backward(dy, y, log, config=config), ref,
                dtype=getattr(torch, dtype_name), device=DEVICE)
 
 
@@ -236,16 +236,17 @@ def test_modules_dim_none_as_torch(ndim, ours, theirs):
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda: S.softmax(torch.randn(3, 4).double()), "x has dtype"),
-    (lambda: S.softmax(torch.tensor(1.0)), "at least 1 dim"),
-    (lambda: S.softmax(torch.randn(3, 4), dim=2), "dim must be"),
-    (lambda: S.log_softmax([1.0, 2.0]), "x must be a torch.Tensor"),
-    (lambda: S.softmax(torch.randint(0, 3, (3, 4))), "x has dtype"),
-    (lambda: S.softmax(torch.randn(3, 4, device=DEVICE), config={"BLOCK_N": 32}), "config must be"),
-    (lambda: S.softmax(torch.randn(3, 4, device=DEVICE), config=Config({"BLOCK_M": 2, "BLOCK_N": 32})), "exactly one"),
-    (lambda: S.softmax(torch.randn(3, 4, device=DEVICE), config=Config({"BLOCK_N": 24})), "power of two"),
-    (lambda: S.softmax_backward(torch.randn(3, 4), torch.randn(3, 5)), "one shape"),
-    (lambda: S.softmax_backward(torch.randn(3, 4), torch.randn(3, 4), config=Config({"X": 1})),
+    (lambda: softmax.softmax(torch.randn(3, 4).double()), "x has dtype"),
+    (lambda: softmax.softmax(torch.tensor(1.0)), "at least 1 dim"),
+    (lambda: softmax.softmax(torch.randn(3, 4), dim=2), "dim must be"),
+    (lambda: softmax.log_softmax([1.0, 2.0]), "x must be a torch.Tensor"),
+    (lambda: softmax.softmax(torch.randint(0, 3, (3, 4))), "x has dtype"),
+    (lambda: softmax.softmax(torch.randn(3, 4, device=DEVICE), config={"BLOCK_N": 32}), "config must be"),
+    (lambda: softmax.softmax(torch.randn(3, 4, device=DEVICE), config=Config({"BLOCK_M": 2, "BLOCK_N": 32})),
+     "exactly one"),
+    (lambda: softmax.softmax(torch.randn(3, 4, device=DEVICE), config=Config({"BLOCK_N": 24})), "power of two"),
+    (lambda: softmax.softmax_backward(torch.randn(3, 4), torch.randn(3, 5)), "one shape"),
+    (lambda: softmax.softmax_backward(torch.randn(3, 4), torch.randn(3, 4), config=Config({"X": 1})),
      "exactly one"),
 ])
 def test_bad_input_raises(bad, match):

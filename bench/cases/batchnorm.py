@@ -15,10 +15,10 @@ roofline figure of a two-pass kernel is at most ~2/3 for the forward.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import batchnorm as BN
-from triton_kernels import pool_head as PH
+from triton_kernels import batchnorm
+from triton_kernels import pool_head
 
 from ..harness import Case
 
@@ -30,21 +30,21 @@ def _es(dtype) -> int:
 
 
 def _eager(x, w, b, res, rm, rv, relu):
-    y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+    y = functional.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
     if res is not None:
         y = y + res
-    return F.relu(y) if relu else y
+    return functional.relu(y) if relu else y
 
 
 def _triton(x, w, b, res, rm, rv, relu):
-    return BN.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5, residual=res, relu=relu)
+    return batchnorm.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5, residual=res, relu=relu)
 
 
 def _reference(x, w, b, res, relu):
-    y = F.batch_norm(x.double(), None, None, w.double(), b.double(), True)
+    y = functional.batch_norm(x.double(), None, None, w.double(), b.double(), True)
     if res is not None:
         y = y + res.double()
-    return F.relu(y) if relu else y
+    return functional.relu(y) if relu else y
 
 
 def bn_act_case(shape: tuple, dtype: torch.dtype, relu: bool = True, residual: bool = False,
@@ -121,18 +121,18 @@ def pool_head_case(N: int, C: int, H: int, W: int, K: int, dtype: torch.dtype) -
         return fn
 
     def eager(x, w, b):
-        return F.linear(F.adaptive_avg_pool2d(x, 1).flatten(1), w.to(x.dtype), b.to(x.dtype))
+        return functional.linear(functional.adaptive_avg_pool2d(x, 1).flatten(1), w.to(x.dtype), b.to(x.dtype))
 
     def reference(x, w, b, dl):
         leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
         with torch.enable_grad():
-            y = F.linear(F.adaptive_avg_pool2d(leaves[0], 1).flatten(1), leaves[1], leaves[2])
+            y = functional.linear(functional.adaptive_avg_pool2d(leaves[0], 1).flatten(1), leaves[1], leaves[2])
             return (y.detach(), *torch.autograd.grad(y, leaves, dl.double()))
 
     es = _es(dtype)
     flops = N * C * H * W + 6 * N * C * K
     return Case(suite="ops", name="pool_head_fwdbwd", params={"N": N, "C": C, "H": H, "W": W, "K": K},
-                dtype=dtype, inputs=inputs, fns={"eager": make(eager), "triton": make(PH.pool_head)},
+                dtype=dtype, inputs=inputs, fns={"eager": make(eager), "triton": make(pool_head.pool_head)},
                 reference=reference, flops=float(flops), bytes=float(2 * N * C * H * W * es + 2 * K * C * 4),
                 backward=True, graph_ok=False)
 

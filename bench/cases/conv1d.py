@@ -1,4 +1,4 @@
-"""conv1d cases: Triton (channels-last implicit GEMM, gather first layer) vs eager F.conv1d (and
+"""conv1d cases: Triton (channels-last implicit GEMM, gather first layer) vs eager functional.conv1d (and
 torch.compile, added by the harness), at the Char-CNN shapes.
 
 conv1d_fwd:        max_pool1d(relu(conv1d(x, w) + b), pool)     FLOPs = 2 B L_out C_out C_in k
@@ -17,10 +17,10 @@ channels-last x, uint8 indices, weights laid out (k, C_in, C_out)); outputs are 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import conv1d as CV
-from triton_kernels import conv1d_gather as G
+from triton_kernels import conv1d
+from triton_kernels import conv1d_gather
 
 from ..harness import Case
 
@@ -30,8 +30,8 @@ def _es(dtype) -> int:
 
 
 def _pool_relu(z, activation, pool):
-    z = F.relu(z) if activation == "relu" else z
-    return F.max_pool1d(z, pool, pool) if pool > 1 else z
+    z = functional.relu(z) if activation == "relu" else z
+    return functional.max_pool1d(z, pool, pool) if pool > 1 else z
 
 
 def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool: int = 1,
@@ -43,7 +43,7 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
         x = torch.randn(B, C, L, device=device, generator=g).to(dtype)
         w = (torch.randn(N, C, k, device=device, generator=g) / (C * k) ** 0.5).to(dtype)
         b = torch.randn(N, device=device, generator=g).to(dtype)
-        x_cl, w_packed = x.transpose(1, 2).contiguous(), CV.pack_weight(w)
+        x_cl, w_packed = x.transpose(1, 2).contiguous(), conv1d.pack_weight(w)
         if mode == "fwd":
             return x, w, b, x_cl, w_packed
         dy = torch.randn(B, N, L_out, device=device, generator=g).to(dtype)
@@ -52,29 +52,29 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
 
     if mode == "fwd":
         def eager(x, w, b, x_cl, w_packed):
-            return _pool_relu(F.conv1d(x, w, b), activation, pool).transpose(1, 2)
+            return _pool_relu(functional.conv1d(x, w, b), activation, pool).transpose(1, 2)
 
         def ours(x, w, b, x_cl, w_packed):
             with torch.no_grad():
-                return CV.conv1d(x_cl, w_packed, b, activation, pool)
+                return conv1d.conv1d(x_cl, w_packed, b, activation, pool)
 
         def reference(x, w, b, x_cl, w_packed):
-            return _pool_relu(F.conv1d(x.double(), w.double(), b.double()), activation, pool).transpose(1, 2)
+            return _pool_relu(functional.conv1d(x.double(), w.double(), b.double()), activation, pool).transpose(1, 2)
     else:
         def eager(x, w, b, x_cl, w_packed, dy):
-            y = _pool_relu(F.conv1d(x, w, b), activation, 1)
+            y = _pool_relu(functional.conv1d(x, w, b), activation, 1)
             dx, dw, db = torch.autograd.grad(y, (x, w, b), dy)
             return y.transpose(1, 2), dx.transpose(1, 2), dw, db
 
         def ours(x, w, b, x_cl, w_packed, dy):
-            y = CV.conv1d(x_cl, w_packed, b, activation)
+            y = conv1d.conv1d(x_cl, w_packed, b, activation)
             dx, dw, db = torch.autograd.grad(y, (x_cl, w_packed, b), dy.transpose(1, 2))
             return y, dx, dw, db
 
         def reference(x, w, b, x_cl, w_packed, dy):
             x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
             with torch.enable_grad():
-                y = _pool_relu(F.conv1d(x64, w64, b64), activation, 1)
+                y = _pool_relu(functional.conv1d(x64, w64, b64), activation, 1)
                 dx, dw, db = torch.autograd.grad(y, (x64, w64, b64), dy.double())
             return y.detach().transpose(1, 2), dx.transpose(1, 2), dw, db
 
@@ -102,22 +102,24 @@ def gather_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, fuse
         b = torch.randn(N, device=device, generator=g).to(dtype)
         gain = torch.randn(N, L_out, device=device, generator=g).to(dtype)
         shift = torch.randn(N, L_out, device=device, generator=g).to(dtype)
-        return idx, one_hot, w, CV.pack_weight(w), b, gain, shift
+        return idx, one_hot, w, conv1d.pack_weight(w), b, gain, shift
 
     def block(z, gain, shift):
-        return F.max_pool1d(F.relu(F.layer_norm(z, (N, L_out), gain, shift)), pool, pool) if fused_ln else z
+        if not fused_ln:
+            return z
+        return functional.max_pool1d(functional.relu(functional.layer_norm(z, (N, L_out), gain, shift)), pool, pool)
 
     def eager(idx, one_hot, w, w_packed, b, gain, shift):
-        return block(F.conv1d(one_hot, w, b), gain, shift).transpose(1, 2)
+        return block(functional.conv1d(one_hot, w, b), gain, shift).transpose(1, 2)
 
     def ours(idx, one_hot, w, w_packed, b, gain, shift):
         with torch.no_grad():
             if fused_ln:
-                return G.conv1d_gather_ln_relu_pool(idx, w_packed, b, gain, shift, pool=pool)
-            return G.conv1d_gather(idx, w_packed, b)
+                return conv1d_gather.conv1d_gather_ln_relu_pool(idx, w_packed, b, gain, shift, pool=pool)
+            return conv1d_gather.conv1d_gather(idx, w_packed, b)
 
     def reference(idx, one_hot, w, w_packed, b, gain, shift):
-        z = F.conv1d(one_hot.double(), w.double(), b.double())
+        z = functional.conv1d(one_hot.double(), w.double(), b.double())
         return block(z, gain.double(), shift.double()).transpose(1, 2)
 
     es = _es(dtype)

@@ -1,5 +1,5 @@
 """Cross-entropy cases: Triton (loss + gradient + correct count in one pass) vs eager
-F.cross_entropy + autograd (and torch.compile, added by the harness).
+functional.cross_entropy + autograd (and torch.compile, added by the harness).
 
 cross_entropy_fwd:     loss only                 bytes = read logits (+ targets)
 cross_entropy_fwdbwd:  loss and d loss / d logits bytes = read logits + write the gradient (+ targets)
@@ -7,9 +7,9 @@ cross_entropy_fwdbwd:  loss and d loss / d logits bytes = read logits + write th
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import cross_entropy as CE
+from triton_kernels import cross_entropy
 
 from ..harness import Case
 
@@ -29,17 +29,17 @@ def ce_case(M: int, V: int, dtype: torch.dtype, backward: bool = True, label_smo
         return (x.requires_grad_(backward), t)
 
     def eager(x, t):
-        loss = F.cross_entropy(x, t, label_smoothing=label_smoothing)
+        loss = functional.cross_entropy(x, t, label_smoothing=label_smoothing)
         return (loss, torch.autograd.grad(loss, x)[0]) if backward else loss
 
     def ours(x, t):
-        loss = CE.cross_entropy(x, t, label_smoothing=label_smoothing, check_target=False)
+        loss = cross_entropy.cross_entropy(x, t, label_smoothing=label_smoothing, check_target=False)
         return (loss, torch.autograd.grad(loss, x)[0]) if backward else loss
 
     def reference(x, t):
         x64 = x.detach().double().requires_grad_(backward)
         with torch.enable_grad():
-            loss = F.cross_entropy(x64, t, label_smoothing=label_smoothing)
+            loss = functional.cross_entropy(x64, t, label_smoothing=label_smoothing)
             if not backward:
                 return loss.detach()
             return loss.detach(), torch.autograd.grad(loss, x64)[0]
@@ -65,17 +65,17 @@ def accuracy_case(M: int, V: int, dtype: torch.dtype) -> Case:
                 torch.randint(0, V, (M,), device=device, generator=g))
 
     def eager(x, t):
-        loss = F.cross_entropy(x, t)
+        loss = functional.cross_entropy(x, t)
         return loss, torch.autograd.grad(loss, x)[0], (x.detach().argmax(1) == t).sum()
 
     def ours(x, t):
-        loss, correct = CE.cross_entropy(x, t, return_correct=True, check_target=False)
+        loss, correct = cross_entropy.cross_entropy(x, t, return_correct=True, check_target=False)
         return loss, torch.autograd.grad(loss, x)[0], correct
 
     def reference(x, t):
         x64 = x.detach().double().requires_grad_()
         with torch.enable_grad():
-            loss = F.cross_entropy(x64, t)
+            loss = functional.cross_entropy(x64, t)
             return loss.detach(), torch.autograd.grad(loss, x64)[0], (x64.detach().argmax(1) == t).sum().double()
 
     return Case(suite="ops", name="cross_entropy_acc_fwdbwd", params={"M": M, "V": V}, dtype=dtype,

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import gemm as G
+from triton_kernels import gemm
 
 from ..harness import Case
 
-ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": F.gelu}
+ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": functional.gelu}
 
 
 def _set_tf32(on: bool) -> None:
@@ -30,14 +30,14 @@ def matmul_case(M, N, K, dtype, tf32=False, name="gemm") -> Case:
     return Case(
         suite="ops", name=name, params={"M": M, "N": N, "K": K, "precision": prec}, dtype=dtype,
         inputs=inputs,
-        fns={"eager": torch.matmul, "triton": lambda a, b: G.gemm(a, b, precision=prec)},
+        fns={"eager": torch.matmul, "triton": lambda a, b: gemm.gemm(a, b, precision=prec)},
         reference=lambda a, b: a.double() @ b.double(),
         flops=2.0 * M * N * K, bytes=float(es * (M * K + K * N + M * N)), tf32=tf32,
     )
 
 
 def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
-    """y = act(x @ W^T + b): eager F.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours."""
+    """y = act(x @ W^T + b): eager functional.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours."""
     prec = "tf32" if tf32 else "ieee"
     f = ACT[act]
 
@@ -53,13 +53,13 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
         return x, w, b
 
     def eager(x, w, b, *gy):
-        y = f(F.linear(x, w, b))
+        y = f(functional.linear(x, w, b))
         if not backward:
             return y
         return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
 
     def triton_fn(x, w, b, *gy):
-        y = G.linear(x, w, b, activation=act, precision=prec)
+        y = gemm.linear(x, w, b, activation=act, precision=prec)
         if not backward:
             return y
         return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
@@ -67,11 +67,11 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
     def reference(x, w, b, *gy):
         x64, w64, b64 = (t.detach().double().requires_grad_(backward) for t in (x, w, b))
         with torch.enable_grad():
-            z = F.linear(x64, w64, b64)
+            z = functional.linear(x64, w64, b64)
             if act == "relu" and backward:
                 # at the kink, take the side the low-precision pre-activation took (a flip there moves a
                 # whole gradient entry and says nothing about the kernel)
-                y = z * (F.linear(x.detach(), w.detach(), b.detach()) > 0).double()
+                y = z * (functional.linear(x.detach(), w.detach(), b.detach()) > 0).double()
             else:
                 y = f(z)
             if not backward:

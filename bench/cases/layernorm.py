@@ -1,4 +1,4 @@
-"""LayerNorm cases: Triton vs eager F.layer_norm (and torch.compile, added by the harness).
+"""LayerNorm cases: Triton vs eager functional.layer_norm (and torch.compile, added by the harness).
 
 layernorm_fwd:    y                    bytes = read x + write y (+ w, b)
 layernorm_bwd:    dx, dw, db from (dy, x, saved mean / rstd)
@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-from triton_kernels import layernorm as LN
+from triton_kernels import layernorm
 
 from ..harness import Case
 
@@ -40,19 +40,19 @@ def layernorm_case(M: int, shape: tuple, dtype: torch.dtype, mode: str = "fwd", 
         return x.requires_grad_(), w.requires_grad_(), b.requires_grad_(), dy
 
     if mode == "fwd":
-        fns = {"eager": lambda x, w, b: F.layer_norm(x, shape, w, b, eps),
-               "triton": lambda x, w, b: LN.layer_norm(x, shape, w, b, eps)}
+        fns = {"eager": lambda x, w, b: functional.layer_norm(x, shape, w, b, eps),
+               "triton": lambda x, w, b: layernorm.layer_norm(x, shape, w, b, eps)}
 
         def reference(x, w, b):
-            return F.layer_norm(x.double(), shape, w.double(), b.double(), eps)
+            return functional.layer_norm(x.double(), shape, w.double(), b.double(), eps)
     elif mode == "bwd":
         def eager(dy, x, w, b, mean, rstd):
             return torch.ops.aten.native_layer_norm_backward(dy, x, list(shape), mean, rstd, w, b,
                                                              [True, True, True])
 
         def ours(dy, x, w, b, mean, rstd):
-            dx, dw, db = LN.layer_norm_backward(dy.reshape(M, D), x.reshape(M, D), w.reshape(D),
-                                                mean.reshape(M), rstd.reshape(M), True, True, True)
+            dx, dw, db = layernorm.layer_norm_backward(dy.reshape(M, D), x.reshape(M, D), w.reshape(D),
+                                                       mean.reshape(M), rstd.reshape(M), True, True, True)
             return dx.reshape(x.shape), dw.reshape(shape).to(w.dtype), db.reshape(shape).to(b.dtype)
 
         fns = {"eager": eager, "triton": ours}
@@ -60,7 +60,7 @@ def layernorm_case(M: int, shape: tuple, dtype: torch.dtype, mode: str = "fwd", 
         def reference(dy, x, w, b, mean, rstd):
             x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
             with torch.enable_grad():
-                y = F.layer_norm(x64, shape, w64, b64, eps)
+                y = functional.layer_norm(x64, shape, w64, b64, eps)
                 return torch.autograd.grad(y, (x64, w64, b64), dy.double())
     else:
         def make(f):
@@ -69,12 +69,12 @@ def layernorm_case(M: int, shape: tuple, dtype: torch.dtype, mode: str = "fwd", 
                 return (y, *torch.autograd.grad(y, (x, w, b), dy))
             return fn
 
-        fns = {"eager": make(F.layer_norm), "triton": make(LN.layer_norm)}
+        fns = {"eager": make(functional.layer_norm), "triton": make(layernorm.layer_norm)}
 
         def reference(x, w, b, dy):
             x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
             with torch.enable_grad():
-                y = F.layer_norm(x64, shape, w64, b64, eps)
+                y = functional.layer_norm(x64, shape, w64, b64, eps)
                 return (y.detach(), *torch.autograd.grad(y, (x64, w64, b64), dy.double()))
 
     es = _es(dtype)
@@ -95,14 +95,15 @@ def ln_relu_maxpool_case(B: int, C: int, L: int, dtype: torch.dtype, pool: int =
                 torch.randn(C, L, device=device, generator=g).to(dtype))
 
     def eager(x, w, b):
-        return F.max_pool1d(F.relu(F.layer_norm(x, (C, L), w, b, eps)), pool, pool)
+        return functional.max_pool1d(functional.relu(functional.layer_norm(x, (C, L), w, b, eps)), pool, pool)
 
     def ours(x, w, b):
         with torch.no_grad():
-            return LN.layer_norm_relu_maxpool(x, w, b, eps, pool)
+            return layernorm.layer_norm_relu_maxpool(x, w, b, eps, pool)
 
     def reference(x, w, b):
-        return F.max_pool1d(F.relu(F.layer_norm(x.double(), (C, L), w.double(), b.double(), eps)), pool, pool)
+        y = functional.layer_norm(x.double(), (C, L), w.double(), b.double(), eps)
+        return functional.max_pool1d(functional.relu(y), pool, pool)
 
     es = _es(dtype)
     return Case(suite="ops", name="ln_relu_maxpool", params={"B": B, "C": C, "L": L, "pool": pool}, dtype=dtype,

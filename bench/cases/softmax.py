@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from triton_kernels import softmax as S
+from triton_kernels import softmax
 
 from ..harness import Case
 
@@ -20,7 +20,7 @@ def _es(dtype) -> int:
 def softmax_case(M: int, N: int, dtype: torch.dtype, mode: str = "fwd", log: bool = False) -> Case:
     name = ("log_softmax" if log else "softmax") + "_" + mode
     torch_fn = torch.log_softmax if log else torch.softmax
-    ours = S.log_softmax if log else S.softmax
+    ours = softmax.log_softmax if log else softmax.softmax
 
     def inputs(seed, device):
         g = torch.Generator(device=device).manual_seed(seed)
@@ -40,7 +40,7 @@ def softmax_case(M: int, N: int, dtype: torch.dtype, mode: str = "fwd", log: boo
     elif mode == "bwd":
         fns = {"eager": lambda dy, y: torch._softmax_backward_data(dy, y, -1, y.dtype) if not log
                else torch._log_softmax_backward_data(dy, y, -1, y.dtype),
-               "triton": lambda dy, y: S.softmax_backward(dy, y, log)}
+               "triton": lambda dy, y: softmax.softmax_backward(dy, y, log)}
 
         def reference(dy, y):
             dy64, y64 = dy.double(), y.double()

@@ -170,7 +170,7 @@ def main(argv=None) -> int:
         from ..cli import show
 
         return show("sgemm", None)
-    from .. import results as R
+    from .. import results
 
     args.data = data_path(args)
     if INTERPRET and args.suite != "report":
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     if args.suite == "steptime":
         print("\n".join(steptime_lines(rows)))
     if not args.no_write:
-        path = R.write_rows(rows, args.out, SUITE, tag=args.suite)
+        path = results.write_rows(rows, args.out, SUITE, tag=args.suite)
         print(f"wrote {len(rows)} rows to {path}")
     return 0
 

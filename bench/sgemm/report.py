@@ -130,7 +130,7 @@ def suite_report(args) -> list[dict]:
 
 
 def depth_rows(summaries, args) -> list[dict]:
-    from .. import results as R
+    from .. import results
 
     rows = []
     for s in summaries:
@@ -149,7 +149,7 @@ def depth_rows(summaries, args) -> list[dict]:
                                   ("train_time_s", "train_time_s", "s"),
                                   ("steady_train_time_s", "steady_train_time_s", "s"),
                                   ("blocks_used_99pct", "blocks_used_99pct_output_l1", "blocks")):
-            row = R.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit)
+            row = results.make_row(SUITE, "depth_study", params, "float32", backend, metric, s[key], unit)
             row["note"] = (f"{CPU_NOTE}; " if interpreted and unit == "s" else "") + note
             if s.get("provenance"):  # rebuilt from a session: where it trained, not where the report ran
                 row.update({k: s["provenance"].get(k, "") for k in ("device", "sm_count", "torch", "triton", "cuda",

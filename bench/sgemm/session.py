@@ -88,7 +88,7 @@ class _Runner:
 
 def train_session(args, name: str, backend: str | None = None, progress: bool = True) -> dict:
     """Train one model; writes the session folder; returns the summary (metrics.json)."""
-    from .. import results as R
+    from .. import results
 
     backend = backend or args.backend
     name = canonical_name(name)
@@ -103,7 +103,7 @@ def train_session(args, name: str, backend: str | None = None, progress: bool = 
         "optimizer": "adam (L2 weight decay added to the gradient)", "drop_last": True,
         "device": device_name() if (torch.cuda.is_available() or args.backend == "triton") else "cpu (eager)",
         "torch": torch.__version__, "triton": triton_kernels.runtime.triton.__version__,
-        "provenance": R.provenance(),
+        "provenance": results.provenance(),
     }
     resumed = None
     if ckpt_path.exists():

@@ -104,16 +104,16 @@ def loss_agreement(name, args, device, data) -> dict:
 
 
 def suite_steptime(args) -> list[dict]:
-    from .. import harness as H
-    from .. import results as R
+    from .. import harness
+    from .. import results
 
     device = default_device()
     default = "eager,triton" if INTERPRET else "eager,compile,triton,triton+graph"
     backends = [b.strip() for b in (args.backends or default).split(",") if b.strip()]
     data = sgemm_data.load(args.data, target=args.target, seed=args.seed, max_rows=args.max_rows, device=device)
     rows: list[dict] = []
-    cfg = H.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
-                      target_ms=200.0, rep=2 if INTERPRET else None)
+    cfg = harness.RunConfig(backends=[b for b in backends], rounds=3 if torch.cuda.is_available() else 1,
+                            target_ms=200.0, rep=2 if INTERPRET else None)
     for name in family_depths(args):  # agreement, then timing, then save: one model at a time
         cls, depth = parse_name(name)
         B = min(args.batch, len(data.train))
@@ -121,8 +121,9 @@ def suite_steptime(args) -> list[dict]:
                   "precision": args.precision}
         agree = loss_agreement(name, args, device, data)
         rel, status = agree["rel"], agree["status"]
-        rows.append(R.make_row(SUITE, "loss_agreement", params, "float32", "triton", f"loss_rel_diff_{args.steps}_steps",
-                               rel, "", error_vs_fp64=None, status=status, note=agree["note"]))
+        rows.append(results.make_row(SUITE, "loss_agreement", params, "float32", "triton",
+                                     f"loss_rel_diff_{args.steps}_steps", rel, "", error_vs_fp64=None, status=status,
+                                     note=agree["note"]))
         print(f"{name}: loss agreement after {args.steps} steps: rel diff {rel:.3g} ({status}) {agree['note']}",
               flush=True)
         fns = step_fns(name, args, device)
@@ -135,14 +136,14 @@ def suite_steptime(args) -> list[dict]:
             built[b] = _lazy(fns[b])
         W, L = args.width, depth
         flops = 3 * 2 * B * W * W * L  # forward + two backward GEMMs per layer
-        case = H.Case(
+        case = harness.Case(
             suite=SUITE, name="train_step", params=params, dtype=torch.float32,
             inputs=lambda seed, dev, B=B: (data.train.x[:B].contiguous(), data.train.y[:B].contiguous()),
             fns=built, reference=None, flops=flops, bytes=0.0, kind="model", backward=True,
             graph_ok=True)
-        rows += H.run_cases([case], cfg)
+        rows += harness.run_cases([case], cfg)
         if not args.no_write:  # keep every finished model if the run is cut short
-            R.write_rows(rows, args.out, SUITE, tag=args.suite)
+            results.write_rows(rows, args.out, SUITE, tag=args.suite)
     for r in rows:  # the seed's eager step time beside ours
         if r["case"] == "train_step" and r["metric"] == "time_ms" and r["backend"] == "eager":
             p = json.loads(r["params"])
