@@ -93,6 +93,23 @@ def _modules(device) -> list[Module]:
         return make_ours, make_twin
     lo, lt = lnrm_pair([256, 102])
     out.append(Module("ln_relu_maxpool_8x256x102", lo, lt, rand(8, 256, 102), 10, torch.float32, train=False))
+
+    def bn_pair(channels, dtype=torch.float32):
+        from models.resnet import BatchNormAct2d
+
+        def make_twin():  # the same module on torch's path: batch_norm, then an in-place ReLU
+            return BatchNormAct2d(channels).to(device=device, dtype=dtype)
+
+        def make_ours():
+            ours = make_twin()
+            ours.fused = True
+            return ours
+        return make_ours, make_twin
+
+    def channels_last(*shape, dtype=torch.float32):
+        return lambda: (torch.randn(*shape, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last),)
+    bo, bt = bn_pair(64)
+    out.append(Module("batchnorm_relu_32x64x8x8", bo, bt, channels_last(32, 64, 8, 8), 10, torch.float32))
     if not INTERPRET:
         bf = torch.bfloat16
 
@@ -114,6 +131,9 @@ def _modules(device) -> list[Module]:
         out.append(Module("linear_relu_4096x8704x1024", lo, lt, rand(4096, 8704, dtype=bf), 19, bf, large=True))
         sm_o, sm_t = pair(layers.Softmax, nn.Softmax, dim=-1, dtype=bf)
         out.append(Module("softmax_16384x8192", sm_o, sm_t, rand(16384, 8192, dtype=bf), 7, bf, large=True))
+        bo, bt = bn_pair(64, bf)
+        out.append(Module("batchnorm_relu_256x64x32x32", bo, bt, channels_last(256, 64, 32, 32, dtype=bf), 10, bf,
+                          large=True))
         ln_o, ln_t = pair(layers.LayerNorm, nn.LayerNorm, 8192, dtype=bf)
         out.append(Module("layernorm_16384x8192", ln_o, ln_t, rand(16384, 8192, dtype=bf), 12, bf, large=True))
         ce_o, ce_t = pair(layers.CrossEntropyLoss, nn.CrossEntropyLoss)
