@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from . import grid_sync
+from .grid_sync import barrier_tag, barriers_begin, barriers_end, exchange, gather, publish
 from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, tile_rows, upstream_grad
 from .launcher import bind
 from .runtime import INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_tuner
@@ -81,7 +82,7 @@ def _bn_batch_stats(z, rmask, pid, n_prog, B, inv_n, sync_ptr, tag, k, failed, m
     d = mb - ma): as stable as two passes, without the second pass's dependent reduction."""
     ones = tl.where(rmask[:, None], 1.0, 0.0) + tl.zeros_like(z)
     _, mean_p, m2_p = tl.reduce((ones, tl.where(rmask[:, None], z, 0.0), tl.zeros_like(z)), 0, _chan)
-    means, m2s, failed = grid_sync.exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, max_spin, NP, W)
+    means, m2s, failed = exchange(sync_ptr, tag, k, mean_p, m2_p, pid, n_prog, failed, max_spin, NP, W)
     q = tl.arange(0, NP)
     cnt = tl.minimum(tl.maximum(B - q * BLOCK_M, 0), BLOCK_M).to(tl.float32)
     _, mean, m2 = tl.reduce((cnt[:, None] + tl.zeros_like(means), means, m2s), 0, _chan)
@@ -174,7 +175,7 @@ def _resnet_fwd_kernel(
     BW = B * W
     L = 2 * NBLK
     act_offs = rows[:, None] * W + cols[None, :]
-    base, failed = grid_sync.barriers_begin(state_ptr, TRAIN, NP, W)
+    base, failed = barriers_begin(state_ptr, TRAIN, NP, W)
     x = load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     wst = tl.load(p_ptr + cols[None, :] * IN + kin[:, None], mask=kin[:, None] < IN, other=0.0)
     h = tl.dot(x, wst, input_precision=PRECISION) + tl.load(p_ptr + W * IN + cols)[None, :]
@@ -195,7 +196,7 @@ def _resnet_fwd_kernel(
         bn1, failed = _bn_fwd_layer(
             h, w1, b1, g1, e1, m1, v1, 2 * j, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j) * BW + act_offs, sync_ptr,
-            grid_sync.barrier_tag(base, 2 * j), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
+            barrier_tag(base, 2 * j), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
             BLOCK_M, NP)
         a = tl.maximum(bn1, 0.0)
         if SAVE:
@@ -203,7 +204,7 @@ def _resnet_fwd_kernel(
         bn2, failed = _bn_fwd_layer(
             a, w2, b2, g2, e2, m2, v2, 2 * j + 1, L, rmask, pid, n_prog, B, inv_n, unbias, momentum, eps,
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j + 1) * BW + act_offs, sync_ptr,
-            grid_sync.barrier_tag(base, 2 * j + 1), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
+            barrier_tag(base, 2 * j + 1), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
             BLOCK_M, NP)
         h = tl.maximum(h + bn2, 0.0)
     if SAVE:
@@ -214,7 +215,7 @@ def _resnet_fwd_kernel(
         t = tl.load(t_ptr + rows, mask=rmask, other=0.0)
         d = tl.where(rmask, y - t, 0.0)
         tl.store(loss_ptr + pid, tl.sum(d * d, axis=0))
-    grid_sync.barriers_end(state_ptr, base, L, failed, pid, TRAIN)
+    barriers_end(state_ptr, base, L, failed, pid, TRAIN)
 
 
 @triton.jit
@@ -283,7 +284,7 @@ def _resnet_bwd_kernel(
     BW = B * W
     act_offs = rows[:, None] * W + cols[None, :]
     part = part_ptr + pid.to(tl.int64) * P
-    base, failed = grid_sync.barriers_begin(state_ptr, TRAIN, NP, W)
+    base, failed = barriers_begin(state_ptr, TRAIN, NP, W)
     dy = upstream_grad(y_ptr, t_ptr, dy_ptr, dy_scale, rows, rmask, LOSS_GRAD)
     h = tl.load(hs_ptr + NBLK * BW + act_offs, mask=rmask[:, None], other=0.0)
     tl.store(part + OFF_WHEAD + cols, tl.sum(dy[:, None] * h, axis=0))
@@ -311,12 +312,12 @@ def _resnet_bwd_kernel(
         dbn2 = tl.where(rmask[:, None], dpre, 0.0)
         db2, dg2 = _sum2(dbn2, dbn2 * xh2, 0)  # this program's dbeta / dgamma (xh2 is 0 on masked rows)
         if TRAIN:
-            grid_sync.publish(sync_ptr, grid_sync.barrier_tag(base, 2 * i), 2 * i, db2, dg2, pid, NP, W)
+            publish(sync_ptr, barrier_tag(base, 2 * i), 2 * i, db2, dg2, pid, NP, W)
         if i > 0:  # block j+1's first layer: its input is h (= h_{j+1})
             _store_dw(part, l1 + 2, dz1_p, h, OFF_WHID, OFF_BHID, PRECISION, W)
         sb2, sg2 = db2, dg2
         if TRAIN:
-            dbs, dgs, failed = grid_sync.gather(sync_ptr, grid_sync.barrier_tag(base, 2 * i), 2 * i, n_prog, failed,
+            dbs, dgs, failed = gather(sync_ptr, barrier_tag(base, 2 * i), 2 * i, n_prog, failed,
                                                 max_spin, NP, W)
             sb2, sg2 = _sum2(dbs, dgs, 0)
         dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
@@ -324,7 +325,7 @@ def _resnet_bwd_kernel(
         dbn1 = tl.where(rmask[:, None] & (a > 0.0), tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
         db1, dg1 = _sum2(dbn1, dbn1 * xh1, 0)
         if TRAIN:
-            grid_sync.publish(sync_ptr, grid_sync.barrier_tag(base, 2 * i + 1), 2 * i + 1, db1, dg1, pid, NP, W)
+            publish(sync_ptr, barrier_tag(base, 2 * i + 1), 2 * i + 1, db1, dg1, pid, NP, W)
         _store_dw(part, l2, dz2, a, OFF_WHID, OFF_BHID, PRECISION, W)
         tl.store(part + OFF_GAMMA + l2 * W + cols, dg2)
         tl.store(part + OFF_BETA + l2 * W + cols, db2)
@@ -332,7 +333,7 @@ def _resnet_bwd_kernel(
         tl.store(part + OFF_BETA + l1 * W + cols, db1)
         sb1, sg1 = db1, dg1
         if TRAIN:
-            dbs, dgs, failed = grid_sync.gather(sync_ptr, grid_sync.barrier_tag(base, 2 * i + 1), 2 * i + 1, n_prog,
+            dbs, dgs, failed = gather(sync_ptr, barrier_tag(base, 2 * i + 1), 2 * i + 1, n_prog,
                                                 failed, max_spin, NP, W)
             sb1, sg1 = _sum2(dbs, dgs, 0)
         dz1 = _bn_dz(dbn1, xh1, g1, r1, sb1, sg1, inv_n, rmask, TRAIN)
@@ -346,7 +347,7 @@ def _resnet_bwd_kernel(
     tl.store(part + cols[:, None] * IN + kin[None, :], tl.dot(tl.trans(dh), x, input_precision=PRECISION),
              mask=kin[None, :] < IN)
     tl.store(part + W * IN + cols, tl.sum(dh, axis=0))
-    grid_sync.barriers_end(state_ptr, base, 2 * NBLK, failed, pid, TRAIN)
+    barriers_end(state_ptr, base, 2 * NBLK, failed, pid, TRAIN)
 
 # ----------------------------------------------------------------------------------------------------
 # Autotuning space: row tiles that exchange batch statistics, so cdiv(B, BLOCK_M) programs must all be
@@ -465,9 +466,11 @@ def launch_backward(layout: Layout, x, target, dy, params, saved: dict, part, sy
 # ----------------------------------------------------------------------------------------------------
 @functools.cache
 def timed_kernels() -> tuple:
-    """(forward, backward) kernels compiled from this file's source with grid_sync.timed() in place of
-    grid_sync (see grid_sync.rebind)."""
-    twin = grid_sync.rebind(sys.modules[__name__], "timed", grid_sync=grid_sync.timed())
+    """(forward, backward) kernels compiled from this file's source with grid_sync.timed()'s exchange
+    functions in place of grid_sync's (see grid_sync.rebind)."""
+    timed = grid_sync.timed()
+    twin = grid_sync.rebind(sys.modules[__name__], "timed", exchange=timed.exchange, gather=timed.gather,
+                            barriers_begin=timed.barriers_begin, barriers_end=timed.barriers_end)
     return twin._resnet_fwd_kernel, twin._resnet_bwd_kernel
 
 

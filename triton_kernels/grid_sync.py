@@ -166,8 +166,8 @@ def check_sync(*bufs) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# The timed exchange (bench.resnet_numerics only). A kernel that calls this file's functions through the
-# name ``grid_sync`` can be compiled again against :func:`timed`, where gather, barriers_begin and
+# The timed exchange (bench.resnet_numerics only). A kernel that calls this file's functions (imported by
+# name) can be compiled again with :func:`timed`'s in their place (rebind), where gather, barriers_begin and
 # barriers_end also count, per program, the nanoseconds spent waiting in exchanges and the polls issued
 # (wait counter: ns * 2**20 + polls, int64, after the exchange words) and the kernel's duration (int32 ns
 # modulo 2**32, after the state words). The counters are added with relaxed atomics, so a launch needs
