@@ -241,3 +241,16 @@ def test_same_backend_twice_is_its_own_row():
     assert {"triton", "triton#2"} <= set(t) and t["triton#2"]["status"] == "ok"
     assert cli.parse_backends("triton#2,eager+graph#2") == ["triton#2", "eager+graph#2"]
     assert harness.base_backend("eager+graph#2") == "eager" and harness.is_graphed("eager+graph#2")
+
+
+def test_every_tiny_op_suite_case_is_correct():
+    """Every case of the op suite (its interpreter sizes) gives status ok for ours against float64: a
+    case that feeds our launcher inputs in another convention (torch's saved LayerNorm mean, where ours
+    saves the shifted one) is caught here, not on the GPU."""
+    from bench import ops
+
+    cfg = harness.RunConfig(backends=["eager", "triton"], rounds=1, rep=1)
+    for case in ops.build(tiny=True):
+        for row in harness.run_case(case, cfg):
+            if row["metric"] == "time_ms" and row["backend"] == "triton":
+                assert row["status"] == "ok", (case.name, case.params, row["error_vs_fp64"])

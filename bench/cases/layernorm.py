@@ -34,9 +34,10 @@ def layernorm_case(M: int, shape: tuple, dtype: torch.dtype, mode: str = "fwd", 
         if mode == "fwd":
             return x, w, b
         dy = torch.randn(M, *shape, device=device, generator=g).to(dtype)
-        if mode == "bwd":
+        if mode == "bwd":  # each backend gets the statistics its own forward saves
             _, mean, rstd = torch.native_layer_norm(x, shape, w, b, eps)
-            return dy, x, w, b, mean, rstd
+            _, mean_s, rstd_s = layernorm.layer_norm_forward(x.reshape(M, D), w.reshape(D), b.reshape(D), eps, True)
+            return dy, x, w, b, (mean, rstd), (mean_s, rstd_s)
         return x.requires_grad_(), w.requires_grad_(), b.requires_grad_(), dy
 
     if mode == "fwd":
@@ -46,18 +47,21 @@ def layernorm_case(M: int, shape: tuple, dtype: torch.dtype, mode: str = "fwd", 
         def reference(x, w, b):
             return functional.layer_norm(x.double(), shape, w.double(), b.double(), eps)
     elif mode == "bwd":
-        def eager(dy, x, w, b, mean, rstd):
+        def eager(dy, x, w, b, torch_stats, our_stats):
+            mean, rstd = torch_stats
             return torch.ops.aten.native_layer_norm_backward(dy, x, list(shape), mean, rstd, w, b,
                                                              [True, True, True])
 
-        def ours(dy, x, w, b, mean, rstd):
+        def ours(dy, x, w, b, torch_stats, our_stats):
+            # our forward saves mean_s, the mean of x - x[:, :1] (layernorm.layer_norm_forward), not torch's mean
+            mean_s, rstd = our_stats
             dx, dw, db = layernorm.layer_norm_backward(dy.reshape(M, D), x.reshape(M, D), w.reshape(D),
-                                                       mean.reshape(M), rstd.reshape(M), True, True, True)
+                                                       mean_s, rstd, True, True, True)
             return dx.reshape(x.shape), dw.reshape(shape).to(w.dtype), db.reshape(shape).to(b.dtype)
 
         fns = {"eager": eager, "triton": ours}
 
-        def reference(dy, x, w, b, mean, rstd):
+        def reference(dy, x, w, b, torch_stats, our_stats):
             x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
             with torch.enable_grad():
                 y = functional.layer_norm(x64, shape, w64, b64, eps)
