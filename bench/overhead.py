@@ -240,7 +240,10 @@ def floors(n_args: int, device, calls: int, rounds: int) -> dict[str, list[float
 
 
 # ----------------------------------------------------------------------------------------------------
-def measure(modules: list[Module], calls: int, rounds: int) -> list[dict]:
+def measure(modules: list[Module], calls: int, rounds: int,
+            on_rows: Callable[[list[dict]], object] | None = None) -> list[dict]:
+    """Rows of every module; ``on_rows(rows so far)`` after each module (the CLI saves there, so a run
+    cut short keeps every module it finished)."""
     rows = []
     device = default_device()
 
@@ -266,6 +269,8 @@ def measure(modules: list[Module], calls: int, rounds: int) -> list[dict]:
                 for backend, values in floor_cache[m.kernel_args].items():
                     add(m, mode, backend, "call_us", values, note=f"empty kernel, {m.kernel_args} arguments")
         print(f"  {m.case} done", file=sys.stderr)
+        if on_rows is not None:
+            on_rows(rows)
     return rows
 
 
@@ -302,8 +307,14 @@ def main(argv=None) -> int:
         modules = [m for m in modules if any(w in m.case for w in wanted)]
     if INTERPRET:
         print(f"bench.overhead: {results.CPU_NOTE} (tiny shapes, {calls} calls per round)")
-    rows = measure(modules, calls, rounds)
-    path = results.write_rows(rows, args.out, SUITE)
+    saved = []
+
+    def save(rows: list[dict]) -> None:  # merged by key: a module measured again replaces its old rows
+        results.write_rows(rows[len(saved):], args.out, SUITE)
+        saved[:] = rows
+
+    rows = measure(modules, calls, rounds, on_rows=save)
+    path = results.results_dir(args.out) / f"{SUITE}.csv"
     print(table(rows))
     print(f"rows: {path}")
     return 0

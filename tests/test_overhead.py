@@ -37,3 +37,12 @@ def test_bench_overhead_writes_rows(tmp_path):
     assert set(rows["suite"]) == {"overhead"}
     assert {"torch", "triton"} <= set(rows["backend"]) and set(rows["metric"]) == {"call_us"}
     assert rows["note"].str.contains("not a performance figure").all()
+
+
+def test_bench_overhead_reports_rows_after_each_module():
+    """A run cut short keeps the modules it finished: measure hands the rows so far to on_rows (where the
+    CLI writes them) after each module."""
+    modules = [m for m in overhead._modules(torch.device(DEVICE)) if m.case in ("softmax_128x10", "log_softmax_128x10")]
+    seen = []
+    rows = overhead.measure(modules, 2, 1, on_rows=lambda rows_so_far: seen.append(len(rows_so_far)))
+    assert len(seen) == 2 and 0 < seen[0] < seen[1] == len(rows)
