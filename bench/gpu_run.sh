@@ -18,7 +18,10 @@
 #              account of one step at depth 100 (resnet_tilings.json, resnet_stalls.json)     (~150 s)
 #   reorder    loss after 100 steps: eager fp32 / fused fp32 vs float64, vs each other, and vs themselves on
 #              the same batches with their rows shuffled (resnet_/glonet_reorder.json; needs .data/sgemm)  (~400 s)
-#   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~90 s)
+#   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~150 s)
+#   profile    bench.profile_call: cProfile of steady eager calls (large Linear+ReLU, tiny softmax / Linear) (~30 s)
+#   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
+#   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton (~400 s)
 #   tests      every GPU test, one process per group shard, in parallel (TEST_TIMEOUT per process)  (~400 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
@@ -78,6 +81,16 @@ for stage in "$@"; do
       python3 -m bench.sgemm --suite report --results-dir /tmp/training_results $(out) 2>&1 | tail -30
       tar czf "${OUT:-/tmp}/training_results.tgz" --exclude checkpoint.pt -C /tmp training_results ;;
     overhead) timeout 300 python3 -m bench.overhead $(out) 2>&1 | grep -v -i warn | tail -30 ;;
+    profile) timeout 120 python3 -m bench.profile_call --case linear_relu_4096x8704x1024,softmax_128x10,linear_128x784x10 \
+               --calls 200 --top 20 > "$(res_dir)/profile_call.txt" 2>&1; head -40 "$(res_dir)/profile_call.txt" ;;
+    charcnn)
+      # the trained weights (.data/char_cnn/weights.pt), then throughput / ladder / per-layer rows at batch 512
+      timeout 300 python3 -m bench.char_cnn train --no-progress $(out) 2>&1 | grep -v -i warn | tail -12
+      timeout 280 python3 -m bench.char_cnn --batches 512 $(out) 2>&1 | grep -v -i warn | tail -40 ;;
+    resnet-step)
+      timeout 500 python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 \
+        --backend eager,compile,triton --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
+        --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;
     tests)
       # one process per group shard, in parallel (16 on a 16-core box: compiling the kernels' many
       # specialisations is what takes the time); TEST_GROUPS="1 3" runs a subset; "files|N" splits a group
