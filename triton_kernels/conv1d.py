@@ -33,7 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemm import _apply_act, _tile_coords, act_backward
+from .gemm import act_backward
+from .gemm_kernels import _apply_act, _tile_coords
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, is_fake, launch, num_sms, register_op,
                       register_tuner)
 

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, INTERPRETER_DTYPES, _ACT_CODE, bias_relu_backward,
                      conv1d_weight_grad, grad_like, needs_grad, validate_weight)
-from .gemm import _apply_act
+from .gemm_kernels import _apply_act
 from .runtime import (Autotuner, Config, bucket, check_tensor, is_fake, launch, next_power_of_2, register_op,
                       register_tuner)
 

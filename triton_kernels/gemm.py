@@ -12,6 +12,9 @@ Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dB = A^T @ dZ      (the same GEMM kernel)
     dbias = sum_rows(dZ), dresidual = dC
 dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`).
+
+The kernels are in ``gemm_kernels.py``; this file holds the tuner (candidates from autotune/spaces.py),
+validation, launch plans, launchers, torch ops and the public functions.
 """
 from __future__ import annotations
 
@@ -20,10 +23,10 @@ from typing import NamedTuple, Optional
 
 import torch
 import triton
-import triton.language as tl
 
 from autotune import spaces
 
+from .gemm_kernels import _act_bwd_kernel, _epilogue, _gemm_kernel, _gemm_tma_kernel
 from .launcher import BoundKernel, bind
 from .runtime import (
     INTERPRET,
@@ -41,193 +44,6 @@ ACTIVATIONS = ("none", "relu", "gelu")
 _ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
 PRECISIONS = ("ieee", "tf32")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Kernels
-# ----------------------------------------------------------------------------------------------------
-@triton.jit
-def _apply_act(z, ACT: tl.constexpr):
-    if ACT == 1:
-        z = tl.where(z < 0.0, 0.0, z)  # NaN stays NaN, as in torch.relu (tl.maximum returns 0 for NaN)
-    elif ACT == 2:
-        z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
-    return z
-
-
-@triton.jit
-def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Grouped ordering of C tiles: GROUP_M tile-rows at a time, column by column inside a group, so
-    tiles running together share B columns and a few A rows (L2 reuse)."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (tile // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
-    pid_n = (tile % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
-
-
-@triton.jit
-def _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-              stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
-              HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
-              INDEX_64: tl.constexpr):
-    """In registers, before the one store: + bias[n], optional save of Z, activation, + residual, cast."""
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if INDEX_64:
-        offs_m = offs_m.to(tl.int64)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
-        acc += bias[None, :].to(tl.float32)
-    if SAVE_Z:
-        tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_n[None, :] * stride_zn,
-                 acc.to(z_ptr.dtype.element_ty), mask=mask)
-    acc = _apply_act(acc, ACT)
-    if HAS_RES:
-        acc += tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn,
-                       mask=mask, other=0.0).to(tl.float32)
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
-             acc.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
-    stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
-    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
-    PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):
-    """One program computes a BLOCK_M x BLOCK_N tile of C.
-
-    Tiling: the program walks K in steps of BLOCK_K, loading an A tile (BLOCK_M x BLOCK_K) and a B tile
-    (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers; Triton pipelines the loads
-    over `num_stages` shared-memory buffers and issues tensor-core MMAs (wgmma on Hopper).
-    Tile order: grouped (see `_tile_coords`). Epilogue: see `_epilogue`.
-    """
-    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    # Rows/cols past the edge wrap around (% M, % N) for the loads; their results are masked at the
-    # store. No contiguity/alignment hints here: where the index wraps inside a tile, "BLOCK_M
-    # contiguous" is false, and with the other stride a multiple of 16 bytes (or 0) the compiler then
-    # emits 16-byte vector copies that start at unaligned addresses (a device fault on views such as
-    # h[:, :9].t()). Triton's own analysis of `(pid * BLOCK + arange) % M` proves contiguity up to the
-    # divisibility of M (N), which keeps every load vectorised whose addresses really are aligned.
-    offs_am = offs_m % M
-    offs_bn = offs_n % N
-    if INDEX_64:  # element offsets may pass 2**31: widen the index math (slower; only when needed)
-        offs_am = offs_am.to(tl.int64)
-        offs_bn = offs_bn.to(tl.int64)
-        offs_k = offs_k.to(tl.int64)
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
-    _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-              stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
-
-
-@triton.jit
-def _gemm_tma_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
-    M, N, K, NUM_PROGS,
-    stride_a, stride_b,
-    stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
-    A_T: tl.constexpr, B_T: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
-    PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):
-    """Persistent variant for Hopper: NUM_PROGS programs (<= #SMs) loop over the C tiles.
-
-    Tiles of A and B arrive through the tensor-memory accelerator (TMA): a tensor descriptor names the
-    whole matrix and a block shape, `desc.load([row, col])` copies one tile to shared memory
-    (out-of-range parts read as zero, so no masks), and the copy engine runs ahead by `num_stages` tiles.
-    A is (M, K) row-major, or its transpose is (A_T: A is stored K-major, as a (K, M) row-major matrix);
-    likewise B is (K, N) row-major or, with B_T, stored as (N, K) row-major -- nn.Linear's weight.
-    The math per tile and the fused epilogue are those of `_gemm_kernel`.
-    """
-    if A_T:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1], block_shape=[BLOCK_K, BLOCK_M])
-    else:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1], block_shape=[BLOCK_M, BLOCK_K])
-    if B_T:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in range(tl.program_id(0), num_tiles, NUM_PROGS):
-        pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            if A_T:
-                a = a_desc.load([off_k, off_m]).T
-            else:
-                a = a_desc.load([off_m, off_k])
-            if B_T:
-                b = b_desc.load([off_n, off_k]).T
-            else:
-                b = b_desc.load([off_k, off_n])
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-                  stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
-                  INDEX_64)
-
-
-@triton.jit
-def _act_bwd_kernel(
-    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
-    M, N,
-    stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
-    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias).
-
-    Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
-    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are
-    added into an fp32 dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
-    """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    rows = offs_m[:, None].to(tl.int64)
-    dz = tl.load(dc_ptr + rows * stride_dcm + offs_n[None, :] * stride_dcn, mask=mask, other=0.0).to(tl.float32)
-    if ACT != 0:
-        z = tl.load(z_ptr + rows * stride_zm + offs_n[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
-        if ACT == 1:  # torch's threshold_backward: the gradient passes unless z <= 0 (so it passes at NaN)
-            dz = tl.where(z <= 0.0, 0.0, dz)
-        else:
-            cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
-            pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
-            dz = dz * (cdf + z * pdf)
-    if STORE_DZ:
-        tl.store(dz_ptr + rows * stride_dzm + offs_n[None, :] * stride_dzn, dz.to(dz_ptr.dtype.element_ty), mask=mask)
-    if COLSUM:
-        tl.atomic_add(dbias_ptr + offs_n, tl.sum(dz, axis=0), mask=offs_n < N)
 
 
 # ----------------------------------------------------------------------------------------------------
