@@ -39,7 +39,6 @@ from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, is_fak
                       register_tuner)
 
 ACTIVATIONS = ("none", "relu")
-_ACT_CODE = {"none": 0, "relu": 1}
 PRECISIONS = ("ieee", "tf32")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 tl.dot in the interpreter
@@ -270,7 +269,7 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
                 stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
                 stride_bias=bias.stride(0) if bias is not None else 0,
                 stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2),
-                KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=bias is not None, ACT=_ACT_CODE[activation],
+                KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=bias is not None, ACT=activation,
                 PRECISION=prec)
 
     def run(cfg: Config):

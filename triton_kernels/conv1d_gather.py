@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, INTERPRETER_DTYPES, _ACT_CODE, bias_relu_backward,
+from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, INTERPRETER_DTYPES, bias_relu_backward,
                      conv1d_weight_grad, grad_like, needs_grad, validate_weight)
 from .gemm_kernels import _apply_act
 from .runtime import (Autotuner, Config, bucket, check_tensor, is_fake, launch, next_power_of_2, register_op,
@@ -269,7 +269,7 @@ def gather_conv_forward(indices, weight, bias, activation="none", config: Config
         launch(_gather_conv_kernel, grid, indices, weight, bias if bias is not None else weight, y,
                M=M, N=N, C=C, L_out=L_out, stride_ib=indices.stride(0), stride_il=indices.stride(1),
                **_weight_args(weight, bias), stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2),
-               KSIZE=k, HAS_BIAS=bias is not None, ACT=_ACT_CODE[activation], **cfg.kwargs,
+               KSIZE=k, HAS_BIAS=bias is not None, ACT=activation, **cfg.kwargs,
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:

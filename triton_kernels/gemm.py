@@ -41,7 +41,6 @@ from .runtime import (
 )
 
 ACTIVATIONS = ("none", "relu", "gelu")
-_ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
 PRECISIONS = ("ieee", "tf32")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -350,7 +349,7 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
 
 def _flags(has_bias: bool, has_res: bool, save_z: bool, activation: str, prec: str, index_64: bool) -> dict:
     """The GEMM kernels' epilogue and precision constexprs."""
-    return dict(HAS_BIAS=has_bias, HAS_RES=has_res, SAVE_Z=save_z, ACT=_ACT_CODE[activation],
+    return dict(HAS_BIAS=has_bias, HAS_RES=has_res, SAVE_Z=save_z, ACT=activation,
                 PRECISION="tf32" if prec == "tf32" else "ieee", INDEX_64=index_64)
 
 
@@ -361,16 +360,15 @@ _ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, z_is_output, store_dz, cols
 def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need_dbias=False):
     """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias fp32 or None)."""
     M, N = dc.shape
-    act = _ACT_CODE[activation]
-    dz = torch.empty_like(dc) if (need_dz and act != 0) else None
+    dz = torch.empty_like(dc) if (need_dz and activation != "none") else None
     dbias = torch.zeros((N,), device=dc.device, dtype=torch.float32) if need_dbias else None
     if (dz is None and dbias is None) or M == 0 or N == 0:
         return (dz if dz is not None else dc if need_dz else None), dbias
     bm, bn = _ACT_BLOCK
-    key = (act, z_is_output, dz is not None, dbias is not None)
+    key = (activation, z_is_output, dz is not None, dbias is not None)
     kernel = _ACT_KERNELS.get(key)
     if kernel is None:
-        kernel = _ACT_KERNELS[key] = bind(_act_bwd_kernel, ACT=act, Z_IS_OUTPUT=z_is_output, STORE_DZ=key[2],
+        kernel = _ACT_KERNELS[key] = bind(_act_bwd_kernel, ACT=activation, Z_IS_OUTPUT=z_is_output, STORE_DZ=key[2],
                                           COLSUM=key[3], BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     z = saved if saved is not None else dc
     dzt = dz if dz is not None else dc

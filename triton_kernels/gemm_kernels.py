@@ -12,9 +12,9 @@ import triton.language as tl
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _apply_act(z, ACT: tl.constexpr):
-    if ACT == 1:
+    if ACT == "relu":
         z = tl.where(z < 0.0, 0.0, z)  # NaN stays NaN, as in torch.relu (tl.maximum returns 0 for NaN)
-    elif ACT == 2:
+    elif ACT == "gelu":
         z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
     return z
 
@@ -180,9 +180,9 @@ def _act_bwd_kernel(
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     rows = offs_m[:, None].to(tl.int64)
     dz = tl.load(dc_ptr + rows * stride_dcm + offs_n[None, :] * stride_dcn, mask=mask, other=0.0).to(tl.float32)
-    if ACT != 0:
+    if ACT != "none":
         z = tl.load(z_ptr + rows * stride_zm + offs_n[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
-        if ACT == 1:  # torch's threshold_backward: the gradient passes unless z <= 0 (so it passes at NaN)
+        if ACT == "relu":  # torch's threshold_backward: the gradient passes unless z <= 0 (so it passes at NaN)
             dz = tl.where(z <= 0.0, 0.0, dz)
         else:
             cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
