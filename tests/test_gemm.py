@@ -9,7 +9,8 @@ from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
 
-REF_ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu}
+REF_ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+           "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}
 
 
 def _reference(a, b, bias, res, act, relu_mask=None):
@@ -111,6 +112,32 @@ def test_linear_module_matches_nn_and_state_dict():
     assert_close(lin(x), expect.double(), torch.float32)
     assert_close(lin2(x), expect.double(), torch.float32)
     assert "activation=gelu" in repr(lin)
+
+
+@pytest.mark.parametrize("dtype", DTYPES_CPU)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_linear_gelu_forms_match_torch(approximate, dtype):
+    """Linear(activation="gelu" | "gelu_tanh") is functional.gelu(approximate="none" | "tanh") of the
+    float64 linear, forward and the gradients of x, weight and bias (with a residual: dresidual too).
+    The two forms differ by ~2e-4 here (at most ~5e-4 anywhere), in fp32 far more than the kernel's
+    error: each is told apart."""
+    torch.manual_seed(0)
+    lin = Linear(24, 20, activation="gelu" if approximate == "none" else "gelu_tanh", dtype=dtype)
+    x = torch.randn(2, 9, 24, dtype=dtype, requires_grad=True)
+    res = torch.randn(2, 9, 20, dtype=dtype, requires_grad=True)
+    leaves = [t.detach().double().requires_grad_() for t in (x, lin.weight, lin.bias, res)]
+    z = torch.nn.functional.linear(*leaves[:3])
+    y_ref = torch.nn.functional.gelu(z, approximate=approximate) + leaves[3]
+    other = torch.nn.functional.gelu(z, approximate="tanh" if approximate == "none" else "none") + leaves[3]
+    y = lin(x, res)
+    assert_close(y, y_ref, dtype)
+    if dtype == torch.float32:  # fp16 rounding (~5e-4 relative) is as large as the difference
+        assert (other - y_ref).abs().max() > 100 * (y.double() - y_ref).abs().max()
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g.double())
+    for name, t, r in zip(("dx", "dweight", "dbias", "dresidual"), (x, lin.weight, lin.bias, res), leaves):
+        assert_close(t.grad, r.grad, dtype, name=name)
 
 
 def test_mlp_trains():
@@ -280,7 +307,7 @@ TMA_SMALL = gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M":
 
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
-@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh"])
 def test_persistent_tma_kernel(ta, tb, act):
     """The persistent TMA kernel (chosen by the tuner on Hopper) in all four operand layouts, with
     partial edge tiles and more tiles than programs."""

@@ -3,8 +3,9 @@
 Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides, stride 0 (expanded) and
 unaligned base addresses included: every operand is indexed with its strides and read in place, never
 copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA) or "tf32"
-(tensor cores) precision. act in {"none", "relu", "gelu"} (exact erf GELU, as nn.GELU()); both propagate
-NaN as torch does (relu(NaN) = NaN). In Triton's CPU interpreter A and B must be fp32 or fp16 (it has no
+(tensor cores) precision. act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu" is the exact erf GELU
+(nn.GELU()), "gelu_tanh" the tanh approximation (nn.GELU(approximate="tanh")); all propagate NaN as torch
+does (relu(NaN) = NaN). In Triton's CPU interpreter A and B must be fp32 or fp16 (it has no
 bf16 dot).
 
 Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
@@ -40,7 +41,7 @@ from .runtime import (
     register_tuner,
 )
 
-ACTIVATIONS = ("none", "relu", "gelu")
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
 PRECISIONS = ("ieee", "tf32")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -444,9 +445,9 @@ _gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, bac
 
 
 def _save_preact(activation, a, b, bias, residual) -> bool:
-    """Whether the forward saves Z for the backward: gelu, or relu with a residual added after it (else
-    the backward reads relu's sign off the output), when a gradient is needed."""
-    if activation != "gelu" and (activation != "relu" or residual is None):
+    """Whether the forward saves Z for the backward: either GELU, or relu with a residual added after it
+    (else the backward reads relu's sign off the output), when a gradient is needed."""
+    if activation not in ("gelu", "gelu_tanh") and (activation != "relu" or residual is None):
         return False
     return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
                                         or (residual is not None and residual.requires_grad))

@@ -12,10 +12,16 @@ import triton.language as tl
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _apply_act(z, ACT: tl.constexpr):
+    """act(z) elementwise in fp32. "gelu": z * Phi(z) = 0.5 z (1 + erf(z / sqrt(2))) (nn.GELU());
+    "gelu_tanh": 0.5 z (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3) (nn.GELU(approximate="tanh")),
+    evaluated as z * sigmoid(2u) = z / (1 + exp(-2u)), the same function with one exp and one division
+    (exp(-2u) = inf for very negative z gives -0, as torch does)."""
     if ACT == "relu":
         z = tl.where(z < 0.0, 0.0, z)  # NaN stays NaN, as in torch.relu (tl.maximum returns 0 for NaN)
     elif ACT == "gelu":
         z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
+    elif ACT == "gelu_tanh":
+        z = z / (1.0 + tl.exp(-z * (1.5957691216057308 + 0.07135481627260025 * z * z)))
     return z
 
 
@@ -167,7 +173,8 @@ def _act_bwd_kernel(
     ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias).
+    """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias); act' in fp32
+    from the saved Z (the derivatives of the forms in `_apply_act`).
 
     Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
     relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are
@@ -184,10 +191,13 @@ def _act_bwd_kernel(
         z = tl.load(z_ptr + rows * stride_zm + offs_n[None, :] * stride_zn, mask=mask, other=0.0).to(tl.float32)
         if ACT == "relu":  # torch's threshold_backward: the gradient passes unless z <= 0 (so it passes at NaN)
             dz = tl.where(z <= 0.0, 0.0, dz)
-        else:
+        elif ACT == "gelu":  # d/dz z Phi(z) = Phi(z) + z phi(z)
             cdf = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
             pdf = tl.exp(-0.5 * z * z) * 0.3989422804014327
             dz = dz * (cdf + z * pdf)
+        else:  # gelu_tanh: d/dz z s(z), s = sigmoid(2u): s + z s (1 - s) 2u', 2u' = 2 sqrt(2/pi) (1 + 3 0.044715 z^2)
+            s = 1.0 / (1.0 + tl.exp(-z * (1.5957691216057308 + 0.07135481627260025 * z * z)))
+            dz = dz * (s + z * s * (1.0 - s) * (1.5957691216057308 + 0.21406444881780076 * z * z))
     if STORE_DZ:
         tl.store(dz_ptr + rows * stride_dzm + offs_n[None, :] * stride_dzn, dz.to(dz_ptr.dtype.element_ty), mask=mask)
     if COLSUM:

@@ -8,7 +8,8 @@ from triton_kernels import gemm
 
 from ..harness import Case
 
-ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": functional.gelu}
+ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": functional.gelu,
+       "gelu_tanh": lambda z: functional.gelu(z, approximate="tanh")}
 
 
 def _set_tf32(on: bool) -> None:
@@ -103,7 +104,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
     if is_tiny(tiny):
         return keep_dtypes([matmul_case(33, 17, 40, torch.float32), matmul_case(64, 64, 64, torch.float16),
                             linear_case(37, 29, 23, torch.float32, "relu"),
-                            linear_case(16, 24, 8, torch.float32, "gelu", True)], dtypes)
+                            linear_case(16, 24, 8, torch.float32, "gelu", True),
+                            linear_case(16, 24, 8, torch.float32, "gelu_tanh", True)], dtypes)
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     # the acceptance shapes
     out += [matmul_case(8192, 8192, 8192, bf16), linear_case(4096, 8704, 1024, bf16, "relu"),
@@ -112,6 +114,7 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
     if quick:
         return out
     out += [matmul_case(4096, 4096, 4096, f32), linear_case(4096, 8704, 1024, bf16, "gelu"),
+            linear_case(4096, 8704, 1024, bf16, "gelu_tanh"),
             linear_case(4096, 8704, 1024, bf16, "relu", backward=True)]
     for n in (256, 512, 1024, 2048, 8192):  # square sweep (latency vs size)
         out.append(matmul_case(n, n, n, bf16))
