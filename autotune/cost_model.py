@@ -60,8 +60,9 @@ def gemm_features(shape: dict, elem: int, variant: dict, kwargs: dict, warps: in
     M, N, K = shape["M"], shape["N"], shape["K"]
     bm, bn, bk, group = kwargs["BLOCK_M"], kwargs["BLOCK_N"], kwargs["BLOCK_K"], kwargs.get("GROUP_M", 8)
     tma, relayout = int(kwargs.get("TMA", 0) or 0), int(kwargs.get("B_RELAYOUT", 0) or 0)
+    split = int(kwargs.get("SPLIT_K", 1) or 1)  # split-K: programs per tile, each over a slice of K
     tiles_m, tiles_n, k_steps = math.ceil(M / bm), math.ceil(N / bn), math.ceil(K / bk)
-    tiles = tiles_m * tiles_n
+    tiles = tiles_m * tiles_n * split
     waves = math.ceil(tiles / sms)
     layout = str(variant.get("layout", "nn"))
     return {
@@ -72,7 +73,7 @@ def gemm_features(shape: dict, elem: int, variant: dict, kwargs: dict, warps: in
         "a_t": float(layout[0] == "t"), "b_t": float(layout[1] == "t"),
         "log_tiles": _log2(tiles), "log_waves": _log2(tiles / sms), "last_wave": tiles / (waves * sms),
         "pad_m": _log2(tiles_m * bm / M), "pad_n": _log2(tiles_n * bn / N), "pad_k": _log2(k_steps * bk / K),
-        "log_k_steps": _log2(k_steps), "log_smem": _log2(stages * (bm * bk + bk * bn) * elem),
+        "log_split_k": _log2(split), "log_k_steps": _log2(k_steps / split), "log_smem": _log2(stages * (bm * bk + bk * bn) * elem),
         "log_acc_per_thread": _log2(bm * bn / (32 * warps)), "log_tile_intensity": _log2(bm * bn / (bm + bn)),
         "log_tile_work": _log2(bm * bn * bk),
     }

@@ -209,9 +209,19 @@ GEMM_TMA_RELAYOUT_CONFIGS = [
         _gemm_cfg(128, 128, 32, 8, 3), _gemm_cfg(128, 256, 32, 8, 3), _gemm_cfg(128, 64, 32, 4, 4),
         _gemm_cfg(128, 256, 64, 8, 3), _gemm_cfg(256, 128, 64, 8, 3), _gemm_cfg(128, 128, 64, 8, 4))
 ]
+# split-K on the pointer kernel, for outputs of few tiles with a long K (the studies' 512 x 8704 -> 1024
+# Linear: 32 tiles of 128 x 128 for 132 SMs): SPLIT_K programs per tile, each over a slice of K
+GEMM_SPLITK_CONFIGS = [
+    Config({**c.kwargs, "SPLIT_K": split}, c.num_warps, c.num_stages) for c, split in (
+        (_gemm_cfg(64, 128, 64, 4, 4), 4), (_gemm_cfg(64, 128, 64, 4, 4), 8), (_gemm_cfg(128, 128, 64, 8, 3), 4),
+        (_gemm_cfg(128, 128, 64, 8, 3), 8), (_gemm_cfg(64, 64, 64, 4, 4), 8), (_gemm_cfg(64, 64, 64, 4, 4), 16),
+        (_gemm_cfg(64, 64, 32, 4, 4), 16))
+]
 GEMM_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
 # every config the GEMM tuner may try (its persistent cache is keyed by a hash of these)
-GEMM_TUNER_CONFIGS = GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS
+GEMM_TUNER_CONFIGS = GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS + GEMM_SPLITK_CONFIGS
+SPLITK_MAX_TILES = 64   # split-K is offered when C has fewer 128 x 128 tiles than this ...
+SPLITK_MIN_K = 1024     # ... and K is at least this long
 
 
 def _gemm_context(M: int, N: int, K: int, dtype: Any = "float32", tma: bool = False, relayout: bool = False) -> dict:
@@ -238,6 +248,16 @@ def _gemm_not_too_small(c: Config, ctx: dict) -> bool:
     return not (ctx["M"] * ctx["N"] >= 2048 * 2048 and bm * bn < 64 * 64)
 
 
+def _splitk_slices(c: Config, ctx: dict) -> bool:
+    split = c.kwargs.get("SPLIT_K", 1)
+    return split == 1 or ctx["K"] >= 2 * split * c.kwargs["BLOCK_K"]
+
+
+def _splitk_wanted(ctx: dict) -> bool:
+    tiles = -(-ctx["M"] // 128) * -(-ctx["N"] // 128)
+    return tiles < SPLITK_MAX_TILES and ctx["K"] >= SPLITK_MIN_K
+
+
 def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
     bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
     return bm * bn * accumulators <= MAX_ACC_REGS * WARP * c.num_warps
@@ -245,12 +265,15 @@ def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
 
 def _gemm_tuner(ctx: dict) -> list[Config]:
     """gemm.py's ``_prune``: the lists above (TMA ones where TMA can read the operands, re-laid-out ones
-    where the copy of B stays TMA-aligned), minus what overflows shared memory, tiles far larger than
-    the problem and tiny tiles on a large problem."""
+    where the copy of B stays TMA-aligned, split-K ones where C has few tiles and K is long), minus what
+    overflows shared memory, tiles far larger than the problem, tiny tiles on a large problem and K
+    slices shorter than two BLOCK_K steps."""
     out = []
-    pool = GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
+    pool = (GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
+            + (GEMM_SPLITK_CONFIGS if _splitk_wanted(ctx) else []))
     for c in pool:
-        if _gemm_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx):
+        if (_gemm_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx)
+                and _splitk_slices(c, ctx)):
             out.append(c)
     return out or [GEMM_INTERPRET_CONFIG]
 
@@ -266,6 +289,9 @@ GEMM = _register(Space(
         Variant("tma", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1),), when=lambda ctx: ctx["tma"]),
         Variant("tma_relayout", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1), ("B_RELAYOUT", 1)),
                 when=lambda ctx: ctx["relayout"]),
+        # split-K only where C has few tiles and K is long (elsewhere every SM already has a tile)
+        Variant("splitk", _GEMM_TILES + (("SPLIT_K", (2, 4, 8, 16)),), _GEMM_WARPS, _GEMM_STAGES,
+                when=_splitk_wanted),
     ),
     rules=(
         Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (A tile + B tile) bytes <= SMEM_LIMIT"),
@@ -275,6 +301,7 @@ GEMM = _register(Space(
              "at least 4 accumulators per thread (smaller tiles leave warps idle)"),
         Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem (power-of-two bucket)"),
         Rule("not_too_small", "shape", _gemm_not_too_small, "no tile under 64 x 64 on an M x N >= 2048^2 problem"),
+        Rule("split_k_slices", "shape", _splitk_slices, "split-K: every K slice at least two BLOCK_K steps"),
     ),
     context=_gemm_context,
     tuner=_gemm_tuner,

@@ -337,3 +337,50 @@ def test_tma_kernel_on_relaid_out_copy_of_b(tb):
     b = torch.randn(44, 36).t() if tb else torch.randn(36, 44)
     c, _ = gemm.gemm_forward(a, b, bias, activation="gelu", out=poison_(torch.empty(70, 44)), config=cfg)
     assert_close(c, REF_ACT["gelu"](a.double() @ b.double() + bias.double()), torch.float32)
+
+
+SPLITK_SMALL = gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "SPLIT_K": 4}, 4, 1)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("K", [200, 64, 31])
+def test_split_k(ta, tb, act, K):
+    """Split-K (the tuner's candidates for few output tiles and a long K): K slices of whole BLOCK_K steps,
+    partials added in a fixed order, then the same epilogue (bias, Z, activation, residual). K = 64 gives
+    two slices instead of four, K = 31 one: a shape shorter than its tuning bucket."""
+    M, N = 45, 70
+    a = torch.randn(K, M).t() if ta else torch.randn(M, K)
+    b = torch.randn(N, K).t() if tb else torch.randn(K, N)
+    bias, res = torch.randn(N), torch.randn(M, N)
+    c, z = gemm.gemm_forward(a, b, bias, res, act, save_preact=True, out=poison_(torch.empty(M, N)),
+                             config=SPLITK_SMALL)
+    zref = a.double() @ b.double() + bias.double()
+    assert_close(z, zref, torch.float32, name="Z")
+    assert_close(c, REF_ACT[act](zref) + res.double(), torch.float32)
+
+
+def test_split_k_is_offered_only_for_few_tiles_and_long_k():
+    from autotune import spaces
+
+    def splits(M, N, K):
+        return [c for c in spaces.candidates("gemm", M=M, N=N, K=K, dtype="bfloat16") if "SPLIT_K" in c.kwargs]
+
+    assert splits(512, 1024, 8704)                      # the Char-CNN FC: 32 tiles of 128 x 128
+    assert not splits(4096, 1024, 8704)                 # 256 tiles: enough programs already
+    assert not splits(512, 1024, 512)                   # short K
+    assert all(8704 >= 2 * c.kwargs["SPLIT_K"] * c.kwargs["BLOCK_K"] for c in splits(512, 1024, 8704))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [c for c in __import__("autotune.spaces", fromlist=["_"]).GEMM_SPLITK_CONFIGS],
+                         ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K")))
+def test_gpu_split_k_study_shape(cfg):
+    """Every split-K candidate at the Char-CNN FC shape (512 x 8704 -> 1024, bf16, nn.Linear's weight
+    layout), with bias and ReLU, against float64."""
+    x = torch.randn(512, 8704, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 8704, device="cuda", dtype=torch.bfloat16) / 8704 ** 0.5
+    bias = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    c, _ = gemm.gemm_forward(x, w.t(), bias, activation="relu", out=poison_(torch.empty(512, 1024, device="cuda",
+                             dtype=torch.bfloat16)), config=cfg)
+    assert_close(c, torch.relu(x.double() @ w.double().t() + bias.double()), torch.bfloat16)

@@ -14,6 +14,11 @@ Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dbias = sum_rows(dZ), dresidual = dC
 dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`).
 
+Kernels, chosen per shape by the tuner: the pointer kernel (one program per C tile), the persistent TMA
+kernel on Hopper (programs loop over the tiles), and split-K for outputs of few tiles with a long K
+(SPLIT_K programs per tile each reduce a slice of K into fp32 partials; a second kernel adds them in a
+fixed order and applies the epilogue).
+
 The kernels are in ``gemm_kernels.py``; this file holds the tuner (candidates from autotune/spaces.py),
 validation, launch plans, launchers, torch ops and the public functions.
 """
@@ -27,7 +32,8 @@ import triton
 
 from autotune import spaces
 
-from .gemm_kernels import _act_bwd_kernel, _epilogue, _gemm_kernel, _gemm_tma_kernel
+from .gemm_kernels import (_act_bwd_kernel, _epilogue, _gemm_kernel, _gemm_splitk_partial_kernel,
+                           _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import (
     INTERPRET,
@@ -214,16 +220,29 @@ class _Plan(NamedTuple):
     relayout: bool  # the TMA kernel reads a copy of B in the other layout (B_RELAYOUT)
     a_t: bool       # the TMA kernel: A stored K-major (A_T)
     b_t: bool       # the TMA kernel: B (or its copy) stored K-major (B_T)
+    split_k: int = 1  # split-K: `kernel` writes SPLIT_K fp32 partials of C, `reduce` adds them (epilogue)
+    block_k: int = 0
+    reduce: Optional[BoundKernel] = None
 
 
 _PLANS: dict[tuple, _Plan] = {}
+_REDUCE_BLOCK = (32, 32) if INTERPRET else (32, 128)  # the split-K reduction's tile (a memory-bound pass)
 
 
 def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: int) -> _Plan:
     """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
     ``flags`` (the kernels' other constexprs)."""
-    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT")}
+    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K")}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    split = cfg.kwargs.get("SPLIT_K", 1)
+    if split > 1:
+        partial = bind(_gemm_splitk_partial_kernel, PRECISION=flags["PRECISION"], INDEX_64=flags["INDEX_64"],
+                       **tiles, **options)
+        epilogue = {k: v for k, v in flags.items() if k != "PRECISION"}
+        reduce = bind(_gemm_splitk_reduce_kernel, **epilogue, BLOCK_M=_REDUCE_BLOCK[0], BLOCK_N=_REDUCE_BLOCK[1],
+                      num_warps=4)
+        return _Plan(partial, tiles["BLOCK_M"], tiles["BLOCK_N"], 0, False, False, False, split, tiles["BLOCK_K"],
+                     reduce)
     if cfg.kwargs.get("TMA", 0):
         kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, **options)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)
@@ -242,6 +261,21 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
     res_ptr = residual if residual is not None else c
     z_ptr = z if z is not None else c
     stride_bias = bias.stride(0) if bias is not None else 0
+    if plan.split_k > 1:
+        # K in slices of whole BLOCK_K steps; a shape shorter than its tuning bucket may need fewer slices
+        k_per_split = triton.cdiv(triton.cdiv(K, plan.block_k), plan.split_k) * plan.block_k
+        splits = triton.cdiv(K, k_per_split)
+        part = torch.empty((splits, M, N), device=c.device, dtype=torch.float32)
+        stride_am, stride_ak = a.stride()
+        stride_bk, stride_bn = b.stride()
+        plan.kernel.launch((tiles, splits), a_ptr=a, b_ptr=b, part_ptr=part, M=M, N=N, K=K, K_PER_SPLIT=k_per_split,
+                           stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn)
+        reduce_tiles = triton.cdiv(M, _REDUCE_BLOCK[0]) * triton.cdiv(N, _REDUCE_BLOCK[1])
+        plan.reduce.launch((reduce_tiles,), part_ptr=part, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
+                           M=M, N=N, SPLIT_K=splits, stride_cm=stride_cm, stride_cn=stride_cn,
+                           stride_bias=stride_bias, stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm,
+                           stride_zn=stride_zn)
+        return
     if not plan.programs:
         stride_am, stride_ak = a.stride()
         stride_bk, stride_bn = b.stride()

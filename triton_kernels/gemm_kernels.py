@@ -202,3 +202,72 @@ def _act_bwd_kernel(
         tl.store(dz_ptr + rows * stride_dzm + offs_n[None, :] * stride_dzn, dz.to(dz_ptr.dtype.element_ty), mask=mask)
     if COLSUM:
         tl.atomic_add(dbias_ptr + offs_n, tl.sum(dz, axis=0), mask=offs_n < N)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Split-K: for outputs with few tiles and a long K (the studies' 512 x 8704 -> 1024 Linear has 32 tiles of
+# 128 x 128 for 132 SMs), SPLIT_K programs per tile each reduce one slice of K; a second kernel adds the
+# slices in a fixed order (deterministic, no atomics) and applies the epilogue.
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _gemm_splitk_partial_kernel(
+    a_ptr, b_ptr, part_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Program (tile, split): the fp32 partial product of A[:, ks] @ B[ks, :] for its tile, with ks the
+    split's K_PER_SPLIT (a multiple of BLOCK_K) columns of K, stored at part[split] (SPLIT_K, M, N).
+
+    The loads are `_gemm_kernel`'s (rows and columns past the edge wrap, K masked at the slice's end).
+    """
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    k_start = tl.program_id(1) * K_PER_SPLIT
+    k_stop = tl.minimum(K, k_start + K_PER_SPLIT)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_am = offs_m % M
+    offs_bn = offs_n % N
+    if INDEX_64:
+        offs_am = offs_am.to(tl.int64)
+        offs_bn = offs_bn.to(tl.int64)
+        offs_k = offs_k.to(tl.int64)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k_start + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_start, k_stop, BLOCK_K):
+        k_left = k_stop - k
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    rows = offs_m.to(tl.int64)
+    part = part_ptr + tl.program_id(1).to(tl.int64) * M * N
+    tl.store(part + rows[:, None] * N + offs_n[None, :], acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _gemm_splitk_reduce_kernel(
+    part_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
+    M, N, SPLIT_K,
+    stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
+    INDEX_64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program (tile): C tile = epilogue(sum over the SPLIT_K partials, in split order)."""
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = tl.program_id(0) // num_pid_n
+    pid_n = tl.program_id(0) % num_pid_n
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    ptrs = part_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(SPLIT_K):
+        acc += tl.load(ptrs, mask=mask, other=0.0)
+        ptrs += M.to(tl.int64) * N
+    _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+              stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
