@@ -339,6 +339,26 @@ def test_tma_kernel_on_relaid_out_copy_of_b(tb):
     assert_close(c, REF_ACT["gelu"](a.double() @ b.double() + bias.double()), torch.float32)
 
 
+WIDE_TILES = {"pointer": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 1}, 4, 1),
+              "tma": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1}, 4, 1)}
+
+
+@pytest.mark.parametrize("kernel", ["pointer", "tma"])
+@pytest.mark.parametrize("act", gemm.ACTIVATIONS)
+def test_wide_tile_epilogue_in_column_halves(kernel, act):
+    """Tiles 128 or more columns wide finish their epilogue in two column halves (`_epilogue_tile`):
+    bias, saved Z, activation and residual land in the right columns of both halves, with N = 200 making
+    the second tile's right half partly (192..199) and its left half wholly inside C."""
+    M, N, K = 37, 200, 40
+    a, b = torch.randn(M, K), torch.randn(N, K).t()  # B as nn.Linear's weight
+    bias, res = torch.randn(N), torch.randn(M, N)
+    c, z = gemm.gemm_forward(a, b, bias, res, act, save_preact=True, out=poison_(torch.empty(M, N)),
+                             config=WIDE_TILES[kernel])
+    zref = a.double() @ b.double() + bias.double()
+    assert_close(z, zref, torch.float32, name="Z")
+    assert_close(c, REF_ACT[act](zref) + res.double(), torch.float32)
+
+
 SPLITK_SMALL = gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "SPLIT_K": 4}, 4, 1)
 
 

@@ -32,7 +32,7 @@ import triton
 
 from autotune import spaces
 
-from .gemm_kernels import (_act_bwd_kernel, _epilogue, _gemm_kernel, _gemm_splitk_partial_kernel,
+from .gemm_kernels import (_act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel, _gemm_splitk_partial_kernel,
                            _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import (
@@ -75,8 +75,8 @@ class GemmKey(NamedTuple):
     tma: bool  # the persistent TMA kernel can run (Hopper, aligned operands)
 
 
-_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue], spaces.GEMM_TUNER_CONFIGS,
-                                  interpret_config=INTERPRET_CONFIG))
+_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue_tile, _epilogue],
+                                  spaces.GEMM_TUNER_CONFIGS, interpret_config=INTERPRET_CONFIG))
 
 
 def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False) -> list[Config]:

@@ -63,6 +63,36 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride
 
 
 @triton.jit
+def _epilogue_tile(acc, off_m, off_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+                   stride_bias, stride_rm, stride_rn, stride_zm, stride_zn,
+                   HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
+                   INDEX_64: tl.constexpr):
+    """`_epilogue` of the C tile acc = C[off_m:off_m + BLOCK_M, off_n:off_n + BLOCK_N] of a GEMM kernel.
+
+    A tile 128 or more columns wide is finished in two column halves, one after the other (split out of
+    the accumulator's registers: its column bit BLOCK_N / 2 is held within a thread, so no data moves).
+    Each half's bias, activation, cast and store then run beside the accumulator with the temporaries
+    of half the tile only: the fp32 accumulator of a 128 x 256 tile on 8 warps is already 128 registers
+    a thread, and the erf GELU of the whole tile at once needs more than the 255 there are (spills).
+    """
+    BLOCK_M: tl.constexpr = acc.shape[0]
+    BLOCK_N: tl.constexpr = acc.shape[1]
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    if BLOCK_N >= 128:
+        HALF: tl.constexpr = BLOCK_N // 2
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
+        offs_n = off_n + tl.arange(0, HALF)
+        _epilogue(left, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+                  stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
+        _epilogue(right, offs_m, offs_n + HALF, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+                  stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
+    else:
+        _epilogue(acc, offs_m, off_n + tl.arange(0, BLOCK_N), M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm,
+                  stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z,
+                  ACT, INDEX_64)
+
+
+@triton.jit
 def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
     M, N, K,
@@ -77,7 +107,7 @@ def _gemm_kernel(
     Tiling: the program walks K in steps of BLOCK_K, loading an A tile (BLOCK_M x BLOCK_K) and a B tile
     (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers; Triton pipelines the loads
     over `num_stages` shared-memory buffers and issues tensor-core MMAs (wgmma on Hopper).
-    Tile order: grouped (see `_tile_coords`). Epilogue: see `_epilogue`.
+    Tile order: grouped (see `_tile_coords`). Epilogue: see `_epilogue_tile` and `_epilogue`.
     """
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
@@ -108,8 +138,9 @@ def _gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-              stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)
+    _epilogue_tile(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm,
+                   stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z,
+                   ACT, INDEX_64)
 
 
 @triton.jit
@@ -158,11 +189,9 @@ def _gemm_tma_kernel(
             else:
                 b = b_desc.load([off_k, off_n])
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
-                  stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
-                  INDEX_64)
+        _epilogue_tile(acc, off_m, off_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
+                       stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
+                       INDEX_64)
 
 
 @triton.jit
