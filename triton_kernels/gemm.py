@@ -75,7 +75,8 @@ class GemmKey(NamedTuple):
     tma: bool  # the persistent TMA kernel can run (Hopper, aligned operands)
 
 
-_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _epilogue_tile, _epilogue],
+_tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _gemm_splitk_partial_kernel,
+                                           _gemm_splitk_reduce_kernel, _epilogue_tile, _epilogue],
                                   spaces.GEMM_TUNER_CONFIGS, interpret_config=INTERPRET_CONFIG))
 
 
