@@ -346,8 +346,8 @@ WIDE_TILES = {"pointer": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 
 @pytest.mark.parametrize("kernel", ["pointer", "tma"])
 @pytest.mark.parametrize("act", gemm.ACTIVATIONS)
 def test_wide_tile_epilogue_in_column_halves(kernel, act):
-    """Tiles 128 or more columns wide finish their epilogue in two column halves (`_epilogue_tile`):
-    bias, saved Z, activation and residual land in the right columns of both halves, with N = 200 making
+    """Tiles 128 or more columns wide (`_epilogue_tile`: two column halves with the erf GELU, one pass
+    otherwise): bias, saved Z, activation and residual land in the right columns, with N = 200 making
     the second tile's right half partly (192..199) and its left half wholly inside C."""
     M, N, K = 37, 200, 40
     a, b = torch.randn(M, K), torch.randn(N, K).t()  # B as nn.Linear's weight

@@ -69,16 +69,17 @@ def _epilogue_tile(acc, off_m, off_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, str
                    INDEX_64: tl.constexpr):
     """`_epilogue` of the C tile acc = C[off_m:off_m + BLOCK_M, off_n:off_n + BLOCK_N] of a GEMM kernel.
 
-    A tile 128 or more columns wide is finished in two column halves, one after the other (split out of
-    the accumulator's registers: its column bit BLOCK_N / 2 is held within a thread, so no data moves).
-    Each half's bias, activation, cast and store then run beside the accumulator with the temporaries
-    of half the tile only: the fp32 accumulator of a 128 x 256 tile on 8 warps is already 128 registers
-    a thread, and the erf GELU of the whole tile at once needs more than the 255 there are (spills).
+    With the erf GELU, a tile 128 or more columns wide is finished in two column halves, one after the
+    other (split out of the accumulator's registers: its column bit BLOCK_N / 2 is held within a thread,
+    so no data moves). Each half's bias, activation, cast and store then run beside the accumulator with
+    the temporaries of half the tile only: the fp32 accumulator of a 128 x 256 tile on 8 warps is already
+    128 registers a thread, and the erf GELU of the whole tile at once needs more than the 255 there are
+    (spills in an sm_90 compile). The other activations fit and keep the one-pass epilogue.
     """
     BLOCK_M: tl.constexpr = acc.shape[0]
     BLOCK_N: tl.constexpr = acc.shape[1]
     offs_m = off_m + tl.arange(0, BLOCK_M)
-    if BLOCK_N >= 128:
+    if BLOCK_N >= 128 and ACT == "gelu":
         HALF: tl.constexpr = BLOCK_N // 2
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
         offs_n = off_n + tl.arange(0, HALF)
