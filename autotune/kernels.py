@@ -148,7 +148,7 @@ def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_d
     tma = (M >= 64 and N >= 64 and K >= 32 and on_tma_device and tma_layout(a) is not None
            and tma_layout(b) is not None)
     es = a.element_size()
-    relayout = tma and ((prec == "tf32" and b_unit and (K * es) % 16 == 0)
+    relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
                         or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
     return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout}
 

@@ -20,7 +20,7 @@ class Linear(nn.Linear):
     """y = act(x @ W^T + b) (+ residual) in one fused Triton GEMM.
 
     activation: "none" | "relu" | "gelu" (erf, nn.GELU()) | "gelu_tanh" (nn.GELU(approximate="tanh"));
-    precision (fp32 inputs only): "ieee" | "tf32".
+    precision (fp32 inputs only): "ieee" | "tf32" | "tf32x3".
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str = "none",

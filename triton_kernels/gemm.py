@@ -2,8 +2,8 @@
 
 Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides, stride 0 (expanded) and
 unaligned base addresses included: every operand is indexed with its strides and read in place, never
-copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA) or "tf32"
-(tensor cores) precision. act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu" is the exact erf GELU
+copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA), "tf32"
+(tensor cores) or "tf32x3" (three tf32 products, about fp32's accuracy on the tensor cores) precision. act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu" is the exact erf GELU
 (nn.GELU()), "gelu_tanh" the tanh approximation (nn.GELU(approximate="tanh")); all propagate NaN as torch
 does (relu(NaN) = NaN). In Triton's CPU interpreter A and B must be fp32 or fp16 (it has no
 bf16 dot).
@@ -48,7 +48,7 @@ from .runtime import (
 )
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
-PRECISIONS = ("ieee", "tf32")
+PRECISIONS = ("ieee", "tf32", "tf32x3")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -66,7 +66,7 @@ class GemmKey(NamedTuple):
     n: int
     k: int
     dtype: torch.dtype
-    precision: str  # "ieee" | "tf32" (fp32 inputs; 16-bit inputs are always "ieee")
+    precision: str  # "ieee" | "tf32" | "tf32x3" (fp32 inputs; 16-bit inputs are always "ieee")
     activation: str
     has_bias: bool
     has_residual: bool
@@ -366,7 +366,7 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
         tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not _is_fake(a, b)
                and tma_layout(a) is not None and tma_layout(b) is not None)
         es = a.element_size()
-        relayout = tma and ((prec == "tf32" and b_unit and (K * es) % 16 == 0)
+        relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
                             or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
         # int(): a traced size may be symbolic; the key wants plain ints
         key = ((int(M) - 1).bit_length(), (int(N) - 1).bit_length(), (int(K) - 1).bit_length(), a.dtype, prec,
@@ -386,7 +386,7 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
 def _flags(has_bias: bool, has_res: bool, save_z: bool, activation: str, prec: str, index_64: bool) -> dict:
     """The GEMM kernels' epilogue and precision constexprs."""
     return dict(HAS_BIAS=has_bias, HAS_RES=has_res, SAVE_Z=save_z, ACT=activation,
-                PRECISION="tf32" if prec == "tf32" else "ieee", INDEX_64=index_64)
+                PRECISION=prec if prec in ("tf32", "tf32x3") else "ieee", INDEX_64=index_64)
 
 
 _ACT_BLOCK = (32, 32) if INTERPRET else (64, 128)
@@ -492,7 +492,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
          activation: str = "none", precision: str = "ieee") -> torch.Tensor:
     """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
 
-    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores).
+    precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or "tf32x3" (three tf32
+    products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores).
     """
     _validate(a, b, bias, residual, activation, precision)
     save_preact = _save_preact(activation, a, b, bias, residual)

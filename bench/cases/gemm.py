@@ -17,9 +17,10 @@ def _set_tf32(on: bool) -> None:
     torch.backends.cudnn.allow_tf32 = on
 
 
-def matmul_case(M, N, K, dtype, tf32=False, name="gemm") -> Case:
-    """C = A @ B: our kernel vs torch.matmul (cuBLAS)."""
-    prec = "tf32" if tf32 else "ieee"
+def matmul_case(M, N, K, dtype, tf32=False, name="gemm", precision=None) -> Case:
+    """C = A @ B: our kernel vs torch.matmul (cuBLAS). ``precision="tf32x3"``: ours with three tf32
+    products against cuBLAS's fp32 (tf32 off), both near fp32 accuracy."""
+    prec = precision or ("tf32" if tf32 else "ieee")
 
     def inputs(seed, device):
         _set_tf32(tf32)
@@ -113,7 +114,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
             matmul_case(4096, 4096, 4096, bf16)]
     if quick:
         return out
-    out += [matmul_case(4096, 4096, 4096, f32), linear_case(4096, 8704, 1024, bf16, "gelu"),
+    out += [matmul_case(4096, 4096, 4096, f32), matmul_case(4096, 4096, 4096, f32, precision="tf32x3"),
+            linear_case(4096, 8704, 1024, bf16, "gelu"),
             linear_case(4096, 8704, 1024, bf16, "gelu_tanh"),
             linear_case(4096, 8704, 1024, bf16, "relu", backward=True)]
     for n in (256, 512, 1024, 2048, 8192):  # square sweep (latency vs size)
