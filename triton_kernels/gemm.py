@@ -340,10 +340,12 @@ def _forced_plan(config: Config, flags: dict, a, b):
 
 
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,
-                 out=None, config: Config | None = None):
+                 out=None, config: Config | None = None, index_64: bool = False):
     """Launch the fused GEMM; returns (C, Z) where Z is the pre-activation (or None).
 
-    config: force a launch configuration (autotune sweeps, tests); default: the tuner's choice."""
+    config: force a launch configuration (autotune sweeps, tests); default: the tuner's choice.
+    index_64: use the 64-bit index variant even where 32-bit offsets suffice (tests); it is always used
+    where an element offset can pass 2**31."""
     M, K = a.shape
     N = b.shape[1]
     c = out if out is not None else torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -353,11 +355,11 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
     if K == 0:  # empty reduction: C = act(bias) (+ residual)
         zero = torch.zeros((M, 1), device=a.device, dtype=a.dtype)
         return gemm_forward(zero, torch.zeros((1, N), device=a.device, dtype=a.dtype), bias, residual,
-                            activation, precision, save_preact, out, config)
+                            activation, precision, save_preact, out, config, index_64)
     prec = precision if a.dtype == torch.float32 else "ieee"  # 16-bit inputs always use tensor cores
     has_bias, has_res = bias is not None, residual is not None
     # 64-bit index math when an element offset can pass 2**31 (a fresh C or Z is (M, N) contiguous)
-    index_64 = M * N >= 2**31 or _needs_int64(a, b, bias, residual, out)
+    index_64 = bool(index_64) or M * N >= 2**31 or _needs_int64(a, b, bias, residual, out)
     if config is None:
         a_unit, b_unit = a.stride(1) == 1, b.stride(1) == 1
         # the persistent TMA kernel where it can run (compiled graphs, traced with fake tensors, use the
