@@ -117,7 +117,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
     out += [matmul_case(4096, 4096, 4096, f32), matmul_case(4096, 4096, 4096, f32, precision="tf32x3"),
             linear_case(4096, 8704, 1024, bf16, "gelu"),
             linear_case(4096, 8704, 1024, bf16, "gelu_tanh"),
-            linear_case(4096, 8704, 1024, bf16, "relu", backward=True)]
+            linear_case(4096, 8704, 1024, bf16, "relu", backward=True),
+            linear_case(4096, 8704, 1024, bf16, "gelu", backward=True), matmul_case(8192, 8192, 8192, f32)]
     for n in (256, 512, 1024, 2048, 8192):  # square sweep (latency vs size)
         out.append(matmul_case(n, n, n, bf16))
     for n in (1024, 2048, 8192):
@@ -126,6 +127,7 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
     out += [linear_case(128, 784, 10, f32, "none"),                       # MNIST softmax regression
             linear_case(1024, 16, 16, f32, "relu"), linear_case(1024, 64, 64, f32, "relu"),  # SGEMM widths
             linear_case(512, 8704, 1024, bf16, "relu"), linear_case(512, 1024, 1024, bf16, "relu"),  # Char-CNN FC
+            linear_case(512, 8704, 1024, bf16, "relu", backward=True),     # ... trained with our kernels
             linear_case(512, 1024, 4, bf16, "none"),
             linear_case(512, 512, 10, f32, "none", tf32=True)]             # ResNet-18 head
     return out
