@@ -22,7 +22,7 @@
 #   profile    bench.profile_call: cProfile of steady eager calls (large Linear+ReLU, tiny softmax / Linear) (~30 s)
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton (~400 s)
-#   tests      every GPU test, one process per group shard, in parallel (TEST_TIMEOUT per process)  (~400 s)
+#   tests      every GPU test, one process per group shard, 16 in parallel (TEST_TIMEOUT per process) (~540 s)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
 # with `git rev-parse --short HEAD > .git_commit`) with the tree.

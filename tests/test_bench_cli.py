@@ -281,3 +281,19 @@ def test_plot_output_folder_and_cpu_label(tmp_path):
     plot._label_cpu(fig, ax, True)
     assert results.CPU_NOTE in ax.get_title() and any(results.CPU_NOTE in t.get_text() for t in fig.texts)
     plt.close(fig)
+
+
+def test_gpu_run_script_parses_and_has_every_stage_it_lists():
+    """bench/gpu_run.sh only runs on a GPU box: here, that bash parses it and that every stage its header
+    lists has a branch (and every branch is listed)."""
+    import re
+    import shutil
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "gpu_run.sh"
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    listed = set(re.findall(r"^#   ([a-z][a-z0-9-]*)\s", text, re.M)) - {"bash"}  # minus the usage line
+    branches = set(re.findall(r"^    ([a-z][a-z0-9-]*)\)", text, re.M))
+    assert listed and listed == branches, (listed ^ branches)
