@@ -48,7 +48,8 @@ class Module:
     train: bool = True
 
 
-def _modules(device) -> list[Module]:
+def build_modules(device) -> list[Module]:
+    """Every module case of the suite (tiny shapes; on a GPU also one large shape each)."""
     from models import layers
 
     def pair(ours_cls, twin_cls, *args, dtype=torch.float32, **kw):
@@ -301,17 +302,14 @@ def main(argv=None) -> int:
         return 0
     calls = args.calls or (5 if INTERPRET else 2000)
     rounds = 2 if INTERPRET else args.repeat
-    modules = _modules(default_device())
+    modules = build_modules(default_device())
     if args.op:
         wanted = [w.strip() for w in args.op.split(",") if w.strip()]
         modules = [m for m in modules if any(w in m.case for w in wanted)]
     if INTERPRET:
         print(f"bench.overhead: {results.CPU_NOTE} (tiny shapes, {calls} calls per round)")
-    saved = []
-
-    def save(rows: list[dict]) -> None:  # merged by key: a module measured again replaces its old rows
-        results.write_rows(rows[len(saved):], args.out, SUITE)
-        saved[:] = rows
+    def save(rows: list[dict]) -> None:  # merged by key, so rewriting the rows so far is harmless
+        results.write_rows(rows, args.out, SUITE)
 
     rows = measure(modules, calls, rounds, on_rows=save)
     path = results.results_dir(args.out) / f"{SUITE}.csv"

@@ -22,7 +22,7 @@ from .cli import parser, run
 
 
 def profile(case: str, calls: int, top: int) -> str:
-    modules = {m.case: m for m in overhead._modules(default_device())}
+    modules = {m.case: m for m in overhead.build_modules(default_device())}
     if case not in modules:
         raise SystemExit(f"unknown case {case!r}; known: {', '.join(sorted(modules))}")
     m = modules[case]

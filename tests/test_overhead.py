@@ -42,7 +42,7 @@ def test_bench_overhead_writes_rows(tmp_path):
 def test_bench_overhead_reports_rows_after_each_module():
     """A run cut short keeps the modules it finished: measure hands the rows so far to on_rows (where the
     CLI writes them) after each module."""
-    modules = [m for m in overhead._modules(torch.device(DEVICE)) if m.case in ("softmax_128x10", "log_softmax_128x10")]
+    modules = [m for m in overhead.build_modules(torch.device(DEVICE)) if m.case in ("softmax_128x10", "log_softmax_128x10")]
     seen = []
     rows = overhead.measure(modules, 2, 1, on_rows=lambda rows_so_far: seen.append(len(rows_so_far)))
     assert len(seen) == 2 and 0 < seen[0] < seen[1] == len(rows)

@@ -175,7 +175,7 @@ class BatchNormKey(NamedTuple):
     channels: int
     channels_contiguous: bool
     dtype: torch.dtype
-    flags: str    # the kernel's constexpr flags, e.g. "HAS_RES=1 RELU=0"
+    flags: tuple  # the kernel's constexpr flags as (name, value) pairs, e.g. (("HAS_RES", True), ("RELU", False))
 
 
 def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, tensors,
@@ -189,7 +189,7 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, 
         return Config(kw, config.num_warps, config.num_stages)
     configs = _reduce_configs if name in ("stats", "bwd_reduce") else _stream_configs
     key = BatchNormKey(samples=geo.N, pixels=geo.HW, channels=geo.C, channels_contiguous=geo.stride_c == 1,
-                       dtype=dtype, flags=" ".join(f"{flag}={int(value)}" for flag, value in constexprs.items()))
+                       dtype=dtype, flags=tuple(constexprs.items()))
     return _tuners[name].pick(key, run, lambda: configs(geo), tracing=_is_fake(*tensors))
 
 

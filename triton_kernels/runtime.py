@@ -344,6 +344,12 @@ def key_fields(key: Any) -> Any:
     return str(key)
 
 
+def _named_entries(data: dict) -> dict:
+    """The cache entries written under named keys (a JSON object, see Autotuner.key_str); older files
+    keyed entries by unnamed lists."""
+    return {k: v for k, v in data.items() if k.startswith("{")}
+
+
 class Autotuner:
     """Choose and remember the best :class:`Config` of a kernel per key.
 
@@ -379,7 +385,7 @@ class Autotuner:
         self.interpret_config = interpret_config
         self.verbose = verbose if verbose is not None else os.environ.get("TRITON_PLAYGROUND_VERBOSE") == "1"
         self.warmup, self.rep = warmup, rep
-        self._memory: dict[Any, Config] = {}  # in-process choices, by raw key (its string if unhashable)
+        self._memory: dict[Any, Config] = {}  # in-process choices, by key
         self.trials: dict[str, list[dict]] = {}  # key -> [{config, ms}] for every config tried
         self.events: list[tuple[str, str]] = []  # (key, "hit" | "tuned" | "memory") log for reports
         self.picks = 0  # calls of pick(): a launcher's steady state makes none (its launch plan is kept)
@@ -430,8 +436,7 @@ class Autotuner:
                             f"got {type(key).__name__}")
         if INTERPRET:
             return interpret_config or self.interpret_config
-        mk = self._memory_key(key)
-        cfg = self._memory.get(mk)  # the hot path: one dict lookup per launch
+        cfg = self._memory.get(key)  # the hot path: one dict lookup per launch (a NamedTuple: hashable)
         if cfg is not None:
             return cfg
         k = self.key_str(key)
@@ -442,7 +447,7 @@ class Autotuner:
         if entry is not None:
             try:
                 cfg = Config.from_json(entry["best"])
-                self._memory[mk] = cfg
+                self._memory[key] = cfg
                 self.trials.setdefault(k, entry.get("trials", []))
                 self._log(k, "hit", f"cache hit -> {cfg}")
                 return cfg
@@ -451,28 +456,21 @@ class Autotuner:
         if tracing:
             return configs[0]
         if not tuning_enabled():  # untimed: the best-guess candidate, remembered like a tuned one
-            self._memory[mk] = configs[0]
+            self._memory[key] = configs[0]
             return configs[0]
-        best = self._memory[mk] = self._tune(k, run, configs)
+        best = self._memory[key] = self._tune(k, run, configs)
         return best
 
     def _read_cache(self) -> dict:
         """The cache file's entries; entries of an older format (keys written as unnamed lists) are
         ignored with a warning, and replaced when this key is tuned again."""
         data = read_json(self.cache_path())
-        old = [k for k in data if not k.startswith("{")]
-        if old:
-            warnings.warn(f"ignoring {len(old)} autotune cache entries of an older format (unnamed keys) in "
-                          f"{self.cache_path()}; they are retuned as needed", RuntimeWarning, stacklevel=3)
-            data = {k: v for k, v in data.items() if k.startswith("{")}
-        return data
-
-    def _memory_key(self, key: Any) -> Any:
-        try:
-            hash(key)
-            return key
-        except TypeError:
-            return self.key_str(key)
+        current = _named_entries(data)
+        if len(current) < len(data):
+            warnings.warn(f"ignoring {len(data) - len(current)} autotune cache entries of an older format "
+                          f"(unnamed keys) in {self.cache_path()}; they are retuned as needed", RuntimeWarning,
+                          stacklevel=3)
+        return current
 
     def _tune(self, k: str, run: Callable[[Config], Any], configs: list[Config]) -> Config:
         t0 = time.perf_counter()
@@ -505,8 +503,7 @@ class Autotuner:
         }
         try:
             with _file_lock(path):
-                data = read_json(path)  # merge with what other processes wrote meanwhile
-                data = {key: value for key, value in data.items() if key.startswith("{")}  # older format out
+                data = _named_entries(read_json(path))  # merge with what other processes wrote; older format out
                 data[k] = entry
                 atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
         except OSError as e:  # a read-only cache must never break a run
