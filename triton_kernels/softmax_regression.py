@@ -212,9 +212,9 @@ def _sr_train_kernel(
     base_next = tl.load(zsnap_ptr + BLOCK_B * BLOCK_C + z_offs, mask=zmask, other=0)
     failed = step0 * 0  # 1 once a wait timed out: later steps then do not wait either
     # a partial logit at or past 2^23 / S (or NaN): the sum of the S partials could leave the fixed
-    # point's range. Accumulated per row over the steps (an in-thread / in-quad max), flagged at the end
+    # point's range. Marked per element over the steps (a select, no reduction in the loop), flagged at the end
     fix_bound = FIX_LIMIT / n_programs
-    fix_over = tl.zeros([BLOCK_B], dtype=tl.int32)
+    fix_over = tl.zeros([BLOCK_B, BLOCK_C], dtype=tl.int32)
     bad_labels = tl.zeros([BLOCK_B], dtype=tl.int32)
     loss_acc = tl.load(loss_sum_ptr + offs_b)  # per-row running sums continued step by step: the same
     correct_acc = tl.load(correct_sum_ptr + offs_b)  # rounding however the steps are split into launches
@@ -238,7 +238,7 @@ def _sr_train_kernel(
         zp = _dot(xf, wt, PRECISION, X_IS_U8)
         if X_IS_U8:
             zp = zp * x_scale
-        fix_over = tl.maximum(fix_over, tl.max(tl.where(tl.abs(zp) < fix_bound, 0, 1), axis=1))
+        fix_over = tl.where(tl.abs(zp) < fix_bound, fix_over, 1)
         tl.atomic_add(zbuf, ((zp * FIX_SCALE).to(tl.int64) & -256) | 1, mask=zmask, sem="relaxed", scope="gpu")
         # issue the next step's loads (they do not depend on W) before waiting for the other programs
         x_n, label_n = _batch_data(x_ptr, y_ptr, idx_n, row_ok_n, stride_xn, stride_xk, stride_yn, offs_k, k_ok,
@@ -270,7 +270,7 @@ def _sr_train_kernel(
         x, label, row_ok, n_rows = x_n, label_n, row_ok_n, n_rows_n
         idx_n, row_ok_n, n_rows_n = idx_nn, row_ok_nn, n_rows_nn
 
-    if tl.max(fix_over, axis=0) > 0:
+    if tl.max(tl.max(fix_over, axis=1), axis=0) > 0:
         tl.atomic_or(state_ptr + 1, _ERR_FIXED_POINT)
     tl.store(wt_ptrs, wt, mask=wt_mask)
     if (pid * BLOCK_K <= K) & (K < pid * BLOCK_K + BLOCK_K):  # the program holding the bias
