@@ -19,7 +19,7 @@
 #   reorder    loss after 100 steps: eager fp32 / fused fp32 vs float64, vs each other, and vs themselves on
 #              the same batches with their rows shuffled (resnet_/glonet_reorder.json; needs .data/sgemm)  (~400 s)
 #   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~150 s)
-#   profile    bench.profile_call: cProfile of steady eager calls (large Linear+ReLU, tiny softmax / Linear) (~30 s)
+#   profile    bench.profile_call: cProfile of steady eager calls, inference and training (tiny cases, large Linear+ReLU) (~60 s)
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton (~400 s)
 #   tests      every GPU test, one process per group shard, 16 in parallel (TEST_TIMEOUT per process) (~540 s)
@@ -81,8 +81,9 @@ for stage in "$@"; do
       python3 -m bench.sgemm --suite report --results-dir /tmp/training_results $(out) 2>&1 | tail -30
       tar czf "${OUT:-/tmp}/training_results.tgz" --exclude checkpoint.pt -C /tmp training_results ;;
     overhead) timeout 300 python3 -m bench.overhead $(out) 2>&1 | grep -v -i warn | tail -30 ;;
-    profile) timeout 120 python3 -m bench.profile_call --case linear_relu_4096x8704x1024,softmax_128x10,linear_128x784x10 \
-               --calls 200 --top 20 > "$(res_dir)/profile_call.txt" 2>&1; head -40 "$(res_dir)/profile_call.txt" ;;
+    profile) timeout 150 python3 -m bench.profile_call --mode inference,training --calls 200 --top 20 \
+               --case softmax_128x10,layernorm_64x1024,cross_entropy_128x10,linear_128x784x10,batchnorm_relu_32x64x8x8,linear_relu_4096x8704x1024 \
+               > "$(res_dir)/profile_call.txt" 2>&1; grep -A12 "by own time" "$(res_dir)/profile_call.txt" | head -60 ;;
     charcnn)
       # the trained weights (.data/char_cnn/weights.pt), then throughput / ladder / per-layer rows at batch 512
       timeout 300 python3 -m bench.char_cnn train --no-progress $(out) 2>&1 | grep -v -i warn | tail -12

@@ -63,6 +63,19 @@ def test_fake_tensors_take_the_normal_path():
     assert misses and misses[-1][1] is None  # no guard could be built: Triton's own path
 
 
+def test_empty_tensors_take_the_direct_path():
+    """An empty tensor has a null address, as a fake one does; it is launched directly all the same
+    (e.g. the statistics an inference call does not save), not sent down Triton's slow path per call."""
+    bound, misses = _bound()
+    x, y = torch.randn(8), torch.empty(0)
+    assert y.data_ptr() == 0
+    bound.launch((1,), x, y, 8, 1.0)
+    calls = []
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    bound.launch((1,), x, y, 8, 1.0)
+    assert len(misses) == 1 and calls and calls[0][10] == 0
+
+
 def test_wrong_arguments_are_named():
     bound, _ = _bound()
     with pytest.raises(TypeError, match="x_ptr, y_ptr, n, scale"):

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import launch as _launch
+from .runtime import cdiv, launch as _launch
 from .runtime import Autotuner, Config, bucket, check_tensor, register_tuner
 
 
@@ -138,7 +138,7 @@ def adam_step(params: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
             log_beta1, log_beta2, float(eps), float(weight_decay), bc1, bc2)
 
     def run(cfg, a=args):
-        _launch(_adam_kernel, (triton.cdiv(N, cfg.kwargs["BLOCK"]),), *a, STEP_ON_DEVICE=on_device,
+        _launch(_adam_kernel, (cdiv(N, cfg.kwargs["BLOCK"]),), *a, STEP_ON_DEVICE=on_device,
                 STORE_GRAD=grad_out is not None, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=1)
 
     if config is None:

@@ -43,11 +43,10 @@ import json
 from typing import NamedTuple, Optional
 
 import torch
-import triton
 
 from .batchnorm_kernels import (_bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_finalize_kernel, _bn_bwd_reduce_kernel,
                                 _bn_finalize_kernel, _bn_stats_kernel)
-from .runtime import is_fake as _is_fake
+from .runtime import cdiv, is_fake as _is_fake
 from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
@@ -102,7 +101,7 @@ class _Geometry:
 
     def tiles(self, block_m: int) -> tuple[int, int]:
         """(tiles per sample, tiles) for BLOCK_M pixels per tile."""
-        per_sample = triton.cdiv(self.HW, block_m)
+        per_sample = cdiv(self.HW, block_m)
         return per_sample, self.N * per_sample
 
 
@@ -198,10 +197,10 @@ def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int, in
     about PER_SM programs per SM, never an empty group."""
     block_m, block_c = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_C"]
     per_sample, tiles = geo.tiles(block_m)
-    channel_blocks = triton.cdiv(geo.C, block_c)
-    want = max(1, min(tiles, triton.cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks)))
-    per_group = triton.cdiv(tiles, want)
-    return per_sample, tiles, per_group, triton.cdiv(tiles, per_group), channel_blocks
+    channel_blocks = cdiv(geo.C, block_c)
+    want = max(1, min(tiles, cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks)))
+    per_group = cdiv(tiles, want)
+    return per_sample, tiles, per_group, cdiv(tiles, per_group), channel_blocks
 
 
 _FINAL_BLOCK_C = 64
@@ -235,7 +234,7 @@ def _launch_stream(name, kernel, geo, inputs, dtype, constexprs, config=None):
     """Run a (tile, channel block) elementwise kernel over the whole tensor."""
     def run(cfg):
         per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])
-        grid = (tiles, triton.cdiv(geo.C, cfg.kwargs["BLOCK_C"]))
+        grid = (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"]))
         _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides, per_sample, **constexprs, **cfg.kwargs,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -279,7 +278,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
     part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, {}, dev, config)
-    _launch(_bn_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
+    _launch(_bn_finalize_kernel, (cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
             weight if weight is not None else stats, bias if bias is not None else stats, stats,
             running_mean if has_running else stats, running_var if has_running else stats,
             rm_out if has_running else stats, rv_out if has_running else stats,
@@ -313,7 +312,7 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
         dy.dtype, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config)
     dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
-    _launch(_bn_bwd_finalize_kernel, (triton.cdiv(geo.C, _FINAL_BLOCK_C),), part, stats, coef, dwb, geo.C, groups,
+    _launch(_bn_bwd_finalize_kernel, (cdiv(geo.C, _FINAL_BLOCK_C),), part, stats, coef, dwb, geo.C, groups,
             geo.M, **_finalize_blocks(geo.C, groups), num_warps=4)
     dx = None
     if need_dx:

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
-from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, is_fake, launch, num_sms, register_op,
+from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_tensor, is_fake, launch, num_sms, register_op,
                       register_tuner)
 
 ACTIVATIONS = ("none", "relu")
@@ -273,7 +273,7 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
                 PRECISION=prec)
 
     def run(cfg: Config):
-        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(N, cfg.kwargs["BLOCK_N"]),)
+        grid = (cdiv(M, cfg.kwargs["BLOCK_M"]) * cdiv(N, cfg.kwargs["BLOCK_N"]),)
         launch(_conv1d_kernel, grid, x, weight, bias if bias is not None else y, y, **args, **cfg.kwargs,
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -294,7 +294,7 @@ def max_pool_forward(x: torch.Tensor, pool: int) -> torch.Tensor:
     if B * LO == 0 or N == 0:
         return y
     bm, bn = (32, 32) if INTERPRET else (32, 128)
-    launch(_max_pool_kernel, (triton.cdiv(B * LO, bm), triton.cdiv(N, bn)), x, y, M=B * LO, N=N, LO=LO,
+    launch(_max_pool_kernel, (cdiv(B * LO, bm), cdiv(N, bn)), x, y, M=B * LO, N=N, LO=LO,
            stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xn=x.stride(2), stride_yb=y.stride(0),
            stride_yl=y.stride(1), stride_yn=y.stride(2), POOL=pool, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     return y
@@ -315,11 +315,11 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
 
     def run(cfg: Config):
         bc, bn, bm = cfg.kwargs["BLOCK_C"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_M"]
-        tiles = triton.cdiv(C, bc) * triton.cdiv(N, bn)
+        tiles = cdiv(C, bc) * cdiv(N, bn)
         # split the rows so that tiles * k * splits fills the GPU about four times over
-        splits = max(1, min(triton.cdiv(M, bm), triton.cdiv(4 * n_sms, tiles * k)))
-        rows = triton.cdiv(triton.cdiv(M, splits), bm) * bm
-        splits = triton.cdiv(M, rows)
+        splits = max(1, min(cdiv(M, bm), cdiv(4 * n_sms, tiles * k)))
+        rows = cdiv(cdiv(M, splits), bm) * bm
+        splits = cdiv(M, rows)
         part = torch.empty((splits, k, C, N), device=dz.device, dtype=torch.float32)
         launch(_conv1d_dw_kernel, (tiles, k, splits), x, dz, part, M=M, N=N, C=C, L_out=L_out,
                ROWS_PER_SPLIT=rows, stride_xb=sx[0], stride_xl=sx[1], stride_xc=sx[2],

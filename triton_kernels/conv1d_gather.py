@@ -34,7 +34,7 @@ import triton.language as tl
 from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, INTERPRETER_DTYPES, bias_relu_backward,
                      conv1d_weight_grad, grad_like, needs_grad, validate_weight)
 from .gemm_kernels import _apply_act
-from .runtime import (Autotuner, Config, bucket, check_tensor, is_fake, launch, next_power_of_2, register_op,
+from .runtime import (cdiv, Autotuner, Config, bucket, check_tensor, is_fake, launch, next_power_of_2, register_op,
                       register_tuner)
 
 
@@ -265,7 +265,7 @@ def gather_conv_forward(indices, weight, bias, activation="none", config: Config
         return y
 
     def run(cfg: Config):
-        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(N, cfg.kwargs["BLOCK_N"]),)
+        grid = (cdiv(M, cfg.kwargs["BLOCK_M"]) * cdiv(N, cfg.kwargs["BLOCK_N"]),)
         launch(_gather_conv_kernel, grid, indices, weight, bias if bias is not None else weight, y,
                M=M, N=N, C=C, L_out=L_out, stride_ib=indices.stride(0), stride_il=indices.stride(1),
                **_weight_args(weight, bias), stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2),
@@ -308,7 +308,7 @@ def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool
 
     def run_stats(cfg: Config):
         bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
-        P = triton.cdiv(N, bn) * triton.cdiv(L_out, bm)
+        P = cdiv(N, bn) * cdiv(L_out, bm)
         part = torch.empty((3, B, P), device=src.device, dtype=torch.float32)
         launch(_ln_stats_kernel, (P * B,), src, wt, bs, part, **common, **cfg.kwargs, num_warps=cfg.num_warps,
                num_stages=cfg.num_stages)
@@ -324,7 +324,7 @@ def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool
     h = ln_bias if ln_bias is not None else wt
 
     def run(cfg: Config):
-        grid = (triton.cdiv(N, cfg.kwargs["BLOCK_N"]) * B * triton.cdiv(LO, cfg.kwargs["BLOCK_M"]),)
+        grid = (cdiv(N, cfg.kwargs["BLOCK_N"]) * B * cdiv(LO, cfg.kwargs["BLOCK_M"]),)
         launch(_ln_relu_pool_kernel, grid, src, wt, bs, g, h, part, y, **common, LO=LO, P=P, eps=eps,
                stride_gn=g.stride(0) if ln_weight is not None else 0,
                stride_gl=g.stride(1) if ln_weight is not None else 0,

@@ -45,7 +45,7 @@ import triton.language as tl
 
 from . import grid_sync
 from .launcher import bind
-from .runtime import is_fake as _is_fake, launch as _launch
+from .runtime import cdiv, is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op
 from .runtime import register_tuner
 
@@ -367,7 +367,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
 
     def buffers(cfg):
         bm = tile_rows(layout, B, cfg, bn_train)
-        n_prog = triton.cdiv(B, bm)
+        n_prog = cdiv(B, bm)
         if out is not None and out.get("_n_prog") == n_prog:
             return out
         f32 = dict(device=dev, dtype=torch.float32)
@@ -382,7 +382,7 @@ def forward(layout: Layout, x: torch.Tensor, params: torch.Tensor, *, target: Op
     def run(cfg, update=update_running):
         buf = buffers(cfg)
         bm = tile_rows(layout, B, cfg, bn_train)
-        grid = (triton.cdiv(B, bm),)
+        grid = (cdiv(B, bm),)
         t = target if target is not None else buf["y"]
         if layout.kind == "resnet":
             fused_resnet.launch_forward(layout, x, t, params, running, buf, block_m=bm, num_warps=cfg.num_warps,
@@ -446,7 +446,7 @@ def backward(layout: Layout, x: torch.Tensor, params: torch.Tensor, saved: dict,
 
     def run(cfg, part=None):
         bm = tile_rows(layout, B, cfg, bn_train)
-        n_prog = triton.cdiv(B, bm)
+        n_prog = cdiv(B, bm)
         if part is None or part.shape != (n_prog, P):
             part = torch.empty((n_prog, P), device=x.device, dtype=torch.float32)
         t = target if target is not None else saved["y"]
@@ -486,7 +486,7 @@ def reduce_partials(part: torch.Tensor, out: Optional[torch.Tensor] = None) -> t
             return part[0]
         out = torch.empty(P, device=part.device, dtype=torch.float32)
     BLOCK = 1024
-    _launch(_colsum_kernel, (triton.cdiv(P, BLOCK),), part, out, n_prog, P, BLOCK=BLOCK, num_warps=4)
+    _launch(_colsum_kernel, (cdiv(P, BLOCK),), part, out, n_prog, P, BLOCK=BLOCK, num_warps=4)
     return out
 
 

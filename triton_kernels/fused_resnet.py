@@ -41,7 +41,7 @@ from . import grid_sync
 from .grid_sync import barrier_tag, barriers_begin, barriers_end, exchange, gather, publish
 from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, tile_rows, upstream_grad
 from .launcher import bind
-from .runtime import INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_tuner
+from .runtime import cdiv, INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_tuner
 
 MAX_BN_TILE = 16384  # rows * width of the single training-mode ResNet program in the interpreter
 MAX_BN_ROWS = 128  # rows per program of the training-mode ResNet on the GPU (the grid must fit on the SMs)
@@ -403,7 +403,7 @@ def configs(layout: Layout, B: int, bn_train: bool, device) -> list:
         return ROW_CONFIGS
     rows = _bn_rows(layout.width)
     fit = [c for c in BN_CONFIGS
-           if triton.cdiv(B, c.kwargs["BLOCK_M"]) <= num_sms(device) and c.kwargs["BLOCK_M"] <= rows]
+           if cdiv(B, c.kwargs["BLOCK_M"]) <= num_sms(device) and c.kwargs["BLOCK_M"] <= rows]
     return fit or [rcfg(rows, 4)]
 
 
@@ -431,7 +431,7 @@ def launch_forward(layout: Layout, x, target, params, running, buf: dict, *, blo
     bound = bind(kernel, TRAIN=train, UPDATE_RUNNING=update_running, WITH_LOSS=with_loss, SAVE=save,
                  PRECISION=precision, W=layout.width, KIN=layout.kin, BLOCK_M=block_m, NP=buf["_np"],
                  num_warps=num_warps, num_stages=1)
-    bound.launch((triton.cdiv(B, block_m),),
+    bound.launch((cdiv(B, block_m),),
                  x_ptr=x, t_ptr=target, p_ptr=params, run_ptr=running, rstd_ptr=buf["rstd"], hs_ptr=buf["hs"],
                  xh_ptr=buf["xh"], a_ptr=buf["a"], y_ptr=buf["y"], loss_ptr=buf["loss_partials"],
                  bstat_ptr=buf["bstat"], sync_ptr=buf["sync"], state_ptr=buf["state"],
@@ -450,7 +450,7 @@ def launch_backward(layout: Layout, x, target, dy, params, saved: dict, part, sy
     o = layout.offsets
     bound = bind(kernel, TRAIN=train, LOSS_GRAD=loss_grad, PRECISION=precision, W=layout.width, KIN=layout.kin,
                  BLOCK_M=block_m, NP=sync["_np"], num_warps=num_warps, num_stages=1)
-    bound.launch((triton.cdiv(B, block_m),),
+    bound.launch((cdiv(B, block_m),),
                  x_ptr=x, t_ptr=target, dy_ptr=dy, p_ptr=params, rstd_ptr=saved["rstd"], hs_ptr=saved["hs"],
                  xh_ptr=saved["xh"], a_ptr=saved["a"], y_ptr=saved["y"], part_ptr=part, sync_ptr=sync["sync"],
                  state_ptr=sync["state"],
@@ -495,7 +495,7 @@ def timed_backward(layout: Layout, x, params, saved: dict, *, target, config: Co
     ``saved`` buffers with tiling ``config``, its gradient partials into ``partials`` (num_programs, P) if
     given; returns its per-program counters as :func:`timed_forward`."""
     block_m = tile_rows(layout, x.shape[0], config, True)
-    n_prog = triton.cdiv(x.shape[0], block_m)
+    n_prog = cdiv(x.shape[0], block_m)
     part = partials if partials is not None else torch.empty((n_prog, layout.numel), device=x.device,
                                                              dtype=torch.float32)
     sync = grid_sync.timed_buffers(n_prog, layout.width, x.device)

@@ -35,7 +35,7 @@ from autotune import spaces
 from .gemm_kernels import (_act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel, _gemm_splitk_partial_kernel,
                            _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
 from .launcher import BoundKernel, bind
-from .runtime import (
+from .runtime import (cdiv, 
     INTERPRET,
     num_sms,
     register_op,
@@ -264,14 +264,14 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
     stride_bias = bias.stride(0) if bias is not None else 0
     if plan.split_k > 1:
         # K in slices of whole BLOCK_K steps; a shape shorter than its tuning bucket may need fewer slices
-        k_per_split = triton.cdiv(triton.cdiv(K, plan.block_k), plan.split_k) * plan.block_k
-        splits = triton.cdiv(K, k_per_split)
+        k_per_split = cdiv(cdiv(K, plan.block_k), plan.split_k) * plan.block_k
+        splits = cdiv(K, k_per_split)
         part = torch.empty((splits, M, N), device=c.device, dtype=torch.float32)
         stride_am, stride_ak = a.stride()
         stride_bk, stride_bn = b.stride()
         plan.kernel.launch((tiles, splits), a_ptr=a, b_ptr=b, part_ptr=part, M=M, N=N, K=K, K_PER_SPLIT=k_per_split,
                            stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn)
-        reduce_tiles = triton.cdiv(M, _REDUCE_BLOCK[0]) * triton.cdiv(N, _REDUCE_BLOCK[1])
+        reduce_tiles = cdiv(M, _REDUCE_BLOCK[0]) * cdiv(N, _REDUCE_BLOCK[1])
         plan.reduce.launch((reduce_tiles,), part_ptr=part, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
                            M=M, N=N, SPLIT_K=splits, stride_cm=stride_cm, stride_cn=stride_cn,
                            stride_bias=stride_bias, stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm,

@@ -95,6 +95,7 @@ class BoundKernel:
                 guard.append(f"{name}.__class__")
         driver = self.driver if self.driver is not None else triton.runtime.driver.active
         scope = {"_lp_compiled": self._compiled, "_lp_miss": self._miss, "_lp_knobs": triton.knobs.runtime,
+                 "_lp_fake": is_fake,
                  "_lp_stream": driver.get_current_stream, "_lp_device": driver.get_current_device}
         call = []  # the compiled launcher takes every parameter, constexprs included (their slots skipped)
         for p in self.kernel.params:
@@ -104,9 +105,11 @@ class BoundKernel:
             else:
                 call.append(passed.get(p.name, p.name))
         arglist = ", ".join(names)
-        # a null address: an empty tensor, or a fake one (torch.compile tracing): Triton's own path
+        # a null address: a fake tensor (torch.compile tracing; Triton's own path) or an empty one (an
+        # output the kernel does not write, e.g. statistics in inference: launched directly like any other)
         pointers = [f"not _lp_p{i}" for i, name in enumerate(names) if name in passed]
-        nonnull = f"if {' or '.join(pointers)}: raise TypeError" if pointers else "pass"
+        tensors = ", ".join(name for name in names if name in passed)
+        nonnull = f"if ({' or '.join(pointers)}) and _lp_fake({tensors}): raise TypeError" if pointers else "pass"
         src = f"""
 def launch(_lp_grid, {arglist}):
     try:

@@ -49,14 +49,13 @@ import math
 from typing import NamedTuple, Optional, Sequence
 
 import torch
-import triton
 
 from autotune import spaces
 
 from .launcher import BoundKernel, bind
 from .layernorm_kernels import (_ln_bwd_row_kernel, _ln_bwd_stats_kernel, _ln_bwd_tile_kernel, _ln_fwd_apply_kernel,
                                 _ln_fwd_row_kernel, _ln_relu_pool_kernel, _ln_stats_kernel, _sum_rows_kernel)
-from .runtime import is_fake as _is_fake
+from .runtime import cdiv, is_fake as _is_fake
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -158,9 +157,9 @@ def _sm_count(t: torch.Tensor) -> int:
 def _segments(M: int, D: int, block: int, sms: int) -> tuple[int, int]:
     """(SEG, S): cut each row into S segments of SEG values (a multiple of block) so M * S fills the GPU
     (``sms`` streaming multiprocessors)."""
-    want = max(1, min(triton.cdiv(4 * sms, max(M, 1)), triton.cdiv(D, block), 64))
-    seg = triton.cdiv(triton.cdiv(D, want), block) * block
-    return seg, triton.cdiv(D, seg)
+    want = max(1, min(cdiv(4 * sms, max(M, 1)), cdiv(D, block), 64))
+    seg = cdiv(cdiv(D, want), block) * block
+    return seg, cdiv(D, seg)
 
 
 def _long_block(config: Optional[Config] = None) -> int:
@@ -290,7 +289,7 @@ def _sum_plan(D: int, sms: int) -> tuple[BoundKernel, tuple]:
     """The kernel adding the (P, 2 * D) partials of dw / db, and its grid: >= 2 programs per SM for the
     big buffers of the row path."""
     bp, bn = (8, 128) if INTERPRET else (32, 256 if 2 * D >= 256 * 2 * sms else 128)
-    return bind(_sum_rows_kernel, BLOCK_P=bp, BLOCK_N=bn, num_warps=4), (triton.cdiv(2 * D, bn),)
+    return bind(_sum_rows_kernel, BLOCK_P=bp, BLOCK_N=bn, num_warps=4), (cdiv(2 * D, bn),)
 
 
 def _backward_plan(key: tuple, config: Optional[Config], x2, w, dy, dx, mean, rstd, stride_w):
@@ -307,12 +306,12 @@ def _backward_plan(key: tuple, config: Optional[Config], x2, w, dy, dx, mean, rs
         stats = bind(_ln_bwd_stats_kernel, HAS_W=has_w, BLOCK_D=bd, num_warps=8) if need_dx else None
         # dx, dw and db in one sweep over (column tile, row group) programs: enough groups to give
         # ~4 programs per SM; the (G, 2, D) partials are few (G <= M) and summed after
-        n_tiles = triton.cdiv(D, bd)
-        groups = max(1, min(M, triton.cdiv(4 * sms, n_tiles)))
-        rpg = triton.cdiv(M, groups)
+        n_tiles = cdiv(D, bd)
+        groups = max(1, min(M, cdiv(4 * sms, n_tiles)))
+        rpg = cdiv(M, groups)
         tiles = bind(_ln_bwd_tile_kernel, **flags, BLOCK_D=bd, BLOCK_S=next_power_of_2(S),
                      num_warps=4 if INTERPRET else 8)
-        return _LongBackward(stats, tiles, seg, S, (n_tiles, triton.cdiv(M, rpg)), rpg, sum_rows, sum_grid)
+        return _LongBackward(stats, tiles, seg, S, (n_tiles, cdiv(M, rpg)), rpg, sum_rows, sum_grid)
     bd = next_power_of_2(D)
 
     def plan_for(cfg: Config) -> _RowBackward:

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .batchnorm import _dense_strides, _memory_format, _pixel_strides
-from .runtime import check_tensor, next_power_of_2, register_op
+from .runtime import cdiv, check_tensor, next_power_of_2, register_op
 from .runtime import launch as _launch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -142,9 +142,9 @@ def pool_head_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
     logits = torch.empty((N, K), device=x.device, dtype=x.dtype)
     if N == 0:
         return logits, pooled
-    _launch(_pool_kernel, (triton.cdiv(N, BLOCK_N), triton.cdiv(C, BLOCK_C)), x, pooled, N, C, H * W, sn, shw, sc,
+    _launch(_pool_kernel, (cdiv(N, BLOCK_N), cdiv(C, BLOCK_C)), x, pooled, N, C, H * W, sn, shw, sc,
             BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, num_warps=4)
-    _launch(_head_kernel, (triton.cdiv(N, BLOCK_N),), pooled, weight, bias if bias is not None else weight, logits,
+    _launch(_head_kernel, (cdiv(N, BLOCK_N),), pooled, weight, bias if bias is not None else weight, logits,
             N, C, K, weight.stride(0), weight.stride(1), HAS_B=bias is not None, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
             BLOCK_K=_block_k(K), num_warps=4)
     return logits, pooled
@@ -164,10 +164,10 @@ def pool_head_backward(dlogits: torch.Tensor, x: torch.Tensor, pooled: torch.Ten
         dx = torch.empty_strided(x.shape, _dense_strides(tuple(x.shape), fmt), device=dev, dtype=x.dtype)
         sn, shw, sc = _pixel_strides(dx)
         if N:
-            _launch(_head_dx_kernel, (triton.cdiv(N, BLOCK_N), triton.cdiv(C, BLOCK_C)), dlogits, weight, dx, N, C,
+            _launch(_head_dx_kernel, (cdiv(N, BLOCK_N), cdiv(C, BLOCK_C)), dlogits, weight, dx, N, C,
                     H * W, K, sn, shw, sc, dlogits.stride(0), dlogits.stride(1), weight.stride(0), weight.stride(1),
                     BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, BLOCK_K=_block_k(K), num_warps=4)
-    _launch(_head_dw_kernel, (triton.cdiv(C, BLOCK_C),), dlogits, pooled, dw, db, N, C, K, dlogits.stride(0),
+    _launch(_head_dw_kernel, (cdiv(C, BLOCK_C),), dlogits, pooled, dw, db, N, C, K, dlogits.stride(0),
             dlogits.stride(1), BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, BLOCK_K=_block_k(K), num_warps=4)
     return dx, dw, db
 

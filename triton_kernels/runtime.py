@@ -88,6 +88,11 @@ def num_sms(device: torch.device | str | None = None, default: int = 1) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints: triton.cdiv's arithmetic without its constexpr wrapping (host hot paths)."""
+    return -(-a // b)
+
+
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from autotune import spaces
 
-from .runtime import is_fake as _is_fake
+from .runtime import cdiv, is_fake as _is_fake
 from .launcher import BoundKernel, bind
 from .runtime import Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
@@ -297,7 +297,7 @@ def _launch_planned(direction, args, M, N, dtype, grad_dtype, log, unit_stride, 
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
         plan = _make_plan(direction, key, args, M, N, block_n, config)
-    plan.kernel.launch((triton.cdiv(M, plan.rows),) if plan.rows else (M,), *args)
+    plan.kernel.launch((cdiv(M, plan.rows),) if plan.rows else (M,), *args)
 
 
 def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
@@ -316,7 +316,7 @@ def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
 
     def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
         plan = plan_for(cfg)
-        plan.kernel.launch((triton.cdiv(M, plan.rows),) if plan.rows else (M,), *args)
+        plan.kernel.launch((cdiv(M, plan.rows),) if plan.rows else (M,), *args)
 
     tracing = _is_fake(args[0])
     if config is None:

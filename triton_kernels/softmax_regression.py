@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 
 from .grid_sync import MAX_SPIN
-from .runtime import is_fake as _is_fake, launch as _launch
+from .runtime import cdiv, is_fake as _is_fake, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, num_sms, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
@@ -318,11 +318,11 @@ def block_k_for(cfg: Config, K: int, device) -> int:
     the grid fits on the SMs at once (one program in the interpreter, where programs run in turn)."""
     if INTERPRET or cfg.kwargs["BLOCK_K"] == 0:
         return max(16, triton.next_power_of_2(K + 1))
-    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(triton.cdiv(K + 1, num_sms(device, default=1))))
+    return max(cfg.kwargs["BLOCK_K"], triton.next_power_of_2(cdiv(K + 1, num_sms(device, default=1))))
 
 
 def n_programs_for(K: int, block_k: int) -> int:
-    return triton.cdiv(K + 1, block_k)
+    return cdiv(K + 1, block_k)
 
 
 def block_b_for(batch_size: int) -> int:
@@ -436,7 +436,7 @@ def launch(weight, bias, x, y, perm, buf: StepBuffers, batch_size: int, lr: floa
     u8 = x.dtype == torch.uint8
     _launch(_sr_train_kernel, (n_programs_for(K, bk),),
             x, y, perm, weight, bias, buf.state, buf.zacc, buf.zsnap, buf.loss_sum, buf.correct_sum,
-            N, K, batch_size, triton.cdiv(N, batch_size), n_run, float(lr), U8_SCALE if u8 else 1.0, max_spin,
+            N, K, batch_size, cdiv(N, batch_size), n_run, float(lr), U8_SCALE if u8 else 1.0, max_spin,
             x.stride(0), x.stride(1), y.stride(0), weight.stride(0), weight.stride(1),
             C=C, X_IS_U8=u8, PRECISION=precision,
             BLOCK_B=block_b_for(batch_size), BLOCK_K=bk, BLOCK_C=BLOCK_C,
@@ -462,7 +462,7 @@ def pick_config(weight, bias, x, y, perm, batch_size: int, lr: float, precision:
         if scratch is None:
             scratch = (weight.detach().clone(), bias.detach().clone(), StepBuffers.allocate(batch_size, x.device))
         w, b, buf = scratch  # timed on a whole epoch (up to 512 steps): the launch the epoch rungs make
-        n_run = min(512, triton.cdiv(x.shape[0], batch_size))
+        n_run = min(512, cdiv(x.shape[0], batch_size))
         launch(w, b, x, y, perm, buf, batch_size, 1e-6, cfg, precision, n_run=n_run)
 
     return _tuner.pick(key, run, STEP_CONFIGS, tracing=_is_fake(weight, x))
@@ -498,7 +498,7 @@ class FusedSGDStep:
         self.weight, self.bias, self.x, self.y = weight, bias, x, y
         self.perm = perm.clone()  # static buffer: set_perm copies into it
         self.batch_size, self.lr, self.precision = batch_size, float(lr), precision
-        self.n_steps = triton.cdiv(x.shape[0], batch_size)
+        self.n_steps = cdiv(x.shape[0], batch_size)
         self.buf = StepBuffers.allocate(batch_size, x.device)
         self.config = config or pick_config(weight, bias, x, y, self.perm, batch_size, lr, precision)
 
