@@ -46,6 +46,7 @@ import torch
 
 from .batchnorm_kernels import (_bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_finalize_kernel, _bn_bwd_reduce_kernel,
                                 _bn_finalize_kernel, _bn_stats_kernel)
+from .launcher import BoundKernel, bind
 from .runtime import cdiv, is_fake as _is_fake
 from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
@@ -214,31 +215,61 @@ def _finalize_blocks(C: int, groups: int) -> dict:
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-def _launch_reduction(name, kernel, geo, inputs, dtype, constexprs, device, config=None):
-    """Run a (group, channel block) reduction kernel; returns (partials, groups). ``inputs``: the
-    leading pointer arguments; the kernel's partial buffer has ``rows`` (3 or 2) x groups x C values."""
-    rows = 3 if name == "stats" else 2
+class _Plan(NamedTuple):
+    """One kernel of a call bound to its config (launcher.bind), its grid, the ints that follow the
+    strides in its arguments (per_sample, and for a reduction tiles, per_group, groups), and a
+    reduction's partial buffer: rows (3 for the statistics, 2 for the backward) x groups (0 x 0 for an
+    elementwise kernel)."""
 
-    def run(cfg):
+    kernel: BoundKernel
+    grid: tuple
+    scalars: tuple
+    rows: int
+    groups: int
+
+
+# One plan per (kernel, geometry, dtype, flags, device), found once (tuner or cache): later calls are a
+# dict lookup and a direct launch
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Plan:
+    if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
-        part = torch.empty((rows, groups, geo.C), device=device, dtype=torch.float32)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
-        _launch(kernel, (groups, channel_blocks), *inputs, part, geo.C, geo.HW, *geo.strides, per_sample, tiles,
-                per_group, groups, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return part, groups
+        bound = bind(kernel, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
+                     3 if name == "stats" else 2, groups)
+    per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs
+    bound = bind(kernel, **constexprs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
 
-    return run(_pick(name, geo, dtype, constexprs, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
+
+def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device) -> Optional[torch.Tensor]:
+    """Launch a plan; a reduction's partials (rows x groups x C fp32, after ``inputs``) are returned."""
+    if not plan.rows:
+        plan.kernel.launch(plan.grid, *inputs, geo.C, geo.HW, *geo.strides, *plan.scalars)
+        return None
+    part = torch.empty((plan.rows, plan.groups, geo.C), device=device, dtype=torch.float32)
+    plan.kernel.launch(plan.grid, *inputs, part, geo.C, geo.HW, *geo.strides, *plan.scalars)
+    return part
 
 
-def _launch_stream(name, kernel, geo, inputs, dtype, constexprs, config=None):
-    """Run a (tile, channel block) elementwise kernel over the whole tensor."""
-    def run(cfg):
-        per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])
-        grid = (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"]))
-        _launch(kernel, grid, *inputs, geo.C, geo.HW, *geo.strides, per_sample, **constexprs, **cfg.kwargs,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-    run(_pick(name, geo, dtype, constexprs, run, [t for t in inputs if isinstance(t, torch.Tensor)], config))
+def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config=None):
+    """Run one kernel of a call over the whole tensor with its plan (made on the first call with this
+    key: the tuned config, or ``config``); returns (partials or None, groups). ``inputs``: the kernel's
+    leading pointer arguments."""
+    key = (name, geo.N, geo.HW, geo.C, geo.strides, dtype, tuple(constexprs.values()), device)
+    plan = _PLANS.get(key) if config is None else None
+    if plan is None:
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        cfg = _pick(name, geo, dtype, constexprs,
+                    lambda c: _run(_make_plan(name, kernel, geo, c, constexprs, device), geo, inputs, device),
+                    tensors, config)
+        plan = _make_plan(name, kernel, geo, cfg, constexprs, device)
+        if config is None and not _is_fake(*tensors):
+            _PLANS[key] = plan
+    return _run(plan, geo, inputs, device), plan.groups
 
 
 def _dense_strides(shape: tuple, fmt: torch.memory_format) -> tuple[int, int, int, int]:
@@ -277,7 +308,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     if has_running and not update_in_place:
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
-    part, groups = _launch_reduction("stats", _bn_stats_kernel, geo, (x,), x.dtype, {}, dev, config)
+    part, groups = _launch_planned("stats", _bn_stats_kernel, geo, (x,), x.dtype, {}, dev, config)
     _launch(_bn_finalize_kernel, (cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
             weight if weight is not None else stats, bias if bias is not None else stats, stats,
             running_mean if has_running else stats, running_var if has_running else stats,
@@ -285,8 +316,8 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
             geo.C, geo.stride_c, groups, geo.M, eps, momentum, HAS_W=weight is not None, HAS_B=bias is not None,
             UPDATE_RUNNING=has_running, **_finalize_blocks(geo.C, groups), num_warps=4)
     y = _empty_like_layout(x, fmt)
-    _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                   {"HAS_RES": residual is not None, "RELU": relu}, config)
+    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
+                    {"HAS_RES": residual is not None, "RELU": relu}, dev, config)
     return y, stats, running
 
 
@@ -294,8 +325,8 @@ def batch_norm_apply(x, residual, stats, relu: bool, config: Optional[Config] = 
     """y = act((x - mean) * scale + beta [+ residual]) for given per-channel stats (5, C) fp32 (inference)."""
     (x, residual), fmt, geo = _prepare(x, residual)
     y = _empty_like_layout(x, fmt)
-    _launch_stream("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                   {"HAS_RES": residual is not None, "RELU": relu}, config)
+    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
+                    {"HAS_RES": residual is not None, "RELU": relu}, x.device, config)
     return y
 
 
@@ -307,7 +338,7 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     dev = x.device
     mask_from_y = relu and y is not None
     g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
-    part, groups = _launch_reduction(
+    part, groups = _launch_planned(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
         dy.dtype, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config)
     dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
@@ -317,9 +348,9 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)
-        _launch_stream("bwd_dx", _bn_bwd_dx_kernel, geo,
-                       (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
-                       {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g}, config)
+        _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
+                        (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
+                        {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g}, dev, config)
     return dx, g, dwb
 
 

@@ -46,7 +46,7 @@ from .cross_entropy_kernels import LOG2E  # noqa: F401  (public name, kept impor
 from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel, _ce_fwd_chunked_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
 from .launcher import BoundKernel, bind
-from .runtime import is_fake as _is_fake
+from .runtime import is_fake as _is_fake, is_tracing
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -379,8 +379,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
         x2, t2 = logits.movedim(1, -1).reshape(-1, V), target.reshape(-1)
     w = weight.to(torch.float32) if weight is not None else None  # any layout: read with its stride
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
-    loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
-                                           compute_grad, _config_str(config))
+    if compute_grad or is_tracing(x2):
+        loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
+                                               compute_grad, _config_str(config))
+    else:  # an eager call without autograd: the launcher itself (no gradient output to fill)
+        loss, correct, _ = cross_entropy_forward(x2, t2, w, ignore_index, reduction, float(label_smoothing), False,
+                                                 config)
     if reduction == "none":
         loss = loss.reshape(target.shape)
     return (loss, correct) if return_correct else loss

@@ -35,7 +35,8 @@ from autotune import spaces
 from .gemm_kernels import (_act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel, _gemm_splitk_partial_kernel,
                            _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
 from .launcher import BoundKernel, bind
-from .runtime import (cdiv, 
+from .runtime import (
+    cdiv,
     INTERPRET,
     num_sms,
     register_op,
@@ -44,6 +45,7 @@ from .runtime import (cdiv,
     bucket,
     check_tensor,
     is_fake,
+    is_tracing,
     register_tuner,
 )
 
@@ -455,6 +457,13 @@ def _setup_context(ctx, inputs, output):
     ctx.z_is_output = z_is_output
 
 
+def _product(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
+    """a @ b for the backward: the registered op while tracing, else the launcher itself."""
+    if is_tracing(a, b):
+        return _gemm_call(a, b, None, None, "none", precision, False)[0]
+    return gemm_forward(a, b, None, None, "none", precision, False)[0]
+
+
 def _backward(ctx, grads):
     dc = grads[0]
     a, b, saved = ctx.saved_tensors
@@ -462,17 +471,18 @@ def _backward(ctx, grads):
     dz = dc
     dbias = None
     if ctx.activation != "none" or need_bias:
-        dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)),
-                                     ctx.activation, ctx.z_is_output,
-                                     ctx.activation != "none", bool(need_bias and ctx.has_bias))
+        need_dbias = bool(need_bias and ctx.has_bias)
+        if is_tracing(dc):
+            dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), ctx.activation,
+                                         ctx.z_is_output, ctx.activation != "none", need_dbias)
+        else:
+            dz_, db = act_backward(dc, saved, ctx.activation, z_is_output=ctx.z_is_output,
+                                   need_dz=ctx.activation != "none", need_dbias=need_dbias)
         if ctx.activation != "none":
             dz = dz_
-        dbias = db.to(ctx.bias_dtype) if (need_bias and ctx.has_bias) else None
-    da = db_ = None
-    if need_a:
-        da = _gemm_call(dz, b.t(), None, None, "none", ctx.precision, False)[0]
-    if need_b:
-        db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0]
+        dbias = db.to(ctx.bias_dtype) if need_dbias else None
+    da = _product(dz, b.t(), ctx.precision) if need_a else None
+    db_ = _product(a.t(), dz, ctx.precision) if need_b else None
     dres = dc if (need_res and ctx.has_res) else None
     return da, db_, dbias, dres, None, None, None
 
@@ -481,13 +491,25 @@ _act_backward_call = register_op("tk::act_backward", _act_backward_op)
 _gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, backward=_backward)
 
 
-def _save_preact(activation, a, b, bias, residual) -> bool:
-    """Whether the forward saves Z for the backward: either GELU, or relu with a residual added after it
-    (else the backward reads relu's sign off the output), when a gradient is needed."""
-    if activation not in ("gelu", "gelu_tanh") and (activation != "relu" or residual is None):
-        return False
+def _needs_grad(a, b, bias, residual) -> bool:
     return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
                                         or (residual is not None and residual.requires_grad))
+
+
+def _save_preact(activation, needs_grad: bool, residual) -> bool:
+    """Whether the forward saves Z for the backward: either GELU, or relu with a residual added after it
+    (else the backward reads relu's sign off the output), when a gradient is needed."""
+    return needs_grad and (activation in ("gelu", "gelu_tanh") or (activation == "relu" and residual is not None))
+
+
+def _forward(a, b, bias, residual, activation, precision) -> torch.Tensor:
+    """C through autograd (the registered op while tracing) when a gradient is needed or torch.compile
+    traces, else the launcher itself (no op outputs to fill)."""
+    needs_grad = _needs_grad(a, b, bias, residual)
+    if needs_grad or is_tracing(a):
+        return _gemm_call(a, b, bias, residual, activation, precision,
+                          _save_preact(activation, needs_grad, residual))[0]
+    return gemm_forward(a, b, bias, residual, activation, precision, False)[0]
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
@@ -498,8 +520,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores).
     """
     _validate(a, b, bias, residual, activation, precision)
-    save_preact = _save_preact(activation, a, b, bias, residual)
-    return _gemm_call(a, b, bias, residual, activation, precision, save_preact)[0]
+    return _forward(a, b, bias, residual, activation, precision)
 
 
 _X_DIMS = tuple(range(1, 9))
@@ -523,6 +544,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     r2 = residual if (rows or residual is None) else residual.reshape(-1, residual.shape[-1])
     w_t = weight.t()
     _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"), a_checked=True)
-    save_preact = _save_preact(activation, x2, w_t, bias, r2)
-    y = _gemm_call(x2, w_t, bias, r2, activation, precision, save_preact)[0]
+    y = _forward(x2, w_t, bias, r2, activation, precision)
     return y if rows else y.reshape(*x.shape[:-1], weight.shape[0])

@@ -140,7 +140,7 @@ _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 def bind(kernel: Any, **constexprs_and_options: Any) -> BoundKernel:
     """The :class:`BoundKernel` of ``kernel`` with these constexprs and launch options (num_warps,
     num_stages, ...), made once per distinct set of values."""
-    key = (kernel, tuple(sorted(constexprs_and_options.items())))
+    key = (id(kernel), tuple(sorted(constexprs_and_options.items())))
     bound = _BOUND.get(key)
     if bound is None:
         options = {k: constexprs_and_options.pop(k) for k in _OPTIONS if k in constexprs_and_options}
@@ -148,16 +148,20 @@ def bind(kernel: Any, **constexprs_and_options: Any) -> BoundKernel:
     return bound
 
 
-_BINDING: dict[Any, frozenset] = {}  # kernel -> names of its constexprs and launch options
+# Both tables key by id(kernel): a JITFunction's own hash reads its cache key, a property, on every lookup.
+# Each entry holds the kernel itself, which keeps it alive, so its id is never reused for another.
+_BINDING: dict[int, tuple] = {}  # id(kernel) -> (kernel, names of its constexprs and launch options)
 
 
 def launch_bound(kernel: Any, grid: Any, args: tuple, kwargs: dict) -> None:
     """``kernel[grid](*args, **kwargs)`` through the :class:`BoundKernel` of the constexprs and options
     among ``kwargs`` (the rest are runtime arguments, as are ``args``)."""
-    fixed = _BINDING.get(kernel)
-    if fixed is None:
-        fixed = _BINDING[kernel] = frozenset([p.name for p in kernel.params if p.is_constexpr] + list(_OPTIONS))
-    key = (kernel, tuple([(k, v) for k, v in kwargs.items() if k in fixed]))
+    entry = _BINDING.get(id(kernel))
+    if entry is None:
+        entry = _BINDING[id(kernel)] = (kernel, frozenset([p.name for p in kernel.params if p.is_constexpr]
+                                                          + list(_OPTIONS)))
+    fixed = entry[1]
+    key = (id(kernel), tuple([(k, v) for k, v in kwargs.items() if k in fixed]))
     bound = _BOUND.get(key)
     if bound is None:
         items = dict(key[1])

@@ -55,7 +55,7 @@ from autotune import spaces
 from .launcher import BoundKernel, bind
 from .layernorm_kernels import (_ln_bwd_row_kernel, _ln_bwd_stats_kernel, _ln_bwd_tile_kernel, _ln_fwd_apply_kernel,
                                 _ln_fwd_row_kernel, _ln_relu_pool_kernel, _ln_stats_kernel, _sum_rows_kernel)
-from .runtime import cdiv, is_fake as _is_fake
+from .runtime import cdiv, is_fake as _is_fake, is_tracing
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -388,8 +388,8 @@ def _check_rows(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional
 
 def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                        eps: float, save_stats: bool, config: Optional[Config] = None):
-    """y (M, D) in x's dtype, and mean_s / rstd (M,) fp32 when save_stats (else empty tensors); mean_s is
-    the mean of x - x[:, :1] (the module docstring says why). x2: (M, D) with a unit column stride
+    """y (M, D) in x's dtype, and mean_s / rstd (M,) fp32 when save_stats (else None: nothing is
+    allocated for them); mean_s is the mean of x - x[:, :1] (the module docstring says why). x2: (M, D) with a unit column stride
     (any row stride); weight, bias: (D,) of any stride. ``config``: the kernel path and tiling instead
     of the size-chosen, tuned one (``check_config``)."""
     check_config(config)
@@ -397,10 +397,13 @@ def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: O
     _check_rows(x2, weight, bias)
     dev = x2.device
     y = torch.empty((M, D), device=dev, dtype=x2.dtype)
-    mean = torch.empty((M if save_stats else 0,), device=dev, dtype=torch.float32)
-    rstd = torch.empty((M if save_stats else 0,), device=dev, dtype=torch.float32)
+    if save_stats:
+        mean = torch.empty((M,), device=dev, dtype=torch.float32)
+        rstd = torch.empty((M,), device=dev, dtype=torch.float32)
+    else:  # STORE_STATS=False: the kernels never touch these pointers
+        mean = rstd = y
     if M == 0 or D == 0:
-        return y, mean, rstd
+        return (y, mean, rstd) if save_stats else (y, None, None)
     has_w, has_b = weight is not None, bias is not None
     w = weight if has_w else x2
     b = bias if has_b else x2
@@ -420,7 +423,7 @@ def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: O
         plan = _forward_plan((M, D, x2.dtype, has_w, has_b, save_stats), config, x2, w, b, y, mean, rstd,
                              stride_w, stride_b, eps)
     _launch_forward(plan, x2, w, b, y, mean, rstd, stride_w, stride_b, eps)
-    return y, mean, rstd
+    return (y, mean, rstd) if save_stats else (y, None, None)
 
 
 def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
@@ -533,6 +536,8 @@ def _config_from(text: str) -> Optional[Config]:
 def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                    save_stats: bool, config: str) -> list[torch.Tensor]:
     y, mean, rstd = layer_norm_forward(x, weight, bias, eps, save_stats, _config_from(config))
+    if not save_stats:  # the op's outputs are always three tensors
+        return [y, x.new_empty((0,), dtype=torch.float32), x.new_empty((0,), dtype=torch.float32)]
     return [y, mean, rstd]
 
 
@@ -626,7 +631,10 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: t
         b = bias.reshape(D) if bias is not None else None
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                               or (bias is not None and bias.requires_grad))
-    y = _ln_call(x2, w, b, float(eps), needs_grad, _config_str(config))[0]
+    if needs_grad or is_tracing(x2):
+        y = _ln_call(x2, w, b, float(eps), needs_grad, _config_str(config))[0]
+    else:  # an eager call without autograd: the launcher itself (no statistics outputs to allocate)
+        y = layer_norm_forward(x2, w, b, float(eps), False, config)[0]
     return y if x2 is x else y.reshape(x.shape)
 
 

@@ -543,6 +543,12 @@ def is_fake(*ts: Any) -> bool:
     return any(isinstance(t, _TRACING_TENSORS) for t in ts)
 
 
+def is_tracing(*ts: Any) -> bool:
+    """True while torch.compile traces (or these tensors are fake): the registered op must be called
+    then; an eager call on real tensors may call the launchers themselves (no op outputs to fill)."""
+    return torch.compiler.is_compiling() or is_fake(*ts)
+
+
 def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
     """Launch a ``@triton.jit`` kernel: ``kernel[grid](*args, **kwargs)``, with less host time.
 
