@@ -47,7 +47,7 @@ import torch
 from .batchnorm_kernels import (_bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_finalize_kernel, _bn_bwd_reduce_kernel,
                                 _bn_finalize_kernel, _bn_stats_kernel)
 from .launcher import BoundKernel, bind
-from .runtime import cdiv, is_fake as _is_fake
+from .runtime import cdiv, is_fake as _is_fake, is_tracing
 from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
@@ -393,7 +393,10 @@ def _backward(ctx, grads):
     x, y, stats = ctx.saved_tensors
     need_x, need_w, need_b, need_res = (bool(n) for n in ctx.needs_input_grad[:4])
     store_g = need_res and ctx.relu
-    dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g, ctx.config)
+    if is_tracing(dy):
+        dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g, ctx.config)
+    else:  # eager: the launcher itself (no placeholder outputs)
+        dx, g, dwb = batch_norm_train_backward(dy, x, y, stats, ctx.relu, need_x, store_g, _config_from(ctx.config))
     dres = (g if store_g else dy) if need_res else None
     return (dx if need_x else None, dwb[0].to(ctx.w_dtype) if need_w and ctx.w_dtype else None,
             dwb[1].to(ctx.b_dtype) if need_b and ctx.b_dtype else None, dres,

@@ -574,7 +574,11 @@ def _backward(ctx, grads):
     need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
     if mean.numel() != x.shape[0]:
         raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
+    if is_tracing(dy):
+        dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
+    else:  # eager: the launcher itself (dw and db may share a buffer here: no copy)
+        dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b,
+                                         _config_from(ctx.config))
     return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
             db.to(ctx.b_dtype) if need_b else None, None, None, None)
 
