@@ -458,7 +458,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
     if training:
         if N * H * W <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got x of shape {tuple(x.shape)}")
-        tracing = torch.compiler.is_compiling() or _is_fake(x)
+        tracing = is_tracing(x)
         in_place = (running_mean is not None and not tracing and running_mean.is_contiguous()
                     and running_var.is_contiguous())
         y, _, running = _bn_train_call(x, weight, bias, residual, running_mean, running_var, float(momentum),

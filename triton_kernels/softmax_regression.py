@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 
 from .grid_sync import MAX_SPIN
-from .runtime import cdiv, is_fake as _is_fake, launch as _launch
+from .runtime import cdiv, is_fake as _is_fake, is_tracing, launch as _launch
 from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, num_sms, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
@@ -572,7 +572,7 @@ def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch
     the CPU are checked here; on the GPU that would be a host sync per step, so the kernel flags an
     out-of-range label instead and ``buf.check()`` raises."""
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
-    if y.device.type == "cpu" and not (torch.compiler.is_compiling() or _is_fake(y)):
+    if y.device.type == "cpu" and not is_tracing(y):
         check_labels(y, weight.shape[0])
     if tuple(buf.zacc.shape) != (2, BLOCK_C, block_b_for(batch_size)):
         raise ValueError(f"buf was allocated for another batch size: zacc {tuple(buf.zacc.shape)}")
