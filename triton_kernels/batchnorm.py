@@ -366,9 +366,14 @@ def _bn_train_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional
     return [y, stats, running]
 
 
+def _bn_backward_eager(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
+                       need_dx: bool, store_g: bool, config: str) -> list:
+    return list(batch_norm_train_backward(dy, x, y, stats, relu, need_dx, store_g, _config_from(config)))
+
+
 def _bn_backward_op(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
                     need_dx: bool, store_g: bool, config: str) -> list[torch.Tensor]:
-    dx, g, dwb = batch_norm_train_backward(dy, x, y, stats, relu, need_dx, store_g, _config_from(config))
+    dx, g, dwb = _bn_backward_eager(dy, x, y, stats, relu, need_dx, store_g, config)
     empty = x.new_empty((0,))
     return [dx if dx is not None else empty, g if g is not None else empty.clone(), dwb]
 
@@ -393,17 +398,14 @@ def _backward(ctx, grads):
     x, y, stats = ctx.saved_tensors
     need_x, need_w, need_b, need_res = (bool(n) for n in ctx.needs_input_grad[:4])
     store_g = need_res and ctx.relu
-    if is_tracing(dy):
-        dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g, ctx.config)
-    else:  # eager: the launcher itself (no placeholder outputs)
-        dx, g, dwb = batch_norm_train_backward(dy, x, y, stats, ctx.relu, need_x, store_g, _config_from(ctx.config))
+    dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g, ctx.config)
     dres = (g if store_g else dy) if need_res else None
     return (dx if need_x else None, dwb[0].to(ctx.w_dtype) if need_w and ctx.w_dtype else None,
             dwb[1].to(ctx.b_dtype) if need_b and ctx.b_dtype else None, dres,
             None, None, None, None, None, None, None)
 
 
-_bn_backward_call = register_op("tk::batch_norm_act_backward", _bn_backward_op)
+_bn_backward_call = register_op("tk::batch_norm_act_backward", _bn_backward_op, eager=_bn_backward_eager)
 _bn_train_call = register_op("tk::batch_norm_act", _bn_train_op, setup_context=_setup_context, backward=_backward)
 _bn_apply_call = register_op("tk::batch_norm_act_inference", _bn_apply_op)
 

@@ -46,7 +46,7 @@ from .cross_entropy_kernels import LOG2E  # noqa: F401  (public name, kept impor
 from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel, _ce_fwd_chunked_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
 from .launcher import BoundKernel, bind
-from .runtime import is_fake as _is_fake, is_tracing
+from .runtime import is_fake as _is_fake
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -269,11 +269,18 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
+def _cross_entropy_eager(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
+                         ignore_index: int, reduction: str, label_smoothing: float, compute_grad: bool,
+                         config: str) -> list:
+    return list(cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                      compute_grad, _config_from(config)))
+
+
 def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
                       ignore_index: int, reduction: str, label_smoothing: float,
                       compute_grad: bool, config: str) -> list[torch.Tensor]:
-    loss, correct, grad = cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
-                                                compute_grad, _config_from(config))
+    loss, correct, grad = _cross_entropy_eager(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                               compute_grad, config)
     return [loss, correct, grad if grad is not None else logits.new_empty((0,))]
 
 
@@ -311,7 +318,7 @@ def _backward(ctx, grads):
 
 # torch.compile calls the registered op; eager calls skip the custom-op dispatcher (runtime.register_op)
 _cross_entropy_call = register_op("tk::cross_entropy", _cross_entropy_op, setup_context=_setup_context,
-                                  backward=_backward)
+                                  backward=_backward, eager=_cross_entropy_eager)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -379,12 +386,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
         x2, t2 = logits.movedim(1, -1).reshape(-1, V), target.reshape(-1)
     w = weight.to(torch.float32) if weight is not None else None  # any layout: read with its stride
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
-    if compute_grad or is_tracing(x2):
-        loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
-                                               compute_grad, _config_str(config))
-    else:  # an eager call without autograd: the launcher itself (no gradient output to fill)
-        loss, correct, _ = cross_entropy_forward(x2, t2, w, ignore_index, reduction, float(label_smoothing), False,
-                                                 config)
+    loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
+                                           compute_grad, _config_str(config))
     if reduction == "none":
         loss = loss.reshape(target.shape)
     return (loss, correct) if return_correct else loss

@@ -45,7 +45,6 @@ from .runtime import (
     bucket,
     check_tensor,
     is_fake,
-    is_tracing,
     register_tuner,
 )
 
@@ -425,16 +424,26 @@ def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
+def _gemm_eager(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+                activation: str, precision: str, save_preact: bool) -> list:
+    return list(gemm_forward(a, b, bias, residual, activation, precision, save_preact))
+
+
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
              activation: str, precision: str, save_preact: bool) -> list[torch.Tensor]:
-    c, z = gemm_forward(a, b, bias, residual, activation, precision, save_preact)
+    c, z = _gemm_eager(a, b, bias, residual, activation, precision, save_preact)
     return [c, z if z is not None else c.new_empty((0,))]
+
+
+def _act_backward_eager(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
+                        need_dz: bool, need_dbias: bool) -> list:
+    return list(act_backward(dc, saved if saved.numel() else None, activation, z_is_output=z_is_output,
+                             need_dz=need_dz, need_dbias=need_dbias))
 
 
 def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
                      need_dz: bool, need_dbias: bool) -> list[torch.Tensor]:
-    dz, dbias = act_backward(dc, saved if saved.numel() else None, activation, z_is_output=z_is_output,
-                             need_dz=need_dz, need_dbias=need_dbias)
+    dz, dbias = _act_backward_eager(dc, saved, activation, z_is_output, need_dz, need_dbias)
     # outputs must not alias inputs of a custom op: copy the pass-through case
     dz = dz.clone() if (dz is not None and dz is dc) else dz
     return [dz if dz is not None else dc.new_empty((0,)),
@@ -457,13 +466,6 @@ def _setup_context(ctx, inputs, output):
     ctx.z_is_output = z_is_output
 
 
-def _product(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
-    """a @ b for the backward: the registered op while tracing, else the launcher itself."""
-    if is_tracing(a, b):
-        return _gemm_call(a, b, None, None, "none", precision, False)[0]
-    return gemm_forward(a, b, None, None, "none", precision, False)[0]
-
-
 def _backward(ctx, grads):
     dc = grads[0]
     a, b, saved = ctx.saved_tensors
@@ -472,44 +474,28 @@ def _backward(ctx, grads):
     dbias = None
     if ctx.activation != "none" or need_bias:
         need_dbias = bool(need_bias and ctx.has_bias)
-        if is_tracing(dc):
-            dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), ctx.activation,
-                                         ctx.z_is_output, ctx.activation != "none", need_dbias)
-        else:
-            dz_, db = act_backward(dc, saved, ctx.activation, z_is_output=ctx.z_is_output,
-                                   need_dz=ctx.activation != "none", need_dbias=need_dbias)
+        dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), ctx.activation,
+                                     ctx.z_is_output, ctx.activation != "none", need_dbias)
         if ctx.activation != "none":
             dz = dz_
         dbias = db.to(ctx.bias_dtype) if need_dbias else None
-    da = _product(dz, b.t(), ctx.precision) if need_a else None
-    db_ = _product(a.t(), dz, ctx.precision) if need_b else None
+    da = _gemm_call(dz, b.t(), None, None, "none", ctx.precision, False)[0] if need_a else None
+    db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0] if need_b else None
     dres = dc if (need_res and ctx.has_res) else None
     return da, db_, dbias, dres, None, None, None
 
 
-_act_backward_call = register_op("tk::act_backward", _act_backward_op)
-_gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, backward=_backward)
+_act_backward_call = register_op("tk::act_backward", _act_backward_op, eager=_act_backward_eager)
+_gemm_call = register_op("tk::gemm", _gemm_op, setup_context=_setup_context, backward=_backward, eager=_gemm_eager)
 
 
-def _needs_grad(a, b, bias, residual) -> bool:
-    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
-                                        or (residual is not None and residual.requires_grad))
-
-
-def _save_preact(activation, needs_grad: bool, residual) -> bool:
+def _save_preact(activation, a, b, bias, residual) -> bool:
     """Whether the forward saves Z for the backward: either GELU, or relu with a residual added after it
     (else the backward reads relu's sign off the output), when a gradient is needed."""
-    return needs_grad and (activation in ("gelu", "gelu_tanh") or (activation == "relu" and residual is not None))
-
-
-def _forward(a, b, bias, residual, activation, precision) -> torch.Tensor:
-    """C through autograd (the registered op while tracing) when a gradient is needed or torch.compile
-    traces, else the launcher itself (no op outputs to fill)."""
-    needs_grad = _needs_grad(a, b, bias, residual)
-    if needs_grad or is_tracing(a):
-        return _gemm_call(a, b, bias, residual, activation, precision,
-                          _save_preact(activation, needs_grad, residual))[0]
-    return gemm_forward(a, b, bias, residual, activation, precision, False)[0]
+    if activation not in ("gelu", "gelu_tanh") and (activation != "relu" or residual is None):
+        return False
+    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+                                        or (residual is not None and residual.requires_grad))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
@@ -520,7 +506,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores).
     """
     _validate(a, b, bias, residual, activation, precision)
-    return _forward(a, b, bias, residual, activation, precision)
+    save_preact = _save_preact(activation, a, b, bias, residual)
+    return _gemm_call(a, b, bias, residual, activation, precision, save_preact)[0]
 
 
 _X_DIMS = tuple(range(1, 9))
@@ -544,5 +531,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     r2 = residual if (rows or residual is None) else residual.reshape(-1, residual.shape[-1])
     w_t = weight.t()
     _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"), a_checked=True)
-    y = _forward(x2, w_t, bias, r2, activation, precision)
+    save_preact = _save_preact(activation, x2, w_t, bias, r2)
+    y = _gemm_call(x2, w_t, bias, r2, activation, precision, save_preact)[0]
     return y if rows else y.reshape(*x.shape[:-1], weight.shape[0])

@@ -55,7 +55,7 @@ from autotune import spaces
 from .launcher import BoundKernel, bind
 from .layernorm_kernels import (_ln_bwd_row_kernel, _ln_bwd_stats_kernel, _ln_bwd_tile_kernel, _ln_fwd_apply_kernel,
                                 _ln_fwd_row_kernel, _ln_relu_pool_kernel, _ln_stats_kernel, _sum_rows_kernel)
-from .runtime import cdiv, is_fake as _is_fake, is_tracing
+from .runtime import cdiv, is_fake as _is_fake
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -389,9 +389,9 @@ def _check_rows(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional
 def layer_norm_forward(x2: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                        eps: float, save_stats: bool, config: Optional[Config] = None):
     """y (M, D) in x's dtype, and mean_s / rstd (M,) fp32 when save_stats (else None: nothing is
-    allocated for them); mean_s is the mean of x - x[:, :1] (the module docstring says why). x2: (M, D) with a unit column stride
-    (any row stride); weight, bias: (D,) of any stride. ``config``: the kernel path and tiling instead
-    of the size-chosen, tuned one (``check_config``)."""
+    allocated for them); mean_s is the mean of x - x[:, :1] (the module docstring says why). x2: (M, D)
+    with a unit column stride (any row stride); weight, bias: (D,) of any stride. ``config``: the kernel
+    path and tiling instead of the size-chosen, tuned one (``check_config``)."""
     check_config(config)
     M, D = x2.shape
     _check_rows(x2, weight, bias)
@@ -533,18 +533,29 @@ def _config_from(text: str) -> Optional[Config]:
     return Config.from_json(json.loads(text)) if text else None
 
 
+def _layer_norm_eager(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+                      save_stats: bool, config: str) -> list:
+    return list(layer_norm_forward(x, weight, bias, eps, save_stats, _config_from(config)))
+
+
 def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                    save_stats: bool, config: str) -> list[torch.Tensor]:
-    y, mean, rstd = layer_norm_forward(x, weight, bias, eps, save_stats, _config_from(config))
+    y, mean, rstd = _layer_norm_eager(x, weight, bias, eps, save_stats, config)
     if not save_stats:  # the op's outputs are always three tensors
         return [y, x.new_empty((0,), dtype=torch.float32), x.new_empty((0,), dtype=torch.float32)]
     return [y, mean, rstd]
 
 
+def _layer_norm_backward_eager(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
+                               rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool, config: str) -> list:
+    """(dx, dw, db), None where not needed; dw and db may be the two halves of one buffer."""
+    return list(layer_norm_backward(dy, x, weight, mean, rstd, need_dx, need_dw, need_db, _config_from(config)))
+
+
 def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], mean: torch.Tensor,
                             rstd: torch.Tensor, need_dx: bool, need_dw: bool, need_db: bool,
                             config: str) -> list[torch.Tensor]:
-    dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, need_dx, need_dw, need_db, _config_from(config))
+    dx, dw, db = _layer_norm_backward_eager(dy, x, weight, mean, rstd, need_dx, need_dw, need_db, config)
     if dw is not None and db is not None:
         db = db.clone()  # outputs must not share storage: dw and db are the two halves of one buffer
     return [dx if dx is not None else x.new_empty((0,)),
@@ -574,17 +585,14 @@ def _backward(ctx, grads):
     need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
     if mean.numel() != x.shape[0]:
         raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    if is_tracing(dy):
-        dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
-    else:  # eager: the launcher itself (dw and db may share a buffer here: no copy)
-        dx, dw, db = layer_norm_backward(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b,
-                                         _config_from(ctx.config))
+    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
     return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
             db.to(ctx.b_dtype) if need_b else None, None, None, None)
 
 
-_ln_backward_call = register_op("tk::layer_norm_backward", _layer_norm_backward_op)
-_ln_call = register_op("tk::layer_norm", _layer_norm_op, setup_context=_setup_context, backward=_backward)
+_ln_backward_call = register_op("tk::layer_norm_backward", _layer_norm_backward_op, eager=_layer_norm_backward_eager)
+_ln_call = register_op("tk::layer_norm", _layer_norm_op, setup_context=_setup_context, backward=_backward,
+                       eager=_layer_norm_eager)
 _ln_relu_pool_call = register_op("tk::layer_norm_relu_maxpool", _ln_relu_pool_op)
 
 
@@ -635,10 +643,7 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: t
         b = bias.reshape(D) if bias is not None else None
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                               or (bias is not None and bias.requires_grad))
-    if needs_grad or is_tracing(x2):
-        y = _ln_call(x2, w, b, float(eps), needs_grad, _config_str(config))[0]
-    else:  # an eager call without autograd: the launcher itself (no statistics outputs to allocate)
-        y = layer_norm_forward(x2, w, b, float(eps), False, config)[0]
+    y = _ln_call(x2, w, b, float(eps), needs_grad, _config_str(config))[0]
     return y if x2 is x else y.reshape(x.shape)
 
 

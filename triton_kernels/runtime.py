@@ -567,7 +567,7 @@ def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
 # Op registration: a torch op for the compiler, a light autograd.Function for eager calls
 # --------------------------------------------------------------------------------------------------
 def register_op(name: str, impl: Callable, *, setup_context: Callable | None = None,
-                backward: Callable | None = None) -> Callable:
+                backward: Callable | None = None, eager: Callable | None = None) -> Callable:
     """Register ``impl`` as the torch op ``name`` (``torch.library.triton_op`` + ``register_autograd``)
     and return the function the public API calls (its first argument must be a tensor).
 
@@ -576,6 +576,10 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
     skips the custom-op dispatcher, which costs ~70 us of host time per call -- as long as a 0.1 ms GEMM
     takes on the GPU: it calls ``impl`` directly when no gradient is needed, else a plain
     ``torch.autograd.Function`` built from the SAME ``setup_context`` / ``backward`` the op registers.
+
+    ``eager``: what an eager call without autograd runs instead of ``impl`` (same arguments, same
+    outputs, except None where the op must return a placeholder tensor it does not compute): the
+    launcher itself, with nothing allocated for outputs nobody reads.
     """
     torch.library.triton_op(name, mutates_args=())(impl)
     if backward is not None:
@@ -599,6 +603,7 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
 
     tracing_types, is_compiling, grad_enabled, tensor = _TRACING_TENSORS, torch.compiler.is_compiling, \
         torch.is_grad_enabled, torch.Tensor
+    direct = eager if eager is not None else impl
 
     def call(*args):
         # while torch.compile traces, every tensor input is fake or functional: the first one tells
@@ -608,7 +613,7 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
                 a.requires_grad for a in args if isinstance(a, tensor)):
             out = fn.apply(*args)
             return list(out) if isinstance(out, tuple) else out
-        return impl(*args)
+        return direct(*args)
 
     call.__name__ = call.__qualname__ = f"call_{opname}"
     call.op = op

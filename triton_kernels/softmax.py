@@ -42,7 +42,7 @@ import triton.language as tl
 
 from autotune import spaces
 
-from .runtime import cdiv, is_fake as _is_fake, is_tracing
+from .runtime import cdiv, is_fake as _is_fake
 from .launcher import BoundKernel, bind
 from .runtime import Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
 
@@ -353,9 +353,7 @@ def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return None, None, None
-    if is_tracing(dy):
-        return _softmax_backward_call(dy, y, ctx.log, ctx.config), None, None
-    return softmax_backward(dy, y, ctx.log, _config_from(ctx.config)), None, None
+    return _softmax_backward_call(dy, y, ctx.log, ctx.config), None, None
 
 
 _softmax_backward_call = register_op("tk::softmax_backward", _softmax_backward_op)
@@ -378,8 +376,6 @@ def _validate(x, dim, config) -> int:
 def _apply(x: torch.Tensor, dim: int, log: bool, config: Optional[Config]) -> torch.Tensor:
     dim = _validate(x, dim, config)
     if dim == 1 and x.ndim == 2:  # already rows x N: no reshapes
-        if not (torch.is_grad_enabled() and x.requires_grad) and not is_tracing(x):
-            return softmax_forward(x, log, config)  # an eager call without autograd: the launcher itself
         return _softmax_call(x, log, _config_str(config))
     xt = x.movedim(dim, -1) if dim != x.ndim - 1 else x
     shape = xt.shape
