@@ -226,18 +226,21 @@ def test_gpu_full_model_bf16(isolated):
 
 
 def gpu_training_step_and_compile() -> None:
-    """One Triton-backend training step on the full model matches eager's gradients (bf16 tolerance), and
-    the compile backend runs."""
+    """One Triton-backend training step on the full model matches a float64 eager step's gradients, and
+    the compile backend runs. (Not eager fp32: with cuDNN's default tf32 convolutions its own gradients
+    are 1e-2 to 6e-2 away from float64 on this case.)"""
     torch.manual_seed(0)
     m = CharCNN(dropout=0.0, backend="triton").cuda()
     ref = CharCNN(dropout=0.0).cuda()
     ref.load_state_dict(m.state_dict())
+    ref64 = CharCNN(dropout=0.0).cuda().double()
+    ref64.load_state_dict(m.state_dict())
     x = _random_indices(16, LENGTH, device="cuda")
     y = torch.randint(0, 4, (16,), device="cuda")
     functional.cross_entropy(m(x), y).backward()
-    functional.cross_entropy(ref(x), y).backward()
-    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
-        assert_close(p.grad, q.grad.double(), torch.float32, tf32=True, name=name, scale=10)
+    functional.cross_entropy(ref64(x), y).backward()
+    for (name, p), q in zip(m.named_parameters(), ref64.parameters()):
+        assert_close(p.grad, q.grad, torch.float32, tf32=True, name=name, scale=10)
     torch._dynamo.reset()
     ref.backend = "compile"
     with torch.no_grad():
