@@ -6,7 +6,7 @@ per-layer latency breakdown; and the training that makes the weights.
                              [--backends eager,compile,triton,triton+graph] [--ladder-batch 512]
                              [--no-ladder] [--no-layers] [--weights PATH] [--data DIR] [--synthetic]
                              [--repeat 5] [--out DIR] [--tag NAME] [--show]
-    python -m bench.char_cnn train [--epochs 30] [--batch 128] [--lr 0.001] [--optimizer adam|sgd]
+    python -m bench.char_cnn train [--epochs 30] [--batch 128] [--lr 0.001] [--optimizer adam|sgd] [--init-std 0.05]
                              [--backend eager|triton] [--weights PATH] [--checkpoint PATH] [--restart]
 
 Inference rows (suite char_cnn, case "inference", params with "batch"): latency_ms (one batch, median of
@@ -459,6 +459,9 @@ def train_args(argv) -> argparse.Namespace:
                    help="adam (default); sgd is the paper's recipe (momentum 0.9, lr 0.01 halved every 3 epochs), "
                         "which on 6,600 rows collapsed to a constant prediction (loss ln 4) within 6 epochs on an "
                         "H100")
+    p.add_argument("--init-std", type=float, default=0.05,
+                   help="std of the Gaussian initialisation of every conv / linear weight and bias (default 0.05, "
+                        "the paper's small model; 0.02 is its large model's)")
     p.add_argument("--backend", choices=("eager", "triton"), default="eager")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--weights", default=None, help=f"where to save (default {DEFAULT_WEIGHTS.relative_to(REPO)})")
@@ -480,8 +483,8 @@ def train_args(argv) -> argparse.Namespace:
         a.lr = 0.01 if a.optimizer == "sgd" else 1e-3
     if a.halve_every is None:
         a.halve_every = 3 if a.optimizer == "sgd" else 5
-    if a.epochs < 1 or a.batch < 1 or not a.lr > 0:
-        p.error("--epochs, --batch and --lr must be positive")
+    if a.epochs < 1 or a.batch < 1 or not a.lr > 0 or not a.init_std > 0:
+        p.error("--epochs, --batch, --lr and --init-std must be positive")
     if INTERPRET and not a.full:
         a.train_limit = a.train_limit or 16
         a.eval_limit = a.eval_limit or 8
@@ -513,11 +516,11 @@ def train_main(argv) -> int:
     if args.eval_limit:
         x_eval, y_eval = x_eval[:args.eval_limit], y_eval[:args.eval_limit]
     x_train, y_train, x_eval, y_eval = (t.to(device) for t in (x_train, y_train, x_eval, y_eval))
-    config = {k: getattr(args, k) for k in ("batch", "lr", "momentum", "halve_every", "optimizer", "backend", "dtype",
-                                            "seed", "train_limit", "eval_limit")}
+    config = {k: getattr(args, k) for k in ("batch", "lr", "momentum", "halve_every", "optimizer", "init_std",
+                                            "backend", "dtype", "seed", "train_limit", "eval_limit")}
     config.update(dims=dims, n_train=len(x_train), n_eval=len(x_eval))
     torch.manual_seed(args.seed)
-    model = CharCNN(**dims, backend=args.backend).to(device=device, dtype=dtype)
+    model = CharCNN(**dims, init_std=args.init_std, backend=args.backend).to(device=device, dtype=dtype)
     opt = (torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum) if args.optimizer == "sgd"
            else torch.optim.Adam(model.parameters(), lr=args.lr))
     ckpt = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
@@ -564,7 +567,8 @@ def train_main(argv) -> int:
                      "config": config, "rng": rng}, ckpt)
     final = log[-1]
     how = (f"{how_trained(data, n, len(x_eval))}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} "
-           f"lr {args.lr} halved every {args.halve_every} epochs, {args.backend} {args.dtype}")
+           f"lr {args.lr} halved every {args.halve_every} epochs, init N(0, {args.init_std}^2), {args.backend} "
+           f"{args.dtype}")
     prov = {"how": how, "eval_accuracy": final["eval_accuracy"], "paper_accuracy": PAPER_ACCURACY, "log": log,
             "config": config, "source": data["source"], **results.provenance()}
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS

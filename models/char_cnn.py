@@ -24,10 +24,11 @@ identical across backends:
     eager          torch.nn ops on the channels-first one-hot (B, 70, L) (built from indices if given)
     compile        torch.compile(the eager forward, dynamic=False)
     triton         fused Triton inference on channels-last activations, from uint8 indices:
-                   block 1 = gather statistics pass + gather/LayerNorm/ReLU/MaxPool pass (the (B, 1008, 256)
-                   conv output never reaches memory); conv2 with the MaxPool in its epilogue; conv3-5 with
-                   bias+ReLU epilogues; conv6, then LayerNorm/ReLU/MaxPool written channels-first; the three
-                   linears through the fused GEMM (bias+ReLU epilogue)
+                   block 1 = LayerNorm statistics from the weight's moment tables (no gather) + one
+                   gather/LayerNorm/ReLU/MaxPool pass (the (B, 1008, 256) conv output never reaches memory);
+                   conv2 with the MaxPool in its epilogue; conv3-5 with bias+ReLU epilogues; conv6, then
+                   LayerNorm/ReLU/MaxPool written channels-first; the three linears through the fused GEMM
+                   (bias+ReLU epilogue)
     triton-per-op  one Triton kernel per op of the paper: the gather conv1 (stored), LayerNorm->ReLU->
                    MaxPool, conv (+bias+ReLU), MaxPool, ... (no cross-op fusion beyond the epilogues)
 With a gradient needed (training) both Triton backends run the differentiable ops: conv1d_gather and
@@ -35,7 +36,7 @@ conv1d (Triton forward and backward), Triton LayerNorm and linear, torch's relu 
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -122,7 +123,7 @@ class CharCNN(nn.Module):
         self.backend = backend
         self._compiled = None
         self._packed_key = None
-        self._packed: dict[str, torch.Tensor] = {}
+        self._packed: dict[str, Any] = {}
 
     # -- setup ----------------------------------------------------------------------------------------
     def init_weights(self, std: float = 0.05, generator: torch.Generator | None = None) -> None:
@@ -222,7 +223,8 @@ class CharCNN(nn.Module):
 
         if fused:
             block1 = lambda h: conv1d_gather.conv1d_gather_ln_relu_pool(
-                h, p()["conv1"], self.conv1.bias, p()["ln1.weight"], p()["ln1.bias"], eps1, POOL)
+                h, p()["conv1"], self.conv1.bias, p()["ln1.weight"], p()["ln1.bias"], eps1, POOL,
+                moments=p()["conv1.moments"])
             block2 = conv(2, "relu", POOL)
         else:
             block1 = lambda h: conv1d_gather.layer_norm_relu_maxpool_cl(
@@ -242,17 +244,21 @@ class CharCNN(nn.Module):
                 ("block5", conv(5, "relu")), ("block6", block6), ("fc1", fc(self.fc1, True)),
                 ("fc2", fc(self.fc2, True)), ("fc3", fc(self.fc3, False))]
 
-    def packed_parameters(self) -> dict[str, torch.Tensor]:
+    def packed_parameters(self) -> dict[str, Any]:
         """Inference copies of the conv weights laid out (k, C_in, C_out) and the LayerNorm parameters laid
-        out (L, C) in memory (same shapes and values as the parameters), rebuilt when a parameter changes
-        (its version counter or storage). The state_dict never holds them."""
+        out (L, C) in memory (same shapes and values as the parameters), and the first layer's moment tables
+        (its LayerNorm statistics), rebuilt when a parameter changes (its version counter or storage). The
+        state_dict never holds them."""
         from triton_kernels.conv1d import pack_weight
+        from triton_kernels.conv1d_gather import gather_moment_tables
 
-        params = [m.weight for m in self.convs()] + [self.ln1.weight, self.ln1.bias, self.ln6.weight, self.ln6.bias]
+        params = [m.weight for m in self.convs()] + [self.conv1.bias, self.ln1.weight, self.ln1.bias, self.ln6.weight,
+                                                     self.ln6.bias]
         key = tuple((t.data_ptr(), t._version, t.dtype) for t in params)
         if key != self._packed_key:
             with torch.no_grad():
                 packed = {f"conv{i + 1}": pack_weight(m.weight) for i, m in enumerate(self.convs())}
+                packed["conv1.moments"] = gather_moment_tables(self.conv1.weight, self.conv1.bias)
                 for name in ("ln1", "ln6"):
                     ln = getattr(self, name)
                     packed[f"{name}.weight"] = ln.weight.t().contiguous().t()

@@ -13,10 +13,20 @@ LayerNorm([C_out, L_out]) -> ReLU -> MaxPool1d(P) over a sample's whole (L_out, 
     mean, var over the block;  y[b, j, n] = relu(max_{p < P} ((z[b, P*j + p, n] - mean) * rstd * g[n, P*j + p]
                                                                + h[n, P*j + p]))
 with g, h the LayerNorm's (C_out, L_out) weight and bias (nn layout, read with their strides). Two kernels:
-`_ln_stats_kernel` writes each (L-tile x C-tile) tile's (count, mean, M2) (Chan's parallel statistics);
+a statistics kernel writes each tile's (count, mean, M2) (Chan's parallel statistics);
 `_ln_relu_pool_kernel` merges its sample's tiles and normalises, pools and stores. The values come from a
 conv output x (B, L_out, C_out) (GATHER = False), or are recomputed from the indices by the gather
-(GATHER = True): the first layer's (B, 1008, 256) output then never goes through memory. The output may
+(GATHER = True): the first layer's (B, 1008, 256) output then never goes through memory.
+
+Statistics of a conv output x: `_ln_stats_kernel` reads (L-tile x C-tile) tiles. Statistics of the gather
+(`_gather_moments_kernel`) need no gather at all. With W_t[a] the weight row of tap t and character a (the
+zero row for "no character"), the channel mean of a position and the channels' squared deviation from it are
+    mean_l = mean(bias) + sum_t mu[t, a_t],                 mu[t, a] = mean_n W_t[a, n]
+    M2_l   = sum_n (b~_n + sum_t W~_t[a_t, n])^2            (~: each row minus its own channel mean)
+           = sum_t (2 b~ . W~_t[a_t] + |b~|^2 / k) + sum_t sum_u G[(t, a_t), (u, a_u)],   G = W~ W~^T
+so one program sums, per position, k table entries and k (k + 1) / 2 entries of the Gram table G
+((k (C + 1))^2 fp32: 1 MB for Char-CNN, each (t, u) block of it 20 KB), built once per weight in float64
+(`gather_moment_tables`). The centred rows keep M2 free of the cancellation of sum z^2 - n mean^2. The output may
 be written channels-last (B, LO, C_out) or channels-first (B, C_out, LO) (any strides: Char-CNN flattens
 the last block channels-first, as torch does). Inference only (no backward); fp32 statistics.
 
@@ -100,12 +110,12 @@ def _gather_conv_kernel(
 
 @triton.jit
 def _ln_stats_kernel(
-    src_ptr, w_ptr, bias_ptr, part_ptr,
-    B, N, C, L_out, stride_sb, stride_sl, stride_sn, stride_wn, stride_wc, stride_wt, stride_bias,
-    KSIZE: tl.constexpr, GATHER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    src_ptr, part_ptr, B, N, L_out, stride_sb, stride_sl, stride_sn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Program (C_out tile, sample b, L tile): the tile's count, mean and M2 = sum (z - mean)^2 (centred on
-    the tile's own mean) -> part[0..2, b, q], q = n_tile * num_l + l_tile; (3, B, P) fp32."""
+    """Program (C_out tile, sample b, L tile) of a conv output src (B, L_out, C_out): the tile's count, mean
+    and M2 = sum (z - mean)^2 (centred on the tile's own mean) -> part[0..2, b, q], q = n_tile * num_l +
+    l_tile; (3, B, P) fp32."""
     num_l = tl.cdiv(L_out, BLOCK_M)
     pid_n = tl.program_id(0) // (B * num_l)
     rest = tl.program_id(0) % (B * num_l)
@@ -113,14 +123,11 @@ def _ln_stats_kernel(
     l_tile = rest % num_l
     l = l_tile * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    l_ok = l < L_out
-    n_ok = offs_n < N
-    v = _tile_values(src_ptr, w_ptr, bias_ptr, b, tl.where(l_ok, l, 0), l_ok, offs_n, n_ok, C, stride_sb,
-                     stride_sl, stride_sn, stride_wn, stride_wc, stride_wt, stride_bias, KSIZE, GATHER,
-                     BLOCK_M, BLOCK_N)
-    ok = l_ok[:, None] & n_ok[None, :]
+    ok = (l < L_out)[:, None] & (offs_n < N)[None, :]
+    v = tl.load(src_ptr + b.to(tl.int64) * stride_sb + l[:, None] * stride_sl + offs_n[None, :] * stride_sn,
+                mask=ok, other=0.0).to(tl.float32)
     count = tl.sum(tl.sum(ok.to(tl.float32), axis=1), axis=0)
-    mean = tl.sum(tl.sum(tl.where(ok, v, 0.0), axis=1), axis=0) / count
+    mean = tl.sum(tl.sum(v, axis=1), axis=0) / count
     d = tl.where(ok, v - mean, 0.0)
     m2 = tl.sum(tl.sum(d * d, axis=1), axis=0)
     P = tl.cdiv(N, BLOCK_N) * num_l
@@ -128,6 +135,46 @@ def _ln_stats_kernel(
     tl.store(part_ptr + q, count)
     tl.store(part_ptr + B * P + q, mean)
     tl.store(part_ptr + 2 * B * P + q, m2)
+
+
+@triton.jit
+def _table_row(idx_row, t, stride_il, l_ok, C):
+    """Row t * (C + 1) + a of the moment tables for tap t, a = index[l + t] (C: outside [0, C))."""
+    ch = tl.load(idx_row + t * stride_il, mask=l_ok, other=0).to(tl.int32)
+    return t * (C + 1) + tl.where((ch >= 0) & (ch < C), ch, C)
+
+
+@triton.jit
+def _gather_moments_kernel(
+    idx_ptr, mu_ptr, cross_ptr, gram_ptr, part_ptr, B, N, C, L_out, stride_ib, stride_il,
+    KSIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Program (sample b, L tile) of the gather conv: the tile's count, mean and M2 over all C_out channels
+    from the tables (module docstring) -> part[0..2, b, l_tile]; (3, B, P) fp32, P = number of L tiles.
+    Table row of (tap t, character a): t * (C + 1) + a, a = C for an index outside [0, C)."""
+    num_l = tl.cdiv(L_out, BLOCK_M)
+    b = tl.program_id(0) // num_l
+    l_tile = tl.program_id(0) % num_l
+    l = l_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    l_ok = l < L_out
+    idx_row = idx_ptr + b.to(tl.int64) * stride_ib + tl.where(l_ok, l, 0) * stride_il
+    R = KSIZE * (C + 1)
+    mean = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    m2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for t in tl.static_range(KSIZE):
+        r = _table_row(idx_row, t, stride_il, l_ok, C)
+        mean += tl.load(mu_ptr + r)
+        m2 += tl.load(cross_ptr + r) + tl.load(gram_ptr + r * R + r)
+        for u in tl.static_range(t + 1, KSIZE):  # the index loads repeat: L1 hits, not worth registers
+            m2 += 2.0 * tl.load(gram_ptr + r * R + _table_row(idx_row, u, stride_il, l_ok, C))
+    n_pos = tl.sum(l_ok.to(tl.float32), axis=0)
+    tile_mean = tl.sum(tl.where(l_ok, mean, 0.0), axis=0) / n_pos
+    d = mean - tile_mean
+    tile_m2 = tl.sum(tl.where(l_ok, m2 + N * d * d, 0.0), axis=0)
+    q = b.to(tl.int64) * num_l + l_tile
+    tl.store(part_ptr + q, n_pos * N)
+    tl.store(part_ptr + B * num_l + q, tile_mean)
+    tl.store(part_ptr + 2 * B * num_l + q, tile_m2)
 
 
 @triton.jit
@@ -208,15 +255,26 @@ class GatherConvKey(NamedTuple):
     has_bias: bool
 
 
+MOMENT_CONFIGS = [Config({"BLOCK_M": bm}, w, 1) for bm, w in (
+    (128, 4), (64, 2), (256, 4), (32, 1), (128, 2), (256, 8), (512, 8))]
+INTERPRET_MOMENTS = Config({"BLOCK_M": 16}, 1, 1)
+
+
 class LayerNormStatsKey(NamedTuple):
-    """What a tuned config of the fused convolution + LayerNorm statistics pass depends on."""
+    """What a tuned config of the LayerNorm statistics pass over a conv output depends on."""
     batch: int  # bucketed
     length: int  # convolution output length
     n: int
-    c: int
-    kernel_size: int
     dtype: torch.dtype
-    gather: bool  # the input is token indices (embedding gather)
+
+
+class GatherMomentsKey(NamedTuple):
+    """What a tuned config of the gather conv's statistics from the moment tables depends on."""
+    batch: int  # bucketed
+    length: int  # convolution output length
+    c: int  # embedding width
+    kernel_size: int
+    index_dtype: torch.dtype
 
 
 class LayerNormPoolKey(NamedTuple):
@@ -234,8 +292,10 @@ class LayerNormPoolKey(NamedTuple):
 
 _conv_tuner = register_tuner(Autotuner("conv1d_gather", [_gather_conv_kernel, _gather_sum, _apply_act], TILE_CONFIGS,
                                        interpret_config=INTERPRET_TILE))
-_stats_tuner = register_tuner(Autotuner("conv1d_ln_stats", [_ln_stats_kernel, _tile_values, _gather_sum],
-                                        TILE_CONFIGS, interpret_config=INTERPRET_TILE))
+_stats_tuner = register_tuner(Autotuner("conv1d_ln_stats", [_ln_stats_kernel], TILE_CONFIGS,
+                                        interpret_config=INTERPRET_TILE))
+_moments_tuner = register_tuner(Autotuner("conv1d_gather_moments", [_gather_moments_kernel, _table_row],
+                                          MOMENT_CONFIGS, interpret_config=INTERPRET_MOMENTS))
 _pool_tuner = register_tuner(Autotuner("conv1d_ln_relu_pool", [_ln_relu_pool_kernel, _tile_values, _gather_sum,
                                                                _merge_stats], TILE_CONFIGS,
                                        interpret_config=INTERPRET_TILE))
@@ -280,11 +340,29 @@ def gather_conv_forward(indices, weight, bias, activation="none", config: Config
     return y
 
 
+def gather_moment_tables(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple:
+    """(mu, cross, gram) of the module docstring for a gather conv weight (C_out, C, k) and bias, fp32 on the
+    weight's device, computed in float64: mu and cross (k * (C + 1),) with mean(bias) / k and |b~|^2 / k
+    folded in (every position sums exactly k rows), gram (k * (C + 1), k * (C + 1))."""
+    N, C, k = weight.shape
+    w = weight.new_zeros((k, C + 1, N), dtype=torch.float64)
+    w[:, :C] = weight.permute(2, 1, 0)
+    mu = w.mean(dim=2)
+    centred = (w - mu[..., None]).reshape(k * (C + 1), N)
+    b = bias.double() if bias is not None else w.new_zeros(N)
+    b_centred = b - b.mean()
+    cross = 2.0 * (centred @ b_centred) + b_centred.dot(b_centred) / k
+    mu = mu.reshape(-1) + b.mean() / k
+    return mu.float(), cross.float(), (centred @ centred.t()).float()
+
+
 def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool: int, channels_first: bool,
-                         *, stats_config: Config | None = None, config: Config | None = None) -> torch.Tensor:
+                         *, moments: tuple | None = None, stats_config: Config | None = None,
+                         config: Config | None = None) -> torch.Tensor:
     """relu(max_pool1d(LayerNorm([C_out, L_out])(z), pool)) with z the gather conv of indices src (B, L) when
     weight is given, else the conv output src (B, L_out, C_out). y (B, L_out // pool, C_out), or
-    (B, C_out, L_out // pool) when channels_first."""
+    (B, C_out, L_out // pool) when channels_first. moments: ``gather_moment_tables(weight, bias)`` when the
+    caller keeps them (else computed here, a few small torch ops)."""
     gather = weight is not None
     if gather:
         B, L = src.shape
@@ -305,19 +383,32 @@ def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool
     wt = weight if gather else src
     bs = bias if bias is not None else wt
     common = dict(B=B, N=N, C=C, L_out=L_out, **s_args, **w_args, KSIZE=k, GATHER=gather)
-
-    def run_stats(cfg: Config):
-        bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
-        P = cdiv(N, bn) * cdiv(L_out, bm)
-        part = torch.empty((3, B, P), device=src.device, dtype=torch.float32)
-        launch(_ln_stats_kernel, (P * B,), src, wt, bs, part, **common, **cfg.kwargs, num_warps=cfg.num_warps,
-               num_stages=cfg.num_stages)
-        return part
-
     fake = is_fake(src, wt)
-    if stats_config is None:
-        key = LayerNormStatsKey(batch=bucket(B), length=L_out, n=N, c=C, kernel_size=k, dtype=dtype, gather=gather)
-        stats_config = _stats_tuner.pick(key, run_stats, lambda: _prune(L_out, N), tracing=fake)
+
+    if gather:
+        mu, cross, gram = moments if moments is not None else gather_moment_tables(weight, bias)
+
+        def run_stats(cfg: Config):
+            part = torch.empty((3, B, cdiv(L_out, cfg.kwargs["BLOCK_M"])), device=src.device, dtype=torch.float32)
+            launch(_gather_moments_kernel, (part.shape[1] * part.shape[2],), src, mu, cross, gram, part, B=B, N=N,
+                   C=C, L_out=L_out, stride_ib=src.stride(0), stride_il=src.stride(1), KSIZE=k, **cfg.kwargs,
+                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return part
+
+        if stats_config is None:
+            key = GatherMomentsKey(batch=bucket(B), length=L_out, c=C, kernel_size=k, index_dtype=src.dtype)
+            stats_config = _moments_tuner.pick(key, run_stats, lambda: MOMENT_CONFIGS, tracing=fake)
+    else:
+        def run_stats(cfg: Config):
+            bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
+            part = torch.empty((3, B, cdiv(N, bn) * cdiv(L_out, bm)), device=src.device, dtype=torch.float32)
+            launch(_ln_stats_kernel, (part.shape[1] * part.shape[2],), src, part, B=B, N=N, L_out=L_out, **s_args,
+                   **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return part
+
+        if stats_config is None:
+            key = LayerNormStatsKey(batch=bucket(B), length=L_out, n=N, dtype=dtype)
+            stats_config = _stats_tuner.pick(key, run_stats, lambda: _prune(L_out, N), tracing=fake)
     part = run_stats(stats_config)
     P = part.shape[2]
     g = ln_weight if ln_weight is not None else wt
@@ -375,8 +466,10 @@ def _backward(ctx, dy):
 
 def _gather_ln_relu_pool_op(indices: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                             ln_weight: Optional[torch.Tensor], ln_bias: Optional[torch.Tensor], eps: float,
-                            pool: int) -> torch.Tensor:
-    return ln_relu_pool_forward(indices, weight, bias, ln_weight, ln_bias, eps, pool, False)
+                            pool: int, mu: Optional[torch.Tensor], cross: Optional[torch.Tensor],
+                            gram: Optional[torch.Tensor]) -> torch.Tensor:
+    moments = (mu, cross, gram) if mu is not None else None
+    return ln_relu_pool_forward(indices, weight, bias, ln_weight, ln_bias, eps, pool, False, moments=moments)
 
 
 def _ln_relu_pool_op(x: torch.Tensor, ln_weight: Optional[torch.Tensor], ln_bias: Optional[torch.Tensor], eps: float,
@@ -431,17 +524,29 @@ def conv1d_gather(indices: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
 
 def conv1d_gather_ln_relu_pool(indices: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                                ln_weight: torch.Tensor | None, ln_bias: torch.Tensor | None, eps: float = 1e-5,
-                               pool: int = 3) -> torch.Tensor:
+                               pool: int = 3, moments: tuple | None = None) -> torch.Tensor:
     """Inference: relu(max_pool1d(layer_norm(conv1d(one_hot(indices), weight, bias), [C_out, L_out], ln_weight,
     ln_bias, eps), pool)) -> (B, L_out // pool, C_out) channels-last; the conv output is never stored (the
-    gather runs twice: statistics, then normalise-pool). ln_weight / ln_bias (C_out, L_out) or None."""
+    statistics come from the weight's moment tables, then one gather pass normalises and pools). ln_weight /
+    ln_bias (C_out, L_out) or None. moments: ``gather_moment_tables(weight, bias)``, for a caller that keeps
+    them across calls (else they are computed on each call)."""
     validate_weight(weight, bias, "none", pool, interpreter_dtypes=None)
     L_out = _check_indices(indices, weight)
     _check_ln(ln_weight, ln_bias, (weight.shape[0], L_out), eps, pool, L_out, weight.device)
     if needs_grad(weight, bias, ln_weight, ln_bias):
         raise ValueError("conv1d_gather_ln_relu_pool is an inference kernel: call it under torch.no_grad() (or use "
                          "conv1d_gather + layer_norm + relu + max_pool1d to train)")
-    return _gather_ln_call(indices, weight, bias, ln_weight, ln_bias, float(eps), int(pool))
+    rows = weight.shape[2] * (weight.shape[1] + 1)
+    if moments is not None:
+        if len(moments) != 3:
+            raise ValueError("moments must be the (mu, cross, gram) of gather_moment_tables(weight, bias)")
+        for name, t, shape in zip(("mu", "cross", "gram"), moments, ((rows,), (rows,), (rows, rows))):
+            check_tensor(f"moments {name}", t, dtypes=(torch.float32,), device=weight.device)
+            if tuple(t.shape) != shape or not t.is_contiguous():
+                raise ValueError(f"moments {name} has shape {tuple(t.shape)}, expected a contiguous {shape} "
+                                 f"(gather_moment_tables(weight, bias))")
+    mu, cross, gram = moments if moments is not None else (None, None, None)
+    return _gather_ln_call(indices, weight, bias, ln_weight, ln_bias, float(eps), int(pool), mu, cross, gram)
 
 
 def layer_norm_relu_maxpool_cl(x: torch.Tensor, ln_weight: torch.Tensor | None, ln_bias: torch.Tensor | None,
