@@ -186,7 +186,8 @@ class CharCNN(nn.Module):
     def blocks(self, mode: str) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]:
         """The forward as named stages (the per-layer latency breakdown times each one on its own input):
         block1 .. block6 (conv with what follows it up to the next conv), fc1, fc2, fc3. mode: "eager"
-        (channels-first), "triton" or "triton-per-op" (channels-last, inference)."""
+        (channels-first), "triton" or "triton-per-op" (channels-last, inference; the stages read the
+        packed parameters as they are when blocks() is called: call it again after an update)."""
         if mode == "eager":
             return self._eager_blocks()
         if mode in ("triton", "triton-per-op"):
@@ -215,26 +216,26 @@ class CharCNN(nn.Module):
         from triton_kernels import conv1d_gather
         from triton_kernels.gemm import linear
 
-        p = self.packed_parameters
+        p = self.packed_parameters()  # once per blocks() call: the check walks every parameter
+        bias = {i: m.bias for i, m in enumerate(self.convs(), 1)}
         eps1, eps6 = self.ln1.eps, self.ln6.eps
 
         def conv(i, act, pool=1):
-            return lambda h: conv1d.conv1d(h, p()[f"conv{i}"], getattr(self, f"conv{i}").bias, act, pool)
+            return lambda h: conv1d.conv1d(h, p[f"conv{i}"], bias[i], act, pool)
 
         if fused:
             block1 = lambda h: conv1d_gather.conv1d_gather_ln_relu_pool(
-                h, p()["conv1"], self.conv1.bias, p()["ln1.weight"], p()["ln1.bias"], eps1, POOL,
-                moments=p()["conv1.moments"])
+                h, p["conv1"], bias[1], p["ln1.weight"], p["ln1.bias"], eps1, POOL, moments=p["conv1.moments"])
             block2 = conv(2, "relu", POOL)
         else:
             block1 = lambda h: conv1d_gather.layer_norm_relu_maxpool_cl(
-                conv1d_gather.conv1d_gather(h, p()["conv1"], self.conv1.bias), p()["ln1.weight"], p()["ln1.bias"],
+                conv1d_gather.conv1d_gather(h, p["conv1"], bias[1]), p["ln1.weight"], p["ln1.bias"],
                 eps1, POOL)
             block2 = lambda h: conv1d.max_pool1d_cl(conv(2, "relu")(h), POOL)
 
         def block6(h):
-            h = conv1d_gather.layer_norm_relu_maxpool_cl(conv(6, "none")(h), p()["ln6.weight"],
-                                                         p()["ln6.bias"], eps6, POOL, channels_first=True)
+            h = conv1d_gather.layer_norm_relu_maxpool_cl(conv(6, "none")(h), p["ln6.weight"],
+                                                         p["ln6.bias"], eps6, POOL, channels_first=True)
             return h.reshape(h.shape[0], -1)  # channels-first, as torch flattens
 
         def fc(layer, act):
