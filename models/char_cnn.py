@@ -26,7 +26,7 @@ identical across backends:
     triton         fused Triton inference on channels-last activations, from uint8 indices:
                    block 1 = LayerNorm statistics from the weight's moment tables (no gather) + one
                    gather/LayerNorm/ReLU/MaxPool pass (the (B, 1008, 256) conv output never reaches memory);
-                   conv2 with the MaxPool in its epilogue; conv3-5 with bias+ReLU epilogues; conv6, then
+                   conv2 + ReLU, then MaxPool; conv3-5 with bias+ReLU epilogues; conv6, then
                    LayerNorm/ReLU/MaxPool written channels-first; the three linears through the fused GEMM
                    (bias+ReLU epilogue)
     triton-per-op  one Triton kernel per op of the paper: the gather conv1 (stored), LayerNorm->ReLU->
@@ -226,12 +226,13 @@ class CharCNN(nn.Module):
         if fused:
             block1 = lambda h: conv1d_gather.conv1d_gather_ln_relu_pool(
                 h, p["conv1"], bias[1], p["ln1.weight"], p["ln1.bias"], eps1, POOL, moments=p["conv1.moments"])
-            block2 = conv(2, "relu", POOL)
         else:
             block1 = lambda h: conv1d_gather.layer_norm_relu_maxpool_cl(
                 conv1d_gather.conv1d_gather(h, p["conv1"], bias[1]), p["ln1.weight"], p["ln1.bias"],
                 eps1, POOL)
-            block2 = lambda h: conv1d.max_pool1d_cl(conv(2, "relu")(h), POOL)
+        # conv2 then MaxPool in both: conv2 with the pool in its epilogue measured slower on the H100
+        # (0.389 against 0.349 ms at batch 512, results/NOTES.md)
+        block2 = lambda h: conv1d.max_pool1d_cl(conv(2, "relu")(h), POOL)
 
         def block6(h):
             h = conv1d_gather.layer_norm_relu_maxpool_cl(conv(6, "none")(h), p["ln6.weight"],
