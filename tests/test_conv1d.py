@@ -101,6 +101,20 @@ def test_small_tiles_every_dim():
     assert_close(dw.permute(2, 1, 0), ref_dw, torch.float32, name="dw")
 
 
+def test_steady_state_asks_no_tuner(monkeypatch):
+    """The first call of a conv shape finds its config through the tuner; later calls launch its plan."""
+    monkeypatch.setattr(conv1d, "_PLANS", {})
+    x = torch.randn(2, 20, 8, device=DEVICE)
+    w, b = torch.randn(12, 8, 3, device=DEVICE), torch.randn(12, device=DEVICE)
+    before = conv1d._conv_tuner.picks
+    with torch.no_grad():
+        first = conv1d.conv1d(x, w, b, "relu")
+        assert conv1d._conv_tuner.picks - before == 1
+        for _ in range(3):
+            assert torch.equal(conv1d.conv1d(x, w, b, "relu"), first)
+    assert conv1d._conv_tuner.picks - before == 1 and len(conv1d._PLANS) == 1
+
+
 def test_packed_weight_layout():
     """pack_weight keeps shape and values, lays the weight out as (k, C_in, C_out), and its gradient reaches
     the original weight."""

@@ -35,6 +35,7 @@ import triton.language as tl
 
 from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
+from .launcher import BoundKernel, bind
 from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_tensor, is_fake, launch, num_sms, register_op,
                       register_tuner)
 
@@ -217,6 +218,16 @@ class ConvWeightGradKey(NamedTuple):
     x_is_index: bool
 
 
+class _ConvPlan(NamedTuple):
+    """A key's tuned config bound to its compiled kernel (the launch path of every later call)."""
+    kernel: BoundKernel
+    block_m: int
+    block_n: int
+
+
+# (ConvKey, flip, swap_weight, device) -> _ConvPlan, made at a key's first eager call
+_PLANS: dict[tuple, _ConvPlan] = {}
+
 _conv_tuner = register_tuner(Autotuner("conv1d", [_conv1d_kernel, _tile_coords, _apply_act], CONV_CONFIGS,
                                        interpret_config=CONV_INTERPRET_CONFIG))
 _dw_tuner = register_tuner(Autotuner("conv1d_dw", _conv1d_dw_kernel, DW_CONFIGS, interpret_config=DW_INTERPRET_CONFIG))
@@ -264,12 +275,24 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     if M == 0 or N == 0:
         return y
     prec = precision if x.dtype == torch.float32 else "ieee"
+    has_bias = bias is not None
+    key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
+                  activation=activation, has_bias=has_bias)
+    plan = _PLANS.get((key, flip, swap_weight, x.device)) if config is None else None
+    if plan is not None:  # steady state: the tuned config's compiled kernel, launched directly
+        plan.kernel.launch((cdiv(M, plan.block_m) * cdiv(N, plan.block_n),), x_ptr=x, w_ptr=weight,
+                           bias_ptr=bias if has_bias else y, y_ptr=y, M=M, N=N, C=C, L_in=L, LP=LP, PAD=pad,
+                           stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
+                           stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
+                           stride_bias=bias.stride(0) if has_bias else 0, stride_yb=y.stride(0),
+                           stride_yl=y.stride(1), stride_yn=y.stride(2))
+        return y
     args = dict(M=M, N=N, C=C, L_in=L, LP=LP, PAD=pad,
                 stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
                 stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
                 stride_bias=bias.stride(0) if bias is not None else 0,
                 stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2),
-                KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=bias is not None, ACT=activation,
+                KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=has_bias, ACT=activation,
                 PRECISION=prec)
 
     def run(cfg: Config):
@@ -278,10 +301,13 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
-        key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
-                      activation=activation, has_bias=bias is not None)
-        config = _conv_tuner.pick(key, run, lambda: _prune_conv(M, N, C, x.element_size(), pool),
-                                  tracing=is_fake(x, weight))
+        fake = is_fake(x, weight)
+        config = _conv_tuner.pick(key, run, lambda: _prune_conv(M, N, C, x.element_size(), pool), tracing=fake)
+        if not fake:
+            _PLANS[(key, flip, swap_weight, x.device)] = _ConvPlan(
+                bind(_conv1d_kernel, KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=has_bias, ACT=activation,
+                     PRECISION=prec, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages),
+                config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
     run(config)
     return y
 
