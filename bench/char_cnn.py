@@ -461,8 +461,8 @@ def train_args(argv) -> argparse.Namespace:
                         "H100")
     p.add_argument("--init-std", type=float, default=0.02,
                    help="std of the Gaussian initialisation of every conv / linear weight and bias (default 0.02, "
-                        "the paper's large model's; with its small model's 0.05, or adam at lr 0.001, training on "
-                        "6,600 rows stayed at chance on an H100)")
+                        "the paper's large model's: with its small model's 0.05 training stays at chance, "
+                        "results/NOTES.md)")
     p.add_argument("--backend", choices=("eager", "triton"), default="eager")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--weights", default=None, help=f"where to save (default {DEFAULT_WEIGHTS.relative_to(REPO)})")
