@@ -324,7 +324,8 @@ def pruned_candidates(kernel: str, k: float | None = 8, *, model: CostModel | st
     """
     from . import spaces
 
-    configs = spaces.candidates(kernel, **shape) if space == "tuner" else spaces.full(kernel, **shape)
+    sp = spaces.space(kernel)
+    configs = list(sp.tuner(sp.context(**shape))) if space == "tuner" else spaces.full(kernel, **shape)
     if model is None:
         return configs
     model = load(model) if isinstance(model, (str, Path)) else model
@@ -339,25 +340,38 @@ TOP_K_ENV = "TRITON_PLAYGROUND_PRUNE_K"    # k (default 4; < 1: a fraction of th
 _LOADED: dict[str, CostModel] = {}
 
 
-def runtime_candidates(kernel: str, **shape: Any) -> list:
-    """What the runtime tuner should time for this shape: ``spaces.candidates`` (its fixed list, best guess
-    first), or -- when $TRITON_PLAYGROUND_COST_MODEL names a saved model for this kernel -- that list
-    ranked by the model and cut to $TRITON_PLAYGROUND_PRUNE_K. A kernel's launcher calls it where it
-    builds its candidate list, e.g. gemm's
-    ``lambda: runtime_candidates("gemm", M=M, N=N, K=K, dtype=es, tma=tma, relayout=relayout)``."""
+def prune_listed(kernel: str, listed: Sequence, **shape: Any) -> list:
+    """The runtime tuner's ``listed`` candidates ranked by the model $TRITON_PLAYGROUND_COST_MODEL names and
+    cut to $TRITON_PLAYGROUND_PRUNE_K; ``listed`` unchanged when no model is named or it is another
+    kernel's. ``spaces.candidates`` -- what the kernels' tuners call -- applies it."""
     import os
 
     from . import spaces
 
     path = os.environ.get(MODEL_ENV)
-    if not path:
-        return spaces.candidates(kernel, **shape)
+    if not path or not listed:
+        return list(listed)
     model = _LOADED.get(path)
     if model is None:
         model = _LOADED[path] = load(path)
     if model.kernel != kernel:
-        return spaces.candidates(kernel, **shape)
-    return pruned_candidates(kernel, float(os.environ.get(TOP_K_ENV, "4")), model=model, **shape)
+        return list(listed)
+    ctx = spaces.context(kernel, **shape)
+    dims = {d: shape[d] for d in ("M", "N", "K", "D", "V", "B", "L", "C", "k") if d in shape}
+    dtype = shape.get("dtype", "float32")
+    if isinstance(dtype, int) and not isinstance(dtype, bool):  # the kernels pass the element size
+        dtype = {2: "bfloat16", 4: "float32"}.get(dtype, "float32")
+    dtype = str(dtype).replace("torch.", "")
+    return top_configs(model, kernel, dims, dtype, {}, ctx, list(listed), float(os.environ.get(TOP_K_ENV, "4")))
+
+
+def runtime_candidates(kernel: str, **shape: Any) -> list:
+    """What the runtime tuner times for this shape: ``spaces.candidates`` -- its fixed list, best guess first,
+    or, when $TRITON_PLAYGROUND_COST_MODEL names a saved model of this kernel, that list ranked by the model
+    and cut to $TRITON_PLAYGROUND_PRUNE_K (the kernels' tuners call spaces.candidates, e.g. gemm's _prune)."""
+    from . import spaces
+
+    return spaces.candidates(kernel, **shape)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -543,13 +557,16 @@ def synthetic_landscape(n_shapes: int = 16, n_configs: int = 80, seed: int = 0, 
 # GPU: the pruned tuner against cuBLAS and torch.compile(max-autotune), in one process
 # ----------------------------------------------------------------------------------------------------
 def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150, seed: int = 0, rep: int = 20,
-            out_dir: Path | None = None, workers: int | None = None) -> list[dict]:
+            out_dir: Path | None = None, workers: int | None = None, model_path: str | Path | None = None,
+            max_autotune: bool = True) -> list[dict]:
     """Per held-out shape: the model-pruned tuner -- the k configs it ranks first among the landscape's
-    candidates for the shape (the same ``sample`` of the full space plus the tuner's list), compiled in
-    parallel, checked and timed by the sweep (their trials appended to sweeps/gemm-compare.csv) -- then
-    its pick timed against cuBLAS (torch.addmm) and torch.compile(mode="max-autotune") on the same
-    operands, in this one process."""
+    candidates for the shape (the same ``sample`` of the full space plus the tuner's list) -- and the
+    runtime tuner's fixed list (``default``), compiled in parallel, checked and timed by the sweep (their
+    trials appended to sweeps/gemm-compare.csv); then each one's pick timed against cuBLAS (torch.addmm)
+    and torch.compile(mode="max-autotune") on the same operands, in this one process; and the runtime
+    tuner itself with the model named ($TRITON_PLAYGROUND_COST_MODEL: it times its top 4, ``tuner-model``)."""
     import os
+    import tempfile
 
     import torch
 
@@ -563,30 +580,38 @@ def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150,
     cases = [sweep.Case("gemm", {"M": M, "N": N, "K": K}, dtype, variant,
                         kernels.GEMM.plan({"M": M, "N": N, "K": K}, dtype, variant, device)) for M, N, K in shape_list]
     sp = spaces.space("gemm")
-    trials = []
+    trials, picked = [], {}
     for case in cases:
-        pool = list(dict.fromkeys(sweep.sampled(sp, case.plan.ctx, sample, seed) + sp.tuner(case.plan.ctx)))
+        listed = list(sp.tuner(case.plan.ctx))
+        pool = list(dict.fromkeys(sweep.sampled(sp, case.plan.ctx, sample, seed) + listed))
         ranked = top_configs(model, "gemm", case.shape, sweep._dtype_name(dtype), variant, case.plan.ctx, pool, k)
-        rank = {c: i for i, c in enumerate(sp.tuner(case.plan.ctx))}
-        for cfg in ranked:
+        rank = {c: i for i, c in enumerate(listed)}
+        ids: dict[str, set] = {"model": set(), "default": set()}
+        for cfg, label, who in ([(c, f"full-sample{sample}+model-top{k:g}", "model") for c in ranked]
+                                + [(c, "tuner", "default") for c in listed]):
             tid = store.trial_id("gemm", case.shape, sweep._dtype_name(dtype), variant, cfg.to_json())
-            trials.append(sweep.Trial(tid, case, cfg, rank.get(cfg, -1), f"full-sample{sample}+model-top{k:g}"))
+            if tid not in ids["model"] | ids["default"]:
+                trials.append(sweep.Trial(tid, case, cfg, rank.get(cfg, -1), label))
+            ids[who].add(tid)
+        picked[id(case)] = (ids["model"], ids["default"])
     out_dir = Path(out_dir) if out_dir is not None else results.results_dir()
     trial_store = store.TrialStore(out_dir / "sweeps" / "gemm-compare.csv", sweep.trial_columns("gemm"))
     trial_store.open()
     recorded = trial_store.recorded()
     t0 = time.perf_counter()
     sweep.run_trials([t for t in trials if t.id not in recorded], trial_store,
-                     sweep.Options(rep=rep, workers=workers or os.cpu_count() or 1, seed=seed), device)
+                     sweep.Options(rep=rep, workers=workers or sweep.cores(), seed=seed), device)
     tune_s = time.perf_counter() - t0
     measured = store.read_trials(trial_store.path)
     rows = []
     for case in cases:
         M, N, K = (case.shape[d] for d in ("M", "N", "K"))
-        mine = measured[measured["trial_id"].isin([t.id for t in trials if t.case is case]) & (measured["status"] == "ok")]
+        ok = measured[measured["status"] == "ok"]
+        model_ids, default_ids = picked[id(case)]
         problem = kernels.GEMM.problem(case.shape, dtype, variant, device, seed)
         params = {"M": M, "N": N, "K": K, "top_k": k, "sample": sample, "learner": model.learner,
-                  "measured": int(sum(1 for t in trials if t.case is case)), "tune_s_all_shapes": round(tune_s, 1)}
+                  "measured_model": len(model_ids), "measured_default": len(default_ids),
+                  "tune_s_all_shapes": round(tune_s, 1)}
         g = torch.Generator(device=device)
         g.manual_seed(seed)
         a = torch.randn(M, K, device=device, dtype=dtype, generator=g)
@@ -595,7 +620,13 @@ def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150,
         ref = a.double() @ b.double() + bias.double()
 
         def timed(backend, fn, extra=None):
-            err = kernels.device_rel_err(fn(), ref)
+            try:
+                err = kernels.device_rel_err(fn(), ref)
+            except Exception as e:  # noqa: BLE001  (a backend that fails is a row, the others still run)
+                rows.append(results.make_row("cost_model", "gemm_vs_libraries", dict(params, **(extra or {})), dtype,
+                                             backend, "time_ms", None, "ms", status="error",
+                                             note=f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]))
+                return
             ts = time_call(fn, rep, device=device)
             med = median(ts)
             p = dict(params, **(extra or {}))
@@ -608,16 +639,47 @@ def compare(model: CostModel, shape_list, dtype, k: float, *, sample: int = 150,
 
         from triton_kernels import gemm
 
-        if len(mine):
-            cfg = _config_from_json(mine.loc[mine["ms"].idxmin(), "config"])
-            timed("model-pruned", lambda: gemm.gemm_forward(a, b, bias, config=cfg)[0], {"config": str(cfg)})
+        for backend, ids in (("model-pruned", model_ids), ("default", default_ids)):
+            mine = ok[ok["trial_id"].isin(ids)]
+            if len(mine):
+                cfg = _config_from_json(mine.loc[mine["ms"].astype(float).idxmin(), "config"])
+                timed(backend, lambda cfg=cfg: gemm.gemm_forward(a, b, bias, config=cfg)[0],
+                      {"config": json.dumps(cfg.to_json(), sort_keys=True)})
+        if model_path is not None:  # the runtime tuner itself, told to time only the model's top 4 of its list
+            from triton_kernels.runtime import ALL_TUNERS, CACHE_ENV, TUNE_ENV
+
+            saved = {n: os.environ.get(n) for n in (MODEL_ENV, TOP_K_ENV, TUNE_ENV, CACHE_ENV)}
+            os.environ.update({MODEL_ENV: str(model_path), TOP_K_ENV: "4", TUNE_ENV: "1",
+                               CACHE_ENV: tempfile.mkdtemp(prefix="tuner-model-cache-")})
+            try:
+                gemm._PLANS.clear()
+                before = set(ALL_TUNERS["gemm"].trials)
+                t1 = time.perf_counter()
+                gemm.gemm_forward(a, b, bias)
+                torch.cuda.synchronize()
+                tried = [len(v) for key, v in ALL_TUNERS["gemm"].trials.items() if key not in before]
+                timed("tuner-model", lambda: gemm.gemm_forward(a, b, bias)[0],
+                      {"tune_s": round(time.perf_counter() - t1, 2), "tried": tried[0] if tried else None})
+            finally:
+                for n, v in saved.items():
+                    if v is None:
+                        os.environ.pop(n, None)
+                    else:
+                        os.environ[n] = v
+                gemm._PLANS.clear()
         timed("cublas", lambda: torch.addmm(bias, a, b))
-        torch._dynamo.reset()
-        compiled = torch.compile(lambda x, w, c: torch.addmm(c, x, w), mode="max-autotune", dynamic=False)
-        t1 = time.perf_counter()
-        compiled(a, b, bias)
-        torch.cuda.synchronize()
-        timed("compile-max-autotune", lambda: compiled(a, b, bias), {"compile_s": round(time.perf_counter() - t1, 1)})
+        if max_autotune:
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda x, w, c: torch.addmm(c, x, w), mode="max-autotune", dynamic=False)
+            t1 = time.perf_counter()
+            try:
+                compiled(a, b, bias)
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001  (timed() records the failure as a row)
+                pass
+            timed("compile-max-autotune", lambda: compiled(a, b, bias), {"compile_s": round(time.perf_counter() - t1, 1)})
+        results.write_rows(rows, out_dir, "cost_model", tag="compare")  # each shape's rows kept as it ends
+        print(f"compare {M}x{N}x{K}: done ({time.perf_counter() - t0:.0f} s since the start)", flush=True)
     return rows
 
 
@@ -658,6 +720,7 @@ def main(argv=None) -> int:
                                                          "held out: not in the landscape the model learnt from)")
     p.add_argument("--sample", type=int, default=150, help="--compare: the landscape's --sample (candidate pool)")
     p.add_argument("--top-k", type=float, default=0.1, help="--compare: configs measured (< 1: a fraction)")
+    p.add_argument("--no-max-autotune", action="store_true", help="--compare: leave torch.compile(max-autotune) out")
     p.add_argument("--out", default=None, help="results folder (default results/<device>/; CPU: .local/...)")
     args = p.parse_args(argv)
     learners = [x.strip() for x in args.learners.split(",") if x.strip()]
@@ -676,7 +739,8 @@ def main(argv=None) -> int:
         from .sweep import DTYPES
 
         rows = compare(load(args.model), gemm_shapes(args.shapes), DTYPES[args.dtype or "bfloat16"], args.top_k,
-                       sample=args.sample, seed=args.seed, out_dir=out_dir)
+                       sample=args.sample, seed=args.seed, out_dir=out_dir, model_path=args.model,
+                       max_autotune=not args.no_max_autotune)
         path = results.write_rows(rows, out_dir, "cost_model", tag="compare")
         t = pd.DataFrame(rows)
         print(t[t["metric"] == "tflops"][["params", "backend", "value"]].to_string(index=False))

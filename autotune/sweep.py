@@ -18,12 +18,12 @@ process instead (the first launch compiles), for the wall-time comparison. ``--g
 over N worker processes, one per GPU (several on one GPU when it has fewer; for testing).
 
 Every trial (ok, wrong, out-of-resources, compile-error, error) is appended as one line to
-``<out>/sweeps/<kernel>.csv`` (default results/<device>/; CPU interpreter: .local/results/cpu-interpreter/),
-flushed at once: a killed sweep resumes where it stopped when run again with the same arguments (recorded
-trials are skipped). ``--time-budget S`` stops starting trials after S seconds (for calls with a time limit).
-At the end the best config per tuning key goes into the runtime's persistent autotune cache (``--no-cache``
-to skip), a run log line into ``sweeps/<kernel>-runs.jsonl`` and the run's wall time as a row of
-``autotune_sweep.csv``.
+``<out>/sweeps/<kernel>.csv`` (default results/<device>/; CPU interpreter: .local/results/cpu-interpreter/;
+``--trials PATH``: another table, its run log beside it), flushed at once: a killed sweep resumes where it
+stopped when run again with the same arguments (recorded trials are skipped). ``--time-budget S`` stops
+starting trials after S seconds (for calls with a time limit). At the end the best config per tuning key
+goes into the runtime's persistent autotune cache (``--no-cache`` to skip), a run log line into
+``sweeps/<kernel>-runs.jsonl`` and the run's wall time as a row of ``autotune_sweep.csv``.
 
 In the CPU interpreter the default is one tiny shape per kernel (timings are no performance figure;
 bfloat16 GEMM / conv1d are refused: the interpreter has no bfloat16 dot).
@@ -277,7 +277,16 @@ class RunStats:
     compile_cpu_s: float = 0.0   # seconds the compile workers spent (sum over distinct kernels)
     specs: int = 0               # distinct kernel specializations compiled
     pids: list = dataclasses.field(default_factory=list)     # the compile processes that ran jobs
+    pool_restarts: int = 0       # compile pools replaced after a process died
     workers: list = dataclasses.field(default_factory=list)  # the per-GPU worker processes
+
+
+def cores() -> int:
+    """The CPU cores this process may run on (a container's share, not the host's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
@@ -307,7 +316,29 @@ def run_trials(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Opt
     groups = list(cases.values())
     pool = None if opts.serial else _pool(max(1, opts.workers))
     jobs: dict[str, concurrent.futures.Future] = {}
+    job_args: dict[str, tuple] = {}
     needs: dict[str, list[str]] = {}
+    restarts = 0
+
+    def compiled(key: str) -> dict | None:
+        """The compile job's result; a pool whose process died (killed, crashed) is replaced and its
+        unfinished jobs resubmitted, at most 3 times; then None (the first launch compiles in-process)."""
+        nonlocal pool, restarts
+        while True:
+            try:
+                return jobs[key].result()
+            except concurrent.futures.process.BrokenProcessPool:
+                if restarts >= 3:
+                    return None
+                restarts += 1
+                print(f"autotune.sweep: a compile process died; restarting the pool ({restarts}/3)", file=sys.stderr,
+                      flush=True)
+                _stop_pool(pool)
+                pool = _pool(max(1, opts.workers))
+                for k, f in list(jobs.items()):
+                    if not f.done() or f.exception() is not None:
+                        jobs[k] = pool.submit(compile_spec, *job_args[k])
+
     try:
         if pool is not None:  # capture every config's specializations, then compile them all in the pool
             for group in groups:
@@ -325,6 +356,7 @@ def run_trials(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Opt
                     for module, name, data in specs:
                         key = data if data is not None else f"none:{t.id}"
                         if key not in jobs:
+                            job_args[key] = (module, name, data)
                             jobs[key] = pool.submit(compile_spec, module, name, data)
                         needs[t.id].append(key)
                 problem = None  # the inputs of one case at a time
@@ -342,7 +374,9 @@ def run_trials(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Opt
                 if pool is not None:
                     compile_s = 0.0
                     for key in needs.get(t.id, []):
-                        res = jobs[key].result()
+                        res = compiled(key)
+                        if res is None:
+                            continue
                         compile_s += res["seconds"]
                         if res["error"] and failure is None:
                             failure = res
@@ -372,6 +406,7 @@ def run_trials(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Opt
     finally:
         if pool is not None:
             done = [f.result() for f in jobs.values() if f.done() and not f.cancelled() and f.exception() is None]
+            stats.pool_restarts = restarts
             stats.compile_cpu_s = sum(r["seconds"] for r in done if r["pid"] is not None)
             stats.specs = sum(1 for k in jobs if not k.startswith("none:"))
             stats.pids = sorted({r["pid"] for r in done})
@@ -438,6 +473,7 @@ def run_on_gpus(trials: Sequence[Trial], trial_store: store.TrialStore, opts: Op
                 stats.compile_cpu_s += s["compile_cpu_s"]
                 stats.specs += s["specs"]
                 stats.pids += s["pids"]
+                stats.pool_restarts += s["pool_restarts"]
                 if s["stopped_by"] != "done":
                     stats.stopped_by = s["stopped_by"]
     for p in procs:
@@ -563,7 +599,8 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
     p.add_argument("--variant", default=None, help="other knobs, e.g. direction=forward|backward,log=false")
     p.add_argument("--rep", type=int, default=10, help="at most this many timed calls per trial")
     p.add_argument("--target-ms", type=float, default=40.0, help="timed calls sized to about this much time")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="compile processes (default: cores)")
+    p.add_argument("--workers", type=int, default=cores(), help="compile processes (default: the cores this "
+                                                                "process may use)")
     p.add_argument("--serial", action="store_true", help="compile one config at a time in this process")
     p.add_argument("--gpus", type=int, default=1, help="worker processes, one per GPU")
     p.add_argument("--time-budget", type=float, default=None, help="start no trial after this many seconds")
@@ -574,6 +611,8 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default=None, help="results folder (default results/<device>/; CPU: "
                                                ".local/results/cpu-interpreter/); trials go to <out>/sweeps/")
+    p.add_argument("--trials", default=None, help="trial table (default <out>/sweeps/<kernel>.csv; its run log "
+                                                  "beside it): e.g. a separate table for a wall-time comparison")
     args = p.parse_args(argv)
     t_start = time.perf_counter()
     kernel = args.kernel
@@ -615,8 +654,8 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
     if args.fresh_triton_cache:
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
     out_dir = results.results_dir(args.out)
-    sweeps = out_dir / "sweeps"
-    trial_store = store.TrialStore(sweeps / f"{kernel}.csv", trial_columns(kernel))
+    table = Path(args.trials) if args.trials else out_dir / "sweeps" / f"{kernel}.csv"
+    trial_store = store.TrialStore(table, trial_columns(kernel))
     dropped = trial_store.open()
     recorded = trial_store.recorded()
     pending = [t for t in trials if t.id not in recorded]
@@ -625,7 +664,8 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
           + (f" (a line cut short by a kill dropped: {dropped} bytes)" if dropped else ""), flush=True)
     mode = "serial" if args.serial else (f"gpus-{args.gpus}" if args.gpus > 1 else f"parallel-{args.workers}")
     plan_hash = _plan_hash(trials)
-    run_log = sweeps / f"{kernel}-runs.jsonl"
+    run_log = table.with_name(table.name[: -len(".csv")] + "-runs.jsonl" if table.name.endswith(".csv")
+                              else table.name + "-runs.jsonl")
     _log(run_log, {"event": "start", "time": datetime.datetime.now().isoformat(timespec="seconds"),
                    "argv": list(argv if argv is not None else sys.argv[1:]), "planned": len(trials),
                    "recorded_before": len(recorded), "pending": len(pending), "plan": plan_hash, "mode": mode,
@@ -654,7 +694,7 @@ def main(argv=None, on_trial: Callable[[Trial, dict], None] | None = None) -> in
     _log(run_log, {"event": "end", "time": datetime.datetime.now().isoformat(timespec="seconds"), "plan": plan_hash,
                    "new_trials": stats.done, "stopped_by": stats.stopped_by, "wall_s": wall, "mode": mode,
                    "compile_cpu_s": stats.compile_cpu_s, "specs": stats.specs,
-                   "compile_processes": len(set(stats.pids)), "gpu_workers": len(stats.workers), "recorded_after": len(df),
+                   "compile_processes": len(set(stats.pids)), "pool_restarts": stats.pool_restarts, "gpu_workers": len(stats.workers), "recorded_after": len(df),
                    "planned_recorded": in_plan, "duplicates": duplicates, "cache_keys": len(written)})
     params = {"kernel": kernel, "shapes": shapes_text, "space": trials[0].space if trials else args.space,
               "plan": plan_hash, "planned": len(trials), "new_trials": stats.done, "stopped_by": stats.stopped_by,

@@ -86,6 +86,19 @@ def test_two_workers_split_the_trials(tmp_path):
     assert _runs(tmp_path)[-1]["gpu_workers"] == 2
 
 
+def test_a_separate_trial_table_keeps_its_own_run_log(tmp_path):
+    """--trials PATH (a wall-time comparison's table): trials and run log there, the wall-time rows in --out,
+    the landscape's table untouched."""
+    table = tmp_path / "compile" / "serial.csv"
+    argv = ["--shapes", "40x24x33"] + TINY[2:] + ["--space", "full", "--sample", "2", "--no-tuner-configs", "--serial",
+                                                  "--no-cache", "--out", str(tmp_path), "--trials", str(table)]
+    assert sweep.main(argv) == 0
+    assert len(store.read_trials(table)) >= 1 and not (tmp_path / "sweeps").exists()
+    log = [json.loads(x) for x in (tmp_path / "compile" / "serial-runs.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in log] == ["start", "end"] and log[-1]["pool_restarts"] == 0
+    assert set(pd.read_csv(tmp_path / "autotune_sweep.csv")["backend"]) == {"serial"}
+
+
 def test_trial_store_keeps_complete_lines_only(tmp_path):
     s = store.TrialStore(tmp_path / "t.csv", ["trial_id", "status", "ms"])
     assert s.open() == 0

@@ -83,6 +83,11 @@ def test_a_saved_model_prunes_the_sweep_and_the_tuners_list(tmp_path, monkeypatc
     monkeypatch.setenv(cost_model.MODEL_ENV, str(path))
     monkeypatch.setenv(cost_model.TOP_K_ENV, "3")
     assert cost_model.runtime_candidates("gemm", **shape) == pruned[:3]
+    from triton_kernels import gemm  # the GEMM tuner's own candidate function: what it times
+
+    assert gemm._prune(4096, 1024, 8704, 2, True, False) == pruned[:3]
+    monkeypatch.delenv(cost_model.MODEL_ENV)
+    assert gemm._prune(4096, 1024, 8704, 2, True, False) == listed
     # --prune model in a sweep: only the top 2 configs per shape are measured
     argv = ["--shapes", "40x24x33", "--dtype", "float32", "--space", "full", "--sample", "8", "--prune", "model",
             "--model", str(path), "--top-k", "2", "--rep", "1", "--serial", "--no-cache", "--no-progress",
