@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from typing import Any, Callable, Iterable
 
 import torch
@@ -145,10 +146,20 @@ def context(kernel: str, **shape: Any) -> dict:
     return space(kernel).context(**shape)
 
 
+COST_MODEL_ENV = "TRITON_PLAYGROUND_COST_MODEL"  # a saved cost model (autotune/cost_model.py)
+
+
 def candidates(kernel: str, **shape: Any) -> list[Config]:
-    """The runtime tuner's candidates for this shape, best guess first: exactly the list it times."""
+    """The runtime tuner's candidates for this shape, best guess first: exactly the list it times. When
+    $TRITON_PLAYGROUND_COST_MODEL names a saved cost model of this kernel, the list ranked by the model and
+    cut to $TRITON_PLAYGROUND_PRUNE_K (default 4): the kernels' tuners call this, so they time only those."""
     sp = space(kernel)
-    return list(sp.tuner(sp.context(**shape)))
+    listed = list(sp.tuner(sp.context(**shape)))
+    if os.environ.get(COST_MODEL_ENV):
+        from . import cost_model  # numpy and torch.load: only when a model is named
+
+        return cost_model.prune_listed(kernel, listed, **shape)
+    return listed
 
 
 def full(kernel: str, *, kinds: Iterable[str] = ("hardware", "kernel", "shape"), **shape: Any) -> list[Config]:
@@ -217,9 +228,37 @@ GEMM_SPLITK_CONFIGS = [
         (_gemm_cfg(128, 128, 64, 8, 3), 8), (_gemm_cfg(64, 64, 64, 4, 4), 8), (_gemm_cfg(64, 64, 64, 4, 4), 16),
         (_gemm_cfg(64, 64, 32, 4, 4), 16))
 ]
+# split-K for skinny outputs (N <= 32) with a long K: the tiles above are pruned there as far wider than
+# N, which left 512 x 1024 -> 4 with M / 64 = 8 programs each walking all of K
+GEMM_SPLITK_SKINNY_CONFIGS = [
+    Config({**c.kwargs, "SPLIT_K": split}, c.num_warps, c.num_stages) for c, split in (
+        (_gemm_cfg(64, 32, 64, 4, 3), 4), (_gemm_cfg(32, 32, 64, 2, 3), 4), (_gemm_cfg(32, 32, 64, 2, 3), 8),
+        (_gemm_cfg(64, 16, 128, 4, 3), 8))
+]
+# 4-byte operands (tf32 / tf32x3 on the tensor cores, ieee on FFMA): a stage of an fp32 tile is twice a
+# 16-bit one, so the 16-bit lists above lose their deep-pipeline large tiles to the shared-memory rule
+# (128 x 256 x 64 x 3 stages = 288 KB). tf32 wgmma reads 32-byte K slices (k8), so BLOCK_K 32 = one
+# 128-byte swizzled row; 4 stages of 128 x 256 x 32 = 192 KB. FFMA (ieee): each thread's accumulator
+# block must be large (8 x 16 = 128 values: 24 operand loads per 128 FMAs) or shared-memory loads,
+# not the FMAs, bound the loop (256 x 128 on 8 warps gives that without spilling).
+GEMM_FP32_CONFIGS = [
+    # tf32: the TMA kernel on K-major B (nn.Linear's weight; the copy of an N-major B)
+    *(Config({**c.kwargs, "TMA": 1, "B_RELAYOUT": 1}, c.num_warps, c.num_stages) for c in (
+        _gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 32, 8, 4), _gemm_cfg(128, 128, 64, 8, 3),
+        _gemm_cfg(128, 128, 32, 4, 5))),
+    *(Config({**c.kwargs, "TMA": 1}, c.num_warps, c.num_stages) for c in (
+        _gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 32, 8, 4), _gemm_cfg(128, 128, 32, 4, 5),
+        _gemm_cfg(128, 128, 16, 4, 4))),
+    # the pointer kernel: a tf32 tile, then FFMA tiles (ieee). In an sm_90 compile (Triton 3.6) 128 x 128
+    # on 4 warps spills with ieee (36 / 720 bytes at BLOCK_K 16 / 32); 256 x 128 x 16 on 8 warps does not
+    # and loads the fewest operands per FMA (179 ld.shared per 2048 FMAs, against 144 per 1024 at 64 x 64)
+    _gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 16, 8, 3), _gemm_cfg(128, 64, 32, 4, 4),
+    _gemm_cfg(64, 128, 32, 4, 4),
+]
 GEMM_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
 # every config the GEMM tuner may try (its persistent cache is keyed by a hash of these)
-GEMM_TUNER_CONFIGS = GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS + GEMM_SPLITK_CONFIGS
+GEMM_TUNER_CONFIGS = (GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS + GEMM_SPLITK_CONFIGS
+                      + GEMM_SPLITK_SKINNY_CONFIGS + GEMM_FP32_CONFIGS)
 SPLITK_MAX_TILES = 64   # split-K is offered when C has fewer 128 x 128 tiles than this ...
 SPLITK_MIN_K = 1024     # ... and K is at least this long
 
@@ -270,7 +309,12 @@ def _gemm_tuner(ctx: dict) -> list[Config]:
     slices shorter than two BLOCK_K steps."""
     out = []
     pool = (GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
-            + (GEMM_SPLITK_CONFIGS if _splitk_wanted(ctx) else []))
+            + (GEMM_SPLITK_CONFIGS if _splitk_wanted(ctx) else [])
+            + (GEMM_SPLITK_SKINNY_CONFIGS if _splitk_wanted(ctx) and ctx["N"] <= 64 else []))
+    if ctx["elem"] == 4:  # the 4-byte tiles, each only where its kernel can run
+        pool += [c for c in GEMM_FP32_CONFIGS if (not c.kwargs.get("TMA") or ctx["tma"])
+                 and (not c.kwargs.get("B_RELAYOUT") or ctx["relayout"])]
+    pool = list(dict.fromkeys(pool))
     for c in pool:
         if (_gemm_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx)
                 and _splitk_slices(c, ctx)):

@@ -68,6 +68,20 @@ def test_forward_backward(M, N, K, dtype, act):
     _check(M, N, K, dtype, act, has_bias=True)
 
 
+@pytest.mark.parametrize("M,act,dtype", [(gemm._ACT_COLUMNS_MAX_M, "relu", torch.float16),
+                                         (gemm._ACT_COLUMNS_MAX_M + 77, "relu", torch.float16),
+                                         (gemm._ACT_COLUMNS_MAX_M + 77, "gelu", torch.float32),
+                                         (gemm._ACT_COLUMNS_MAX_M, "none", torch.float32)])
+def test_bias_gradient_in_both_column_sum_paths(M, act, dtype):
+    """dbias from the activation-backward pass: up to _ACT_COLUMNS_MAX_M rows one program per column block
+    sums all rows and stores in the bias dtype; above, per-tile atomics into fp32 and a cast."""
+    _check(M, 5, 3, dtype, act, has_bias=True)
+    x = torch.randn(M, 3, dtype=dtype, requires_grad=True)
+    lin = Linear(3, 5, activation=act).to(dtype)
+    lin(x).sum().backward()
+    assert lin.bias.grad.dtype == dtype
+
+
 @pytest.mark.parametrize("act", gemm.ACTIVATIONS)
 def test_residual_and_no_bias(act):
     _check(19, 23, 31, torch.float32, act, has_bias=False, has_res=True)

@@ -32,7 +32,7 @@ import triton
 
 from autotune import spaces
 
-from .gemm_kernels import (_act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel, _gemm_splitk_partial_kernel,
+from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel, _gemm_splitk_partial_kernel,
                            _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import (
@@ -74,6 +74,8 @@ class GemmKey(NamedTuple):
     a_unit_stride: bool  # A row-major (K contiguous)
     b_unit_stride: bool  # B row-major (N contiguous); nn.Linear's weight.t() is not
     tma: bool  # the persistent TMA kernel can run (Hopper, aligned operands)
+    save_preact: bool = False  # the epilogue also stores Z (a training forward with GELU): a second
+    #                            store of the tile, so tuned apart from the inference key
 
 
 _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _gemm_splitk_partial_kernel,
@@ -305,7 +307,7 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
 def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: int, K: int) -> _Plan:
     """The tuner's config for this call's tuning key (unchanged: the persistent cache stays valid), bound.
     The arguments are this call's (the tuner times its candidates on them)."""
-    prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout = key[4:12]
+    prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z = key[4:13]
     sms = _sm_count(a)
 
     def plan_for(cfg: Config) -> _Plan:
@@ -318,7 +320,8 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
         _launch_plan(plan_for(cfg), a, b, c, bias, residual, z, M, N, K)
 
     tune_key = GemmKey(m=bucket(M), n=bucket(N), k=bucket(K), dtype=a.dtype, precision=prec, activation=activation,
-                       has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma)
+                       has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma,
+                       save_preact=save_z)
     es = a.element_size()
     cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout), tracing=_is_fake(a, b),
                       interpret_config=INTERPRET_CONFIG)
@@ -393,31 +396,49 @@ def _flags(has_bias: bool, has_res: bool, save_z: bool, activation: str, prec: s
 
 
 _ACT_BLOCK = (32, 32) if INTERPRET else (64, 128)
-_ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, z_is_output, store_dz, colsum) -> bound kernel
+# few rows: one program per column block walks the rows (_act_bwd_columns_kernel) and stores dbias in its
+# own dtype, instead of atomics into a zeroed fp32 buffer and a cast (two launches and two allocations
+# fewer, on a backward whose time is its host path)
+_ACT_COLUMNS_MAX_M = 1024
+_ACT_COLUMNS_BLOCK = (32, 32) if INTERPRET else (64, 32)
+_ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, z_is_output, store_dz, colsum, columns) -> bound kernel
 
 
-def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need_dbias=False):
-    """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias fp32 or None)."""
+def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need_dbias=False,
+                 dbias_dtype=torch.float32):
+    """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias or None);
+    dbias is summed in fp32 and returned in ``dbias_dtype``."""
     M, N = dc.shape
     dz = torch.empty_like(dc) if (need_dz and activation != "none") else None
-    dbias = torch.zeros((N,), device=dc.device, dtype=torch.float32) if need_dbias else None
+    columns = need_dbias and M <= _ACT_COLUMNS_MAX_M
+    if not need_dbias:
+        dbias = None
+    elif columns:
+        dbias = torch.empty((N,), device=dc.device, dtype=dbias_dtype)
+    else:
+        dbias = torch.zeros((N,), device=dc.device, dtype=torch.float32)
     if (dz is None and dbias is None) or M == 0 or N == 0:
+        if dbias is not None and M == 0:
+            dbias = torch.zeros((N,), device=dc.device, dtype=dbias_dtype)
         return (dz if dz is not None else dc if need_dz else None), dbias
-    bm, bn = _ACT_BLOCK
-    key = (activation, z_is_output, dz is not None, dbias is not None)
+    bm, bn = _ACT_COLUMNS_BLOCK if columns else _ACT_BLOCK
+    key = (activation, z_is_output, dz is not None, dbias is not None, columns)
     kernel = _ACT_KERNELS.get(key)
     if kernel is None:
-        kernel = _ACT_KERNELS[key] = bind(_act_bwd_kernel, ACT=activation, Z_IS_OUTPUT=z_is_output, STORE_DZ=key[2],
-                                          COLSUM=key[3], BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+        kernel = _ACT_KERNELS[key] = bind(_act_bwd_columns_kernel if columns else _act_bwd_kernel, ACT=activation,
+                                          Z_IS_OUTPUT=z_is_output, STORE_DZ=key[2], COLSUM=key[3], BLOCK_M=bm,
+                                          BLOCK_N=bn, num_warps=4)
     z = saved if saved is not None else dc
     dzt = dz if dz is not None else dc
     stride_dcm, stride_dcn = dc.stride()
     stride_zm, stride_zn = z.stride()
     stride_dzm, stride_dzn = dzt.stride()
-    kernel.launch(((M + bm - 1) // bm, (N + bn - 1) // bn), dc_ptr=dc, z_ptr=z, dz_ptr=dzt,
-                  dbias_ptr=dbias if dbias is not None else dc, M=M, N=N, stride_dcm=stride_dcm,
-                  stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn, stride_dzm=stride_dzm,
-                  stride_dzn=stride_dzn)
+    grid = ((N + bn - 1) // bn,) if columns else ((M + bm - 1) // bm, (N + bn - 1) // bn)
+    kernel.launch(grid, dc_ptr=dc, z_ptr=z, dz_ptr=dzt, dbias_ptr=dbias if dbias is not None else dc, M=M, N=N,
+                  stride_dcm=stride_dcm, stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn,
+                  stride_dzm=stride_dzm, stride_dzn=stride_dzn)
+    if dbias is not None and dbias.dtype != dbias_dtype:
+        dbias = dbias.to(dbias_dtype)
     return (dz if dz is not None else (dc if need_dz else None)), dbias
 
 
@@ -436,18 +457,18 @@ def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], res
 
 
 def _act_backward_eager(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
-                        need_dz: bool, need_dbias: bool) -> list:
+                        need_dz: bool, need_dbias: bool, dbias_dtype: torch.dtype) -> list:
     return list(act_backward(dc, saved if saved.numel() else None, activation, z_is_output=z_is_output,
-                             need_dz=need_dz, need_dbias=need_dbias))
+                             need_dz=need_dz, need_dbias=need_dbias, dbias_dtype=dbias_dtype))
 
 
 def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
-                     need_dz: bool, need_dbias: bool) -> list[torch.Tensor]:
-    dz, dbias = _act_backward_eager(dc, saved, activation, z_is_output, need_dz, need_dbias)
+                     need_dz: bool, need_dbias: bool, dbias_dtype: torch.dtype) -> list[torch.Tensor]:
+    dz, dbias = _act_backward_eager(dc, saved, activation, z_is_output, need_dz, need_dbias, dbias_dtype)
     # outputs must not alias inputs of a custom op: copy the pass-through case
     dz = dz.clone() if (dz is not None and dz is dc) else dz
     return [dz if dz is not None else dc.new_empty((0,)),
-            dbias if dbias is not None else dc.new_empty((0,), dtype=torch.float32)]
+            dbias if dbias is not None else dc.new_empty((0,), dtype=dbias_dtype)]
 
 
 def _setup_context(ctx, inputs, output):
@@ -475,10 +496,11 @@ def _backward(ctx, grads):
     if ctx.activation != "none" or need_bias:
         need_dbias = bool(need_bias and ctx.has_bias)
         dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), ctx.activation,
-                                     ctx.z_is_output, ctx.activation != "none", need_dbias)
+                                     ctx.z_is_output, ctx.activation != "none", need_dbias,
+                                     ctx.bias_dtype or torch.float32)
         if ctx.activation != "none":
             dz = dz_
-        dbias = db.to(ctx.bias_dtype) if need_dbias else None
+        dbias = db if need_dbias else None
     da = _gemm_call(dz, b.t(), None, None, "none", ctx.precision, False)[0] if need_a else None
     db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0] if need_b else None
     dres = dc if (need_res and ctx.has_res) else None

@@ -196,24 +196,9 @@ def _gemm_tma_kernel(
 
 
 @triton.jit
-def _act_bwd_kernel(
-    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
-    M, N,
-    stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
-    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias); act' in fp32
-    from the saved Z (the derivatives of the forms in `_apply_act`).
-
-    Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
-    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are
-    added into an fp32 dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
-    """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def _act_bwd_tile(dc_ptr, z_ptr, dz_ptr, offs_m, offs_n, M, N, stride_dcm, stride_dcn, stride_zm, stride_zn,
+                  stride_dzm, stride_dzn, ACT: tl.constexpr, STORE_DZ: tl.constexpr):
+    """dZ = dC * act'(Z) on the tile (offs_m, offs_n), stored when STORE_DZ; returns it in fp32 (0 outside)."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     rows = offs_m[:, None].to(tl.int64)
     dz = tl.load(dc_ptr + rows * stride_dcm + offs_n[None, :] * stride_dcn, mask=mask, other=0.0).to(tl.float32)
@@ -230,8 +215,52 @@ def _act_bwd_kernel(
             dz = dz * (s + z * s * (1.0 - s) * (1.5957691216057308 + 0.21406444881780076 * z * z))
     if STORE_DZ:
         tl.store(dz_ptr + rows * stride_dzm + offs_n[None, :] * stride_dzn, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+    return dz
+
+
+@triton.jit
+def _act_bwd_kernel(
+    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
+    M, N,
+    stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
+    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias); act' in fp32
+    from the saved Z (the derivatives of the forms in `_apply_act`).
+
+    Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
+    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are
+    added into an fp32 dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
+    """
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dz = _act_bwd_tile(dc_ptr, z_ptr, dz_ptr, offs_m, offs_n, M, N, stride_dcm, stride_dcn, stride_zm, stride_zn,
+                       stride_dzm, stride_dzn, ACT, STORE_DZ)
     if COLSUM:
         tl.atomic_add(dbias_ptr + offs_n, tl.sum(dz, axis=0), mask=offs_n < N)
+
+
+@triton.jit
+def _act_bwd_columns_kernel(
+    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
+    M, N,
+    stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
+    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """`_act_bwd_kernel` for few rows: one program per BLOCK_N columns walks all M rows in BLOCK_M steps,
+    so each column sum is complete in one program and is stored once, in dbias's dtype -- no zeroed fp32
+    buffer, no atomics, no cast afterwards (two launches fewer: this path is for small M, where the
+    backward is bound by its host path, not by this pass)."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    total = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for m0 in range(0, M, BLOCK_M):
+        dz = _act_bwd_tile(dc_ptr, z_ptr, dz_ptr, m0 + tl.arange(0, BLOCK_M), offs_n, M, N, stride_dcm, stride_dcn,
+                           stride_zm, stride_zn, stride_dzm, stride_dzn, ACT, STORE_DZ)
+        total += tl.sum(dz, axis=0)
+    if COLSUM:
+        tl.store(dbias_ptr + offs_n, total.to(dbias_ptr.dtype.element_ty), mask=offs_n < N)
 
 
 # ----------------------------------------------------------------------------------------------------
