@@ -244,7 +244,11 @@ def floors(n_args: int, device, calls: int, rounds: int) -> dict[str, list[float
 def measure(modules: list[Module], calls: int, rounds: int,
             on_rows: Callable[[list[dict]], object] | None = None) -> list[dict]:
     """Rows of every module; ``on_rows(rows so far)`` after each module (the CLI saves there, so a run
-    cut short keeps every module it finished)."""
+    cut short keeps every module it finished).
+
+    Every step of every module is run (tuned, compiled, its launch plans made) before anything is timed,
+    and a module's torch and triton steps are timed in alternating rounds: a box's host speed drifts within
+    a process (the first module measured used to run slower), and alternation spreads that over both."""
     rows = []
     device = default_device()
 
@@ -254,14 +258,24 @@ def measure(modules: list[Module], calls: int, rounds: int,
                                      values[len(values) // 2], "us", p20=values[int(0.2 * (len(values) - 1))],
                                      p80=values[int(0.8 * (len(values) - 1))], note=note))
 
-    floor_cache: dict[int, dict] = {}
+    steps = {}  # (case, mode) -> [(backend, step)], every step warmed before any timing
     for m in modules:
         inputs = m.inputs()
         for mode in ("inference", "training") if m.train else ("inference",):
-            for backend, make in (("torch", m.twin), ("triton", m.ours)):
-                fn = _step(make(), inputs, mode == "training")
-                n = calls if not m.large else max(20, calls // 50)
-                add(m, mode, backend, "call_us", per_call_us(fn, n, rounds))
+            steps[m.case, mode] = [(backend, _step(make(), inputs, mode == "training"))
+                                   for backend, make in (("torch", m.twin), ("triton", m.ours))]
+            for _, fn in steps[m.case, mode]:
+                per_call_us(fn, 3, 1)
+    floor_cache: dict[int, dict] = {}
+    for m in modules:
+        for mode in ("inference", "training") if m.train else ("inference",):
+            n = calls if not m.large else max(20, calls // 50)
+            timed: dict[str, list[float]] = {backend: [] for backend, _ in steps[m.case, mode]}
+            for _ in range(rounds):  # alternating rounds
+                for backend, fn in steps[m.case, mode]:
+                    timed[backend] += per_call_us(fn, n, 1)
+            for backend, fn in steps[m.case, mode]:
+                add(m, mode, backend, "call_us", timed[backend])
                 if torch.cuda.is_available():
                     add(m, mode, backend, "graph_us", graph_us(fn, n, rounds))
             if torch.cuda.is_available() and not m.large:
