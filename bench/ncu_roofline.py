@@ -66,6 +66,15 @@ def _scale(unit: str, metric: str) -> float:
     return 1.0
 
 
+def _device(header: list[str], row: list[str]) -> str:
+    """The launch's device: its name where the export has one (the raw page's
+    device__attribute_display_name), else the "Device" column (ncu writes the device index there)."""
+    for name in ("device__attribute_display_name", "Device"):
+        if name in header and row[header.index(name)].strip():
+            return row[header.index(name)].strip()
+    return ""
+
+
 def parse(text: str) -> list[dict]:
     """One dict per kernel launch: {"id", "kernel", "device", metric name: value in base units}."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]  # drop ncu's ==PROF== chatter
@@ -93,8 +102,7 @@ def parse(text: str) -> list[dict]:
     for r in body:
         if len(r) != len(header):
             continue
-        launch = {"id": r[header.index("ID")], "kernel": r[header.index("Kernel Name")],
-                  "device": r[header.index("Device")] if "Device" in header else ""}
+        launch = {"id": r[header.index("ID")], "kernel": r[header.index("Kernel Name")], "device": _device(header, r)}
         for i, h in metrics:
             try:
                 launch[h] = _number(r[i]) * _scale(units[i], h)
@@ -287,7 +295,8 @@ def main(argv=None) -> int:
                                         ("duration_us", q["time_s"] * 1e6, "us"), ("dram_mb", q["bytes"] / 1e6, "MB")):
                 rows.append(results.make_row("ncu_roofline", q["kernel"][:200], params, "", "ncu", metric,
                                              value if value == value else None, unit, note=label))
-        print(f"rows -> {results.write_rows(rows, args.out, 'ncu_roofline', tag=label)}")
+        tag = "".join(c if c.isalnum() or c in "-_" else "-" for c in label).strip("-")  # a file name
+        print(f"rows -> {results.write_rows(rows, args.out, 'ncu_roofline', tag=tag)}")
     return 0
 
 

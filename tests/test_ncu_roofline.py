@@ -83,3 +83,20 @@ def test_main_plot_rows_and_errors(tmp_path, capsys):
         ncu_roofline.main([str(csv), "--calibrate", "absent:100"])
     with pytest.raises(SystemExit):
         ncu_roofline.main([str(tmp_path / "missing.csv")])
+
+
+def test_raw_page_device_name_and_label_file_name(tmp_path):
+    """ncu's raw page writes the device index under "Device"; the name comes from the
+    device__attribute_display_name column when the export has it, and a label with spaces and commas
+    still gives a plain file name for the rows."""
+    text = _raw_csv().replace('"CC",', '"CC","device__attribute_display_name",', 1)
+    lines = text.splitlines()
+    lines[2] = lines[2].replace('"","","","","","","","",""', '"","","","","","","","","",""', 1)  # units row
+    lines[3:] = [ln.replace(f'"{DEV}","9.0",', f'"0","9.0","{DEV}",', 1) for ln in lines[3:]]
+    launches = ncu_roofline.parse("\n".join(lines) + "\n")
+    assert {x["device"] for x in launches} == {DEV}
+    csv = tmp_path / "step.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    assert ncu_roofline.main([str(csv), "--out", str(tmp_path), "--label", "resnet18 step, eager",
+                              "--tensor-flops-per-inst", "4096"]) == 0
+    assert (tmp_path / "ncu_roofline-resnet18-step--eager.csv").exists()
