@@ -21,7 +21,8 @@
 #   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~150 s)
 #   profile    bench.profile_call: cProfile of steady eager calls, inference and training (tiny cases, large Linear+ReLU) (~60 s)
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
-#   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton (~400 s)
+#   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
+#                replayed from CUDA graphs (~500 s)
 #   tests      every GPU test, one process per group shard, all in parallel (TEST_TIMEOUT per process); more than
 #              one 600 s call holds: run TEST_GROUPS="2 3 4" (the view matrices) and TEST_GROUPS="1 5 6 7 8 9 10"
 #              in two calls (~540 s each)
@@ -92,7 +93,7 @@ for stage in "$@"; do
       timeout 280 python3 -m bench.char_cnn --batches 512 $(out) 2>&1 | grep -v -i warn | tail -40 ;;
     resnet-step)
       timeout 500 python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 \
-        --backend eager,compile,triton --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
+        --backend eager,eager+graph,compile,compile+graph,triton,triton+graph --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
         --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;
     tests)
       # one process per group shard, in parallel (compiling the kernels' many specialisations is what takes
