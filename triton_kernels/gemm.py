@@ -32,8 +32,8 @@ import triton
 
 from autotune import spaces
 
-from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel, _gemm_splitk_partial_kernel,
-                           _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
+from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
+                           _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import (
     cdiv,
