@@ -99,6 +99,36 @@ def test_momentum_extremes():
     _check((2, 6, 4, 4), torch.float32, torch.contiguous_format, False, False, momentum=0.0)
 
 
+def test_reductions_leave_their_counters_at_zero():
+    """The last program of each channel block merges the partials and resets its arrival counter: calls
+    in a row give the same statistics and gradients bit for bit, and the counters end at zero."""
+    x = torch.randn(8, 40, 5, 7, device=DEVICE).to(memory_format=torch.channels_last).requires_grad_()
+    w = torch.rand(40, device=DEVICE).requires_grad_()
+    config = Config({"BLOCK_M": 16, "BLOCK_C": 16}, 4, 1)  # 3 channel blocks, several groups each
+    outs = []
+    for _ in range(3):
+        rm, rv = torch.zeros(40, device=DEVICE), torch.ones(40, device=DEVICE)
+        y = batchnorm.batch_norm(x, rm, rv, w, None, True, 0.1, 1e-5, relu=True, config=config)
+        dx, dw = torch.autograd.grad(y, (x, w), torch.ones_like(y))
+        outs.append((y, rm, rv, dx, dw))
+    for later in outs[1:]:
+        for a, b in zip(outs[0], later):
+            assert torch.equal(a, b)
+    for buf in batchnorm._COUNTERS.values():
+        assert int(buf.count_nonzero()) == 0
+
+
+def test_tuning_trials_update_the_running_statistics_once():
+    """The tuner launches the statistics kernel once per candidate: those trials must not move the
+    running statistics (a fresh geometry here, so its first call tunes)."""
+    x = torch.randn(3, 5, 3, 11, device=DEVICE)
+    rm, rv = torch.zeros(5, device=DEVICE), torch.ones(5, device=DEVICE)
+    rm32, rv32 = rm.clone(), rv.clone()
+    batchnorm.batch_norm(x, rm, rv, None, None, True, 0.5, 1e-5)
+    functional.batch_norm(x, rm32, rv32, None, None, True, 0.5, 1e-5)
+    assert rel_err(rm, rm32) <= 1e-5 and rel_err(rv, rv32) <= 1e-5
+
+
 def test_large_mean_small_variance():
     """Shifted sums: a mean of 1e3 with std 1e-2 loses nothing a two-pass torch BN keeps."""
     x = torch.randn(4, 8, 6, 6, device=DEVICE) * 1e-2 + 1e3

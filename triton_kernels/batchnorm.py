@@ -13,10 +13,11 @@ Backward, with g = dy where the pre-activation was > 0 (relu; NaN counts as > 0,
 
 Passes over memory (kernels in batchnorm_kernels.py; the layout the kernels are written for is channels_last: the C values of a pixel
 are adjacent, so a tile row is one vector load):
-    forward : _bn_stats_kernel (read x) -> _bn_finalize_kernel (per channel) -> _bn_apply_kernel
+    forward : _bn_stats_kernel (read x; its last programs merge the statistics) -> _bn_apply_kernel
               (read x [+ residual], write y)
-    backward: _bn_bwd_reduce_kernel (read dy, x [+ y]; write g = dresidual when there is a residual)
-              -> _bn_bwd_finalize_kernel (per channel) -> _bn_bwd_dx_kernel (read g or dy, x; write dx)
+    backward: _bn_bwd_reduce_kernel (read dy, x [+ y]; write g = dresidual when there is a residual; its
+              last programs merge dweight, dbias and the dx coefficients) -> _bn_bwd_dx_kernel (read g or dy,
+              x; write dx)
 The relu mask comes from the saved output y when a residual was added (y = 0 exactly where the
 pre-activation was <= 0), else it is recomputed from x with the forward's own expression.
 
@@ -25,9 +26,11 @@ BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge
 dense) the launcher makes them one pixel dim (N = 1, HW = N * H * W) so tiles run across samples.
 Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping
 per-element fp32 sums of x - s, s = the channel's value at the first pixel of the batch, and writes one
-partial (count, mean of x - s, M2) per channel; the finalize kernel merges them (two passes: the mean
-offset, then sum M2_g + n_g (offset_g - offset)^2) in a fixed order, so results are deterministic (no
-atomics). The mean is kept as s + offset and the kernels centre x as (x - s) - offset: x - s is exact for
+partial (count, mean of x - s, M2) per channel, then adds 1 to its channel block's arrival counter; the
+program that arrives last merges all partials (two passes: the mean offset, then sum M2_g + n_g (offset_g -
+offset)^2) in a fixed order, so results are deterministic whichever program it is, and resets the counter.
+The counters (int32, one per channel block) are zeroed once per device and stream and left at zero by
+every launch (torch.compile and CUDA-graph capture get fresh zeros per call). The mean is kept as s + offset and the kernels centre x as (x - s) - offset: x - s is exact for
 values near the mean, so a large mean costs no precision (stats rows: s, offset, rstd, scale, beta).
 
 Layouts: x may be channels_last or NCHW dense (any base offset); any other x (H and W that cannot be
@@ -43,12 +46,11 @@ import json
 from typing import NamedTuple, Optional
 
 import torch
+import triton
 
-from .batchnorm_kernels import (_bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_finalize_kernel, _bn_bwd_reduce_kernel,
-                                _bn_finalize_kernel, _bn_stats_kernel)
+from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
 from .launcher import BoundKernel, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
-from .runtime import launch as _launch
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
@@ -204,12 +206,7 @@ def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int, in
     return per_sample, tiles, per_group, cdiv(tiles, per_group), channel_blocks
 
 
-_FINAL_BLOCK_C = 64
-_FINAL_BLOCK_G = 32
-
-
-def _finalize_blocks(C: int, groups: int) -> dict:
-    return {"BLOCK_C": min(next_power_of_2(C), _FINAL_BLOCK_C), "BLOCK_G": min(next_power_of_2(groups), _FINAL_BLOCK_G)}
+_MERGE_BLOCK_G = 32  # partials merged per step by a reduction's last program
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -237,7 +234,8 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Pla
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
-        bound = bind(kernel, **constexprs, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G),
+                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
                      3 if name == "stats" else 2, groups)
     per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs
@@ -245,31 +243,58 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Pla
     return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
 
 
-def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device) -> Optional[torch.Tensor]:
-    """Launch a plan; a reduction's partials (rows x groups x C fp32, after ``inputs``) are returned."""
+# arrival counters of the reductions per (device, stream): every launch leaves its counters at zero
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
+    """n int32 zeros for a reduction over x: the current stream's reused buffer, or fresh zeros while
+    torch.compile traces or a CUDA graph is captured (the graph then zeroes them on every replay)."""
+    if is_tracing(x):
+        return torch.zeros(n, device=x.device, dtype=torch.int32)
+    stream = 0 if INTERPRET or x.device.type != "cuda" else _current_stream(x.device.index)
+    key = (x.device, stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return torch.zeros(n, device=x.device, dtype=torch.int32)
+        buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
+    return buf
+
+
+def _current_stream(index: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(index)
+
+
+def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -> None:
+    """Launch a plan: ``inputs`` (the leading pointers), the geometry, the plan's scalars, then for a
+    reduction its partials (rows x groups x C fp32), its arrival counters and ``tail``."""
     if not plan.rows:
         plan.kernel.launch(plan.grid, *inputs, geo.C, geo.HW, *geo.strides, *plan.scalars)
-        return None
+        return
     part = torch.empty((plan.rows, plan.groups, geo.C), device=device, dtype=torch.float32)
-    plan.kernel.launch(plan.grid, *inputs, part, geo.C, geo.HW, *geo.strides, *plan.scalars)
-    return part
+    plan.kernel.launch(plan.grid, *inputs, part, geo.C, geo.HW, *geo.strides, *plan.scalars,
+                       _counters(inputs[0], plan.grid[1]), *tail)
 
 
-def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config=None):
+def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config=None, tail=(), trial_tail=None):
     """Run one kernel of a call over the whole tensor with its plan (made on the first call with this
-    key: the tuned config, or ``config``); returns (partials or None, groups). ``inputs``: the kernel's
-    leading pointer arguments."""
+    key: the tuned config, or ``config``). ``inputs``: the kernel's leading pointer arguments; ``tail``: a
+    reduction's arguments after its counters; ``trial_tail``: the tail the tuner's trial launches use
+    instead, made only when trials run (a function: outputs that must not be updated more than once, e.g.
+    the running statistics)."""
     key = (name, geo.N, geo.HW, geo.C, geo.strides, dtype, tuple(constexprs.values()), device)
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        trial = tail if trial_tail is None else trial_tail()
         cfg = _pick(name, geo, dtype, constexprs,
-                    lambda c: _run(_make_plan(name, kernel, geo, c, constexprs, device), geo, inputs, device),
+                    lambda c: _run(_make_plan(name, kernel, geo, c, constexprs, device), geo, inputs, device, trial),
                     tensors, config)
         plan = _make_plan(name, kernel, geo, cfg, constexprs, device)
         if config is None and not _is_fake(*tensors):
             _PLANS[key] = plan
-    return _run(plan, geo, inputs, device), plan.groups
+    _run(plan, geo, inputs, device, tail)
 
 
 def _dense_strides(shape: tuple, fmt: torch.memory_format) -> tuple[int, int, int, int]:
@@ -308,13 +333,17 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     if has_running and not update_in_place:
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
-    part, groups = _launch_planned("stats", _bn_stats_kernel, geo, (x,), x.dtype, {}, dev, config)
-    _launch(_bn_finalize_kernel, (cdiv(geo.C, _FINAL_BLOCK_C),), part, x,
-            weight if weight is not None else stats, bias if bias is not None else stats, stats,
-            running_mean if has_running else stats, running_var if has_running else stats,
-            rm_out if has_running else stats, rv_out if has_running else stats,
-            geo.C, geo.stride_c, groups, geo.M, eps, momentum, HAS_W=weight is not None, HAS_B=bias is not None,
-            UPDATE_RUNNING=has_running, **_finalize_blocks(geo.C, groups), num_warps=4)
+    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None, "UPDATE_RUNNING": has_running}
+    head = (weight if weight is not None else stats, bias if bias is not None else stats, stats,
+            running_mean if has_running else stats, running_var if has_running else stats)
+    tail = head + (rm_out if has_running else stats, rv_out if has_running else stats, geo.M, eps, momentum)
+
+    def trial_tail():  # the tuner's trials write their running statistics to scratch
+        scratch = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
+        return head + (scratch[0], scratch[1], geo.M, eps, momentum)
+
+    _launch_planned("stats", _bn_stats_kernel, geo, (x,), x.dtype, flags, dev, config, tail,
+                    trial_tail if has_running else None)
     y = _empty_like_layout(x, fmt)
     _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
                     {"HAS_RES": residual is not None, "RELU": relu}, dev, config)
@@ -338,13 +367,11 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     dev = x.device
     mask_from_y = relu and y is not None
     g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
-    part, groups = _launch_planned(
-        "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
-        dy.dtype, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config)
     dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
-    _launch(_bn_bwd_finalize_kernel, (cdiv(geo.C, _FINAL_BLOCK_C),), part, stats, coef, dwb, geo.C, groups,
-            geo.M, **_finalize_blocks(geo.C, groups), num_warps=4)
+    _launch_planned(
+        "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
+        dy.dtype, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config, (coef, dwb, geo.M))
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)

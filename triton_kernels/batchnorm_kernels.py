@@ -1,7 +1,7 @@
 """The Triton kernels of the fused batch norm (triton_kernels/batchnorm.py holds the math, the passes
-over memory, the tiling and the launchers): the statistics reduction and its finalize kernel, the apply
-kernel (normalise, residual, ReLU), and the backward's reduction, finalize and dx kernels, with the small
-jit helpers they share.
+over memory, the tiling and the launchers): the statistics reduction (its last program per channel block
+merges the partials), the apply kernel (normalise, residual, ReLU), and the backward's reduction (merged
+the same way) and dx kernel, with the small jit helpers they share.
 """
 from __future__ import annotations
 
@@ -23,13 +23,30 @@ def _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _last_arrival(count_ptr, GROUPS):
+    """Whether this program is the last of its channel block's GROUPS programs to finish its partials.
+    Every thread's partial stores are done (barrier) before one atomic add publishes them (release); the
+    last arrival acquires them, and resets the counter to 0 for the next launch."""
+    tl.debug_barrier()
+    arrived = tl.atomic_add(count_ptr + tl.program_id(1), 1, sem="acq_rel")
+    last = arrived == GROUPS - 1
+    if last:
+        tl.store(count_ptr + tl.program_id(1), 0)
+    return last
+
+
+@triton.jit
 def _bn_stats_kernel(
     x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
     [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
-    kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end."""
+    kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end. The last
+    program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one launch
+    gives the batch statistics."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -55,34 +72,35 @@ def _bn_stats_kernel(
     tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
     tl.store(out + GROUPS * C, s1 / n, mask=cmask)
     tl.store(out + 2 * GROUPS * C, tl.maximum(s2 - s1 * (s1 / n), 0.0), mask=cmask)
+    if _last_arrival(count_ptr, GROUPS):
+        _merge_stats(part_ptr, shift, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
+                     cols, cmask, C, GROUPS, M, eps, momentum, HAS_W, HAS_B, UPDATE_RUNNING, BLOCK_G, BLOCK_C)
 
 
 @triton.jit
-def _bn_finalize_kernel(
-    part_ptr, x_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
-    C, stride_c, GROUPS, M, eps, momentum,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
-):
-    """Program per channel block: merge the GROUPS partials (count, offset, M2) into the batch statistics:
-    offset = sum n_g offset_g / M, M2 = sum (M2_g + n_g (offset_g - offset)^2), mean = s + offset. Writes
-    stats (5, C) fp32 = (s, offset, rstd, scale = w * rstd, beta = b) and the new running statistics."""
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+def _merge_stats(part_ptr, shift, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
+                 cols, cmask, C, GROUPS, M, eps, momentum, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                 UPDATE_RUNNING: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Merge the GROUPS partials (count, offset, M2) of channels ``cols`` into the batch statistics, in a
+    fixed order whichever program runs it: offset = sum n_g offset_g / M, M2 = sum (M2_g + n_g (offset_g -
+    offset)^2), mean = s + offset. Writes stats (5, C) fp32 = (s, offset, rstd, scale = w * rstd, beta = b)
+    and the new running statistics. Partials are read from L2 (.cg): other SMs wrote them."""
     gs = tl.arange(0, BLOCK_G)
     acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     for g0 in range(0, GROUPS, BLOCK_G):
         m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
-        acc += tl.load(p, mask=m, other=0.0) * tl.load(p + GROUPS * C, mask=m, other=0.0)
+        acc += (tl.load(p, mask=m, other=0.0, cache_modifier=".cg")
+                * tl.load(p + GROUPS * C, mask=m, other=0.0, cache_modifier=".cg"))
     Mf = M.to(tl.float32)
     offset = tl.sum(acc, axis=0) / Mf
     acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     for g0 in range(0, GROUPS, BLOCK_G):
         m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
-        d = tl.load(p + GROUPS * C, mask=m, other=0.0) - offset[None, :]
-        acc += tl.load(p + 2 * GROUPS * C, mask=m, other=0.0) + tl.load(p, mask=m, other=0.0) * d * d
+        d = tl.load(p + GROUPS * C, mask=m, other=0.0, cache_modifier=".cg") - offset[None, :]
+        acc += (tl.load(p + 2 * GROUPS * C, mask=m, other=0.0, cache_modifier=".cg")
+                + tl.load(p, mask=m, other=0.0, cache_modifier=".cg") * d * d)
     m2 = tl.sum(acc, axis=0)
     rstd = 1.0 / tl.sqrt(m2 / Mf + eps)
     scale = rstd
@@ -91,7 +109,6 @@ def _bn_finalize_kernel(
     beta = tl.zeros((BLOCK_C,), dtype=tl.float32)
     if HAS_B:
         beta = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
     tl.store(stats_ptr + cols, shift, mask=cmask)
     tl.store(stats_ptr + C + cols, offset, mask=cmask)
     tl.store(stats_ptr + 2 * C + cols, rstd, mask=cmask)
@@ -160,12 +177,13 @@ def _masked_grad(dy, x_minus_mean, y_ptr, offs, mask, scale, beta,
 @triton.jit
 def _bn_bwd_reduce_kernel(
     dy_ptr, x_ptr, y_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
-    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
+    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
     RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, STORE_G: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
-    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient)."""
+    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient). The last program of the
+    channel block to finish merges the partials (_merge_grads)."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -188,23 +206,23 @@ def _bn_bwd_reduce_kernel(
     out = part_ptr + group * C + cols
     tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
     tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
+    if _last_arrival(count_ptr, GROUPS):
+        _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M, BLOCK_G, BLOCK_C)
 
 
 @triton.jit
-def _bn_bwd_finalize_kernel(part_ptr, stats_ptr, coef_ptr, dwb_ptr, C, GROUPS, M,
-                            BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program per channel block: sum the GROUPS partials in a fixed order; dweight = rstd * sum g (x - mean),
-    dbias = sum g -> dwb (2, C) fp32; dx coefficients k, c (see the module docstring) -> coef (2, C)."""
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M,
+                 BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Sum the GROUPS partials of channels ``cols`` in a fixed order; dweight = rstd * sum g (x - mean),
+    dbias = sum g -> dwb (2, C) fp32; dx coefficients k, c (see batchnorm.py's docstring) -> coef (2, C)."""
     gs = tl.arange(0, BLOCK_G)
     acc_g = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     acc_gx = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     for g0 in range(0, GROUPS, BLOCK_G):
         m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
-        acc_g += tl.load(p, mask=m, other=0.0)
-        acc_gx += tl.load(p + GROUPS * C, mask=m, other=0.0)
+        acc_g += tl.load(p, mask=m, other=0.0, cache_modifier=".cg")
+        acc_gx += tl.load(p + GROUPS * C, mask=m, other=0.0, cache_modifier=".cg")
     rstd = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
     scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
     dbias = tl.sum(acc_g, axis=0)
