@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional
 
 from models.resnet import BatchNormAct2d
-from triton_kernels import batchnorm
+from triton_kernels import batchnorm, batchnorm_eager
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err
 
@@ -127,6 +127,39 @@ def test_tuning_trials_update_the_running_statistics_once():
     batchnorm.batch_norm(x, rm, rv, None, None, True, 0.5, 1e-5)
     functional.batch_norm(x, rm32, rv32, None, None, True, 0.5, 1e-5)
     assert rel_err(rm, rm32) <= 1e-5 and rel_err(rv, rv32) <= 1e-5
+
+
+@pytest.mark.parametrize("relu,use_res", COMBOS)
+@pytest.mark.parametrize("fmt", [torch.channels_last, torch.contiguous_format])
+def test_repeated_signature_takes_the_fast_path(relu, use_res, fmt):
+    """The second call of a signature runs the eager fast path: outputs, gradients and running statistics
+    equal the first (general) call's bit for bit; a call with a new weight is validated again."""
+    shape = (3, 12, 5, 4)
+    x = torch.randn(shape, device=DEVICE).to(memory_format=fmt).requires_grad_()
+    res = torch.randn(shape, device=DEVICE).to(memory_format=fmt).requires_grad_() if use_res else None
+    w, b = torch.rand(12, device=DEVICE).requires_grad_(), torch.randn(12, device=DEVICE).requires_grad_()
+    runs = []
+    for _ in range(2):
+        rm, rv = torch.zeros(12, device=DEVICE), torch.ones(12, device=DEVICE)
+        y = batchnorm.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5, residual=res, relu=relu)
+        leaves = [t for t in (x, w, b, res) if t is not None]
+        runs.append((y, rm, rv) + torch.autograd.grad(y, leaves, torch.ones_like(y) + y))
+    assert len(batchnorm_eager._FAST) > 0
+    for a, c in zip(*runs):
+        assert torch.equal(a, c)
+    with torch.no_grad():  # training mode without autograd: the same forward
+        rm, rv = torch.zeros(12, device=DEVICE), torch.ones(12, device=DEVICE)
+        assert torch.equal(batchnorm.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5, residual=res, relu=relu), runs[0][0])
+    with pytest.raises(ValueError, match="weight"):  # a seen x with a new weight is validated again
+        batchnorm.batch_norm(x, None, None, torch.rand(7, device=DEVICE), b, True, 0.1, 1e-5, residual=res, relu=relu)
+    with torch.no_grad():  # inference: the fast path's output equals the general path's
+        rm, rv = torch.randn(12, device=DEVICE), torch.rand(12, device=DEVICE) + 0.5
+        first, second = (batchnorm.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5, residual=res, relu=relu)
+                         for _ in range(2))
+        assert torch.equal(first, second) and len(batchnorm_eager._FAST_INFER) > 0
+        ref = functional.batch_norm(x.double(), rm.double(), rv.double(), w.double(), b.double(), False, 0.0, 1e-5)
+        ref = ref + res.double() if use_res else ref
+        assert_close(second, functional.relu(ref) if relu else ref, torch.float32, name="inference y")
 
 
 def test_large_mean_small_variance():

@@ -268,9 +268,9 @@ def _current_stream(index: int) -> int:
 
 def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -> None:
     """Launch a plan: ``inputs`` (the leading pointers), the geometry, the plan's scalars, then for a
-    reduction its partials (rows x groups x C fp32), its arrival counters and ``tail``."""
+    reduction its partials (rows x groups x C fp32) and its arrival counters, then ``tail``."""
     if not plan.rows:
-        plan.kernel.launch(plan.grid, *inputs, geo.C, geo.HW, *geo.strides, *plan.scalars)
+        plan.kernel.launch(plan.grid, *inputs, geo.C, geo.HW, *geo.strides, *plan.scalars, *tail)
         return
     part = torch.empty((plan.rows, plan.groups, geo.C), device=device, dtype=torch.float32)
     plan.kernel.launch(plan.grid, *inputs, part, geo.C, geo.HW, *geo.strides, *plan.scalars,
@@ -279,8 +279,8 @@ def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -
 
 def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config=None, tail=(), trial_tail=None):
     """Run one kernel of a call over the whole tensor with its plan (made on the first call with this
-    key: the tuned config, or ``config``). ``inputs``: the kernel's leading pointer arguments; ``tail``: a
-    reduction's arguments after its counters; ``trial_tail``: the tail the tuner's trial launches use
+    key: the tuned config, or ``config``). ``inputs``: the kernel's leading pointer arguments; ``tail``: its
+    arguments after the geometry (a reduction's: after its counters); ``trial_tail``: the tail the tuner's trial launches use
     instead, made only when trials run (a function: outputs that must not be updated more than once, e.g.
     the running statistics)."""
     key = (name, geo.N, geo.HW, geo.C, geo.strides, dtype, tuple(constexprs.values()), device)
@@ -346,16 +346,26 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
                     trial_tail if has_running else None)
     y = _empty_like_layout(x, fmt)
     _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                    {"HAS_RES": residual is not None, "RELU": relu}, dev, config)
+                    _apply_flags(residual is not None, relu), dev, config, (stats, stats, stats, stats, 0.0))
     return y, stats, running
 
 
-def batch_norm_apply(x, residual, stats, relu: bool, config: Optional[Config] = None) -> torch.Tensor:
-    """y = act((x - mean) * scale + beta [+ residual]) for given per-channel stats (5, C) fp32 (inference)."""
+def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False):
+    return {"HAS_RES": has_res, "RELU": relu, "FROM_RUNNING": from_running, "HAS_W": has_w, "HAS_B": has_b}
+
+
+def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: float, relu: bool,
+                     config: Optional[Config] = None) -> torch.Tensor:
+    """Inference: y = act((x - running_mean) * weight / sqrt(running_var + eps) + bias [+ residual]), the
+    per-channel factors formed in the kernel (fp32)."""
     (x, residual), fmt, geo = _prepare(x, residual)
+    running_mean, running_var, weight, bias = (t.contiguous() if t is not None else None
+                                               for t in (running_mean, running_var, weight, bias))
     y = _empty_like_layout(x, fmt)
-    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                    {"HAS_RES": residual is not None, "RELU": relu}, x.device, config)
+    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, x), x.dtype,
+                    _apply_flags(residual is not None, relu, True, weight is not None, bias is not None), x.device,
+                    config, (running_mean, running_var, weight if weight is not None else running_mean,
+                             bias if bias is not None else running_mean, eps))
     return y
 
 
@@ -405,9 +415,10 @@ def _bn_backward_op(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor]
     return [dx if dx is not None else empty, g if g is not None else empty.clone(), dwb]
 
 
-def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
-                 config: str) -> torch.Tensor:
-    return batch_norm_apply(x, residual, stats, relu, _config_from(config))
+def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], running_mean: torch.Tensor,
+                 running_var: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+                 relu: bool, config: str) -> torch.Tensor:
+    return batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps, relu, _config_from(config))
 
 
 def _setup_context(ctx, inputs, output):
@@ -460,16 +471,6 @@ def _validate(x, running_mean, running_var, weight, bias, momentum, eps, residua
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
 
 
-def inference_stats(running_mean: torch.Tensor, running_var: torch.Tensor, weight: Optional[torch.Tensor],
-                    bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
-    """(5, C) fp32 (s = mean, offset = 0, rstd, scale, beta) from the running statistics: what the apply
-    kernel reads."""
-    rstd = torch.rsqrt(running_var.float() + eps)
-    scale = rstd * weight.float() if weight is not None else rstd
-    beta = bias.float() if bias is not None else torch.zeros_like(rstd)
-    return torch.stack([running_mean.float(), torch.zeros_like(rstd), rstd, scale, beta])
-
-
 def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                running_var: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
@@ -481,6 +482,15 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
     updates the running statistics as torch does; inference mode uses the running statistics (when a
     gradient is needed there, torch's own ops run). Differentiable in x, weight, bias and residual.
     ``config``: the tiling of every kernel of the call (see :func:`check_config`) instead of the tuned ones."""
+    if config is None:
+        if training:
+            y = batchnorm_eager.fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu)
+        elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))):
+            y = batchnorm_eager.fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu)
+        else:
+            y = None
+        if y is not None:
+            return y
     _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual)
     check_config(config)
     N, C, H, W = x.shape
@@ -496,6 +506,8 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
             with torch.no_grad():
                 running_mean.copy_(running[0])
                 running_var.copy_(running[1])
+        elif config is None:
+            batchnorm_eager.remember_train(x, running_mean, running_var, weight, bias, residual, bool(relu))
         return y
     if running_mean is None:
         raise ValueError("inference mode (training=False) needs running_mean and running_var")
@@ -505,8 +517,11 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
         return torch.relu(y) if relu else y
     if x.numel() == 0:
         return torch.empty_like(x)
-    return _bn_apply_call(x, residual, inference_stats(running_mean, running_var, weight, bias, eps), bool(relu),
-                          _config_str(config))
+    y = _bn_apply_call(x, residual, running_mean, running_var, weight, bias, float(eps), bool(relu),
+                       _config_str(config))
+    if config is None:
+        batchnorm_eager.remember_infer(x, running_mean, running_var, weight, bias, residual, relu)
+    return y
 
 
 def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,
@@ -531,3 +546,6 @@ def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor],
         folded_w = conv_weight.double() * scale[:, None, None, None]
         folded_b = (b - running_mean.double()) * scale + beta
     return folded_w.to(conv_weight.dtype), folded_b.to(conv_weight.dtype)
+
+
+from . import batchnorm_eager  # noqa: E402  (it builds on this module's launchers and plans)

@@ -142,16 +142,30 @@ def _centered(x, shift, offset):
 @triton.jit
 def _bn_apply_kernel(
     x_ptr, res_ptr, y_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
-    HAS_RES: tl.constexpr, RELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps,
+    HAS_RES: tl.constexpr, RELU: tl.constexpr, FROM_RUNNING: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
-    (and the residual), one write of y, per-channel vectors from stats (5, C)."""
+    (and the residual), one write of y. Per-channel vectors from stats (5, C) (training), or with
+    FROM_RUNNING from the running statistics (inference): mean = running_mean, scale = w / sqrt(running_var
+    + eps), beta = b."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
     mask = pmask[:, None] & cmask[None, :]
     offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
-    shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
+    if FROM_RUNNING:
+        shift = tl.load(rmean_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        offset = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        scale = 1.0 / tl.sqrt(tl.load(rvar_ptr + cols, mask=cmask, other=1.0).to(tl.float32) + eps)
+        if HAS_W:
+            scale = scale * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        beta = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        if HAS_B:
+            beta = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    else:
+        shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
     xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
     y = xc * scale[None, :] + beta[None, :]
     if HAS_RES:

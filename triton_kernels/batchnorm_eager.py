@@ -1,0 +1,198 @@
+"""The eager fast path of the fused batch norm (triton_kernels/batchnorm.py): a call whose signature (every
+tensor's shape, strides, dtype and device; relu) was seen before skips validation, layout analysis and plan
+lookups. Training runs as two allocations + two launches forward and four allocations + two launches
+backward through a light autograd.Function; inference as one allocation + one launch. The first call of
+a signature takes the general path (which validates, tunes and makes the plans) and is remembered here
+when its layout is the simple one: x dense, the residual in x's strides, contiguous parameters and
+running statistics. torch.compile always traces the registered ops.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from .batchnorm import (_PLANS, _Geometry, _apply_flags, _counters, _dense_strides, _memory_format, _pixel_strides,
+                        batch_norm_train_backward)
+from .runtime import is_fake as _is_fake, is_tracing
+
+
+def _signature(t: Optional[torch.Tensor]):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+class _FastTrain:
+    """What a training call's signature (every tensor's shape, strides, dtype and device; relu) fixes:
+    the layout, the geometry's launch arguments and the plans of its kernels (the forward's from the first
+    call, the backward's from the first backward per (need_dx, store_g))."""
+
+    def __init__(self, x, weight, bias, residual, running_mean, relu: bool):
+        fmt = _memory_format(x)
+        self.fmt, self.shape = fmt, tuple(x.shape)
+        geo = self.geo = _Geometry(self.shape, _pixel_strides(x))
+        self.out_strides = x.stride()
+        self.relu, self.has_res, self.mask_from_y = relu, residual is not None, relu and residual is not None
+        self.has_running = running_mean is not None
+        self.w_dtype = weight.dtype if weight is not None and weight.dtype != torch.float32 else None
+        self.b_dtype = bias.dtype if bias is not None and bias.dtype != torch.float32 else None
+        dev, C = x.device, geo.C
+        self.stats = _PLANS[("stats", geo.N, geo.HW, C, geo.strides, x.dtype,
+                             (weight is not None, bias is not None, self.has_running), dev)]
+        self.apply = _PLANS[("apply", geo.N, geo.HW, C, geo.strides, x.dtype,
+                             tuple(_apply_flags(self.has_res, relu).values()), dev)]
+        self.geo_args = (C, geo.HW, *geo.strides)
+        self.backward_plans: dict[tuple, tuple] = {}
+
+    def forward(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
+        geo, stats_plan, apply_plan = self.geo, self.stats, self.apply
+        stats = torch.empty((5, geo.C), device=x.device, dtype=torch.float32)
+        part = torch.empty((3, stats_plan.groups, geo.C), device=x.device, dtype=torch.float32)
+        rm = running_mean if self.has_running else stats
+        rv = running_var if self.has_running else stats
+        stats_plan.kernel.launch(stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars,
+                                 _counters(x, stats_plan.grid[1]), weight if weight is not None else stats,
+                                 bias if bias is not None else stats, stats, rm, rv, rm, rv, geo.M, eps, momentum)
+        y = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=x.dtype)
+        apply_plan.kernel.launch(apply_plan.grid, x, residual if residual is not None else x, y, stats,
+                                 *self.geo_args, *apply_plan.scalars, stats, stats, stats, stats, 0.0)
+        return y, stats
+
+    def backward(self, dy, x, y, stats, need_dx: bool, store_g: bool):
+        """(dx or None, g or None, dwb (2, C) fp32)."""
+        if dy.stride() != self.out_strides:
+            dy = dy.contiguous(memory_format=self.fmt)
+        plans = self.backward_plans.get((need_dx, store_g))
+        if plans is None:  # the general path tunes / finds the plans, then they are kept here
+            out = batch_norm_train_backward(dy, x, y, stats, self.relu, need_dx, store_g)
+            geo, dev, flags = self.geo, x.device, (self.relu, self.mask_from_y)
+            key = (geo.N, geo.HW, geo.C, geo.strides, dy.dtype)
+            self.backward_plans[(need_dx, store_g)] = (
+                _PLANS[("bwd_reduce",) + key + (flags + (store_g,), dev)],
+                _PLANS[("bwd_dx",) + key[:-1] + (x.dtype, flags + (store_g,), dev)] if need_dx else None)
+            return out
+        reduce_plan, dx_plan = plans
+        geo = self.geo
+        g = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=dy.dtype) if store_g else None
+        part = torch.empty((2, reduce_plan.groups, geo.C), device=x.device, dtype=torch.float32)
+        dwb = torch.empty((2, geo.C), device=x.device, dtype=torch.float32)
+        coef = torch.empty((2, geo.C), device=x.device, dtype=torch.float32)
+        y_or_x = y if y is not None else x
+        g_or_dy = g if g is not None else dy
+        reduce_plan.kernel.launch(reduce_plan.grid, dy, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
+                                  *reduce_plan.scalars, _counters(x, reduce_plan.grid[1]), coef, dwb, geo.M)
+        dx = None
+        if need_dx:
+            dx = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=x.dtype)
+            dx_plan.kernel.launch(dx_plan.grid, dy, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
+                                  *dx_plan.scalars)
+        return dx, g, dwb
+
+
+class _FastBatchNormAct(torch.autograd.Function):
+    """The eager training op of a known signature (torch.compile traces the registered op instead)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, running_mean, running_var, fast, momentum, eps):
+        y, stats = fast.forward(x, weight, bias, residual, running_mean, running_var, momentum, eps)
+        ctx.fast = fast
+        ctx.save_for_backward(x, y if fast.mask_from_y else None, stats)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, y, stats = ctx.saved_tensors
+        fast = ctx.fast
+        need_x, need_w, need_b, need_res = ctx.needs_input_grad[:4]
+        store_g = bool(need_res and fast.relu)
+        dx, g, dwb = fast.backward(dy, x, y, stats, bool(need_x), store_g)
+        dw = db = None
+        if need_w:
+            dw = dwb[0] if fast.w_dtype is None else dwb[0].to(fast.w_dtype)
+        if need_b:
+            db = dwb[1] if fast.b_dtype is None else dwb[1].to(fast.b_dtype)
+        return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None, None
+
+
+_FAST: dict[tuple, _FastTrain] = {}
+
+
+def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu):
+    """The output of a training call through the fast path, or None when the call must take the general
+    one (first call of its signature, tracing, an unusual layout, a momentum or eps to validate)."""
+    if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
+                                                            and type(eps) is float and 0.0 <= eps < float("inf")):
+        return None
+    key = (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
+           _signature(running_var), bool(relu))
+    fast = _FAST.get(key)
+    if fast is None:
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)
+                                    or (residual is not None and residual.requires_grad)):
+        return _FastBatchNormAct.apply(x, weight, bias, residual, running_mean, running_var, fast, momentum, eps)
+    return fast.forward(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
+
+
+def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:
+    """x dense (channels_last or NCHW), the residual in x's strides, contiguous parameters and running
+    statistics: the layouts the fast path launches on as they are; not while tracing."""
+    return not (is_tracing(x)
+                or _pixel_strides(x) != _pixel_strides(x, _dense_strides(tuple(x.shape), _memory_format(x)))
+                or (residual is not None and residual.stride() != x.stride())
+                or any(t is not None and not t.is_contiguous() for t in (weight, bias, running_mean, running_var)))
+
+
+def remember_train(x, running_mean, running_var, weight, bias, residual, relu) -> None:
+    """After a general-path training call: keep its signature for the fast path (simple layouts only)."""
+    if not _simple_layout(x, running_mean, running_var, weight, bias, residual):
+        return
+    key = (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
+           _signature(running_var), relu)
+    try:
+        _FAST[key] = _FastTrain(x, weight, bias, residual, running_mean, relu)
+    except KeyError:  # a plan was not kept (explicit config): no fast path
+        pass
+
+
+class _FastInfer(NamedTuple):
+    """An inference signature's apply plan, output layout and geometry arguments."""
+    plan: object
+    shape: tuple
+    strides: tuple
+    geo_args: tuple
+
+
+_FAST_INFER: dict[tuple, _FastInfer] = {}
+
+
+def _infer_key(x, running_mean, running_var, weight, bias, residual, relu) -> tuple:
+    return (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
+            _signature(running_var), bool(relu))
+
+
+def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) -> Optional[torch.Tensor]:
+    """The output of an inference call (no gradient needed) through the fast path, or None (see fast_train)."""
+    if torch.compiler.is_compiling() or _is_fake(x) or not (type(eps) is float and 0.0 <= eps < float("inf")):
+        return None
+    fast = _FAST_INFER.get(_infer_key(x, running_mean, running_var, weight, bias, residual, relu))
+    if fast is None:
+        return None
+    y = torch.empty_strided(fast.shape, fast.strides, device=x.device, dtype=x.dtype)
+    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, x, *fast.geo_args,
+                            *fast.plan.scalars, running_mean, running_var,
+                            weight if weight is not None else running_mean,
+                            bias if bias is not None else running_mean, eps)
+    return y
+
+
+def remember_infer(x, running_mean, running_var, weight, bias, residual, relu) -> None:
+    """After a general-path inference call: keep its signature for the fast path (simple layouts only)."""
+    if not _simple_layout(x, running_mean, running_var, weight, bias, residual):
+        return
+    geo = _Geometry(tuple(x.shape), _pixel_strides(x))
+    flags = _apply_flags(residual is not None, bool(relu), True, weight is not None, bias is not None)
+    plan = _PLANS.get(("apply", geo.N, geo.HW, geo.C, geo.strides, x.dtype, tuple(flags.values()), x.device))
+    if plan is not None:
+        _FAST_INFER[_infer_key(x, running_mean, running_var, weight, bias, residual, relu)] = _FastInfer(
+            plan, tuple(x.shape), x.stride(), (geo.C, geo.HW, *geo.strides))
