@@ -90,3 +90,36 @@ def test_bind_is_memoised_per_value_set():
     assert bind(kernel, num_warps=4, BLOCK=16) is a
     assert bind(kernel, BLOCK=32, num_warps=4) is not a
     assert a.options == {"num_warps": 4} and a.constexprs == {"BLOCK": 16}
+
+
+def test_fixed_launch_passes_every_slot_and_takes_the_compiled_launcher():
+    """fix(): the grid and the non-tensor arguments of one call signature fixed; a call passes only the
+    tensors, and goes to the compiled kernel launch() filed for that signature (aligned addresses)."""
+    bound, misses = _bound()
+    x, y = torch.randn(40), torch.empty(40)
+    fixed = bound.fix((3,), x, y, 40, 0.5)
+    assert not misses  # fixing launches nothing
+    fixed(x, y)  # nothing compiled yet: through launch(), which files the compiled kernel
+    assert len(misses) == 1
+    calls = []
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    x2, y2 = torch.randn(40), torch.empty(40)
+    fixed(x2, y2)
+    assert calls == [(3, 1, 1, 1234, "function", "metadata", None, None, None,
+                      x2.data_ptr(), y2.data_ptr(), 40, 0.5, 16, 3)]
+    assert len(misses) == 1
+
+
+@pytest.mark.parametrize("change", ["dtype", "alignment"])
+def test_fixed_launch_of_another_specialisation_goes_through_launch(change):
+    bound, misses = _bound()
+    x, y = torch.randn(64), torch.empty(64)
+    fixed = bound.fix((1,), x, y, 32, 0.5)
+    fixed(x, y)
+    calls = []
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    other = {"dtype": (x.double(), y), "alignment": (x[1:], y)}[change]
+    fixed(*other)
+    assert not calls and len(misses) == 2 and misses[1][1] != misses[0][1]
+    fixed(x, y)
+    assert len(calls) == 1

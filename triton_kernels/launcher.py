@@ -20,7 +20,8 @@ while a launch hook is installed (a profiler), calls take Triton's normal path.
 """
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 import torch
 import triton
@@ -44,8 +45,13 @@ class BoundKernel:
         self.constexprs = constexprs
         self.options = options
         params = getattr(kernel, "params", None)  # the interpreter's kernels have no compiled signature
-        self.runtime_names = [p.name for p in params if not p.is_constexpr] if params is not None else None
+        if params is not None:
+            self.runtime_names = [p.name for p in params if not p.is_constexpr]
+        else:  # the interpreter: the parameters not annotated as constexprs
+            signature = inspect.signature(kernel.fn).parameters.values()
+            self.runtime_names = [p.name for p in signature if "constexpr" not in str(p.annotation)]
         self._compiled: dict[tuple, tuple] = {}  # guard -> (launcher, function handle, packed metadata)
+        self._fixed_code: dict[tuple, Any] = {}  # argument kinds -> fix()'s compiled functions
         self.launch = self._first_launch if (not INTERPRET or driver is not None) else self._slow
 
     def __getitem__(self, grid):
@@ -66,9 +72,19 @@ class BoundKernel:
         return compiled
 
     # -- the generated fast path ----------------------------------------------------------------------
-    def _first_launch(self, grid, *args, **kwargs):
-        """Generate the guard-and-launch function for the argument kinds of this first call. It takes
-        the kernel's runtime parameters by name or position, like the kernel itself."""
+    def _scope(self) -> dict:
+        """Names the generated functions use; each constexpr as _lp_c_<name>."""
+        driver = self.driver if self.driver is not None else triton.runtime.driver.active
+        scope = {"_lp_compiled": self._compiled, "_lp_miss": self._miss, "_lp_knobs": triton.knobs.runtime,
+                 "_lp_fake": is_fake, "_lp_bound": self,
+                 "_lp_stream": driver.get_current_stream, "_lp_device": driver.get_current_device}
+        for p in self.kernel.params:
+            if p.is_constexpr:
+                scope[f"_lp_c_{p.name}"] = self.constexprs.get(p.name, p.default)
+        return scope
+
+    def _values(self, args: tuple, kwargs: dict) -> dict:
+        """The runtime arguments by name; a TypeError naming them when some are missing or unknown."""
         names = self.runtime_names
         if len(args) > len(names) or set(kwargs) - set(names[len(args):]):
             raise TypeError(f"{self.kernel.__name__} takes the runtime arguments ({', '.join(names)}); got "
@@ -77,39 +93,43 @@ class BoundKernel:
         missing = [n for n in names if n not in values]
         if missing:
             raise TypeError(f"{self.kernel.__name__}: missing runtime arguments {missing}")
-        guard, passed = [], {}
-        prologue = []
+        return values
+
+    @staticmethod
+    def _guard(name: str, value: Any, pointer: str) -> list[str]:
+        """The guard terms of one runtime argument (what Triton specialises on): a tensor's dtype and its
+        address (``pointer``) mod 16; an int's ==1, mod 16 and 32-bit range; a bool / None itself;
+        anything else its class."""
+        if isinstance(value, torch.Tensor):
+            return [f"{name}.dtype", f"{pointer} & 15"]
+        if isinstance(value, bool) or value is None:
+            return [name]
+        if isinstance(value, int):
+            return [f"{name} == 1", f"{name} & 15", f"-2147483648 <= {name} <= 2147483647"]
+        return [f"{name}.__class__"]
+
+    def _first_launch(self, grid, *args, **kwargs):
+        """Generate the guard-and-launch function for the argument kinds of this first call. It takes
+        the kernel's runtime parameters by name or position, like the kernel itself."""
+        names = self.runtime_names
+        values = self._values(args, kwargs)
+        guard, passed, prologue = [], {}, []
         for i, name in enumerate(names):
-            value = values[name]
-            if isinstance(value, torch.Tensor):
+            if isinstance(values[name], torch.Tensor):
                 # the compiled launcher takes an address as an int (and then skips its own
                 # data_ptr() call and pointer-attribute query)
                 prologue.append(f"_lp_p{i} = {name}.data_ptr()")
-                guard += [f"{name}.dtype", f"_lp_p{i} & 15"]
                 passed[name] = f"_lp_p{i}"
-            elif isinstance(value, bool) or value is None:
-                guard.append(name)
-            elif isinstance(value, int):
-                guard += [f"{name} == 1", f"{name} & 15", f"-2147483648 <= {name} <= 2147483647"]
-            else:
-                guard.append(f"{name}.__class__")
-        driver = self.driver if self.driver is not None else triton.runtime.driver.active
-        scope = {"_lp_compiled": self._compiled, "_lp_miss": self._miss, "_lp_knobs": triton.knobs.runtime,
-                 "_lp_fake": is_fake,
-                 "_lp_stream": driver.get_current_stream, "_lp_device": driver.get_current_device}
-        call = []  # the compiled launcher takes every parameter, constexprs included (their slots skipped)
-        for p in self.kernel.params:
-            if p.is_constexpr:
-                scope[f"_lp_c_{p.name}"] = self.constexprs.get(p.name, p.default)
-                call.append(f"_lp_c_{p.name}")
-            else:
-                call.append(passed.get(p.name, p.name))
+            guard += self._guard(name, values[name], f"_lp_p{i}")
+        scope = self._scope()
+        # the compiled launcher takes every parameter, constexprs included (their slots skipped)
+        call = [f"_lp_c_{p.name}" if p.is_constexpr else passed.get(p.name, p.name) for p in self.kernel.params]
         arglist = ", ".join(names)
         # a null address: a fake tensor (torch.compile tracing; Triton's own path) or an empty one (an
         # output the kernel does not write, e.g. statistics in inference: launched directly like any other)
-        pointers = [f"not _lp_p{i}" for i, name in enumerate(names) if name in passed]
-        tensors = ", ".join(name for name in names if name in passed)
-        nonnull = f"if ({' or '.join(pointers)}) and _lp_fake({tensors}): raise TypeError" if pointers else "pass"
+        pointers = [f"not {p}" for p in passed.values()]
+        nonnull = (f"if ({' or '.join(pointers)}) and _lp_fake({', '.join(passed)}): raise TypeError" if pointers
+                   else "pass")
         src = f"""
 def launch(_lp_grid, {arglist}):
     try:
@@ -131,6 +151,64 @@ def launch(_lp_grid, {arglist}):
         self.launch = scope["launch"]
         self.source = src
         return self.launch(grid, *args, **kwargs)
+
+    def fix(self, grid, *args, **kwargs) -> Callable:
+        """A launch function for calls that differ from ``launch(grid, *args, **kwargs)`` only in their
+        tensors: the grid and every other argument fixed, it takes the tensor arguments positionally (in
+        the kernel's order). It goes straight to the compiled launcher when every tensor has this call's
+        dtype and a non-null, 16-byte aligned address, the current device is this call's and no launch
+        hook is installed; any other call (or one before the kernel is compiled) goes through ``launch``.
+        Meant for one function per call signature (e.g. a module's input shape); this call is not launched."""
+        values = self._values(args, kwargs)
+        tensors = [n for n in self.runtime_names if isinstance(values[n], torch.Tensor)]
+        fixed = {n: v for n, v in values.items() if n not in tensors}
+        if INTERPRET and self.driver is None:  # the interpreter: Triton's own call
+            return lambda *ts: self.launch(grid, **dict(zip(tensors, ts)), **fixed)
+        kinds = tuple(" ".join(self._guard(n, values[n], "")) for n in self.runtime_names)  # the argument kinds
+        code = self._fixed_code.get(kinds)
+        if code is None:
+            code = self._fixed_code[kinds] = self._fixed_source(tensors, values)
+        scope = self._scope()
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        scope.update(_lp_dev=scope["_lp_device"](), _lp_hit=None, _lp_fixed=fixed, _lp_grid=grid,
+                     **{f"_lp_g{i}": g for i, g in enumerate(grid)}, **{f"_lp_v_{n}": v for n, v in fixed.items()},
+                     **{f"_lp_t{i}": values[n].dtype for i, n in enumerate(tensors)})
+        exec(code, scope)  # noqa: S102  (defines _lp_guard and launch)
+        # the key launch() files this call's compiled kernel under (16-byte aligned addresses)
+        scope["_lp_key"] = scope["_lp_guard"](*(values[n] for n in self.runtime_names), *(16 for _ in tensors))
+        return scope["launch"]
+
+    def _fixed_source(self, tensors: list, values: dict):
+        """The compiled module of fix()'s functions for one set of argument kinds: ``launch`` and
+        ``_lp_guard`` (the key, as launch() computes it). Values are names in each function's globals."""
+        names = self.runtime_names
+        pointers = [f"_lp_p{i}" for i in range(len(tensors))]
+        guard = [term for n in names
+                 for term in self._guard(n, values[n], pointers[tensors.index(n)] if n in tensors else "")]
+        call = [f"_lp_c_{p.name}" if p.is_constexpr else pointers[tensors.index(p.name)] if p.name in tensors
+                else f"_lp_v_{p.name}" for p in self.kernel.params]
+        usual = (f"({' | '.join(pointers)}) & 15 or not ({' and '.join(pointers)}) or "
+                 + " or ".join(f"{n}.dtype is not _lp_t{i}" for i, n in enumerate(tensors)))
+        slow = f"_lp_bound.launch(_lp_grid, {', '.join(f'{n}={n}' for n in tensors)}, **_lp_fixed)"
+        src = f"""
+def _lp_guard({', '.join(names + pointers)}):
+    return (_lp_dev, {', '.join(guard)})
+
+
+def launch({', '.join(tensors)}):
+    global _lp_hit
+    {'; '.join(f'{p} = {n}.data_ptr()' for p, n in zip(pointers, tensors))}
+    _lp_hook = _lp_knobs.launch_enter_hook
+    if {usual} or (_lp_hook is not None and getattr(_lp_hook, "calls", True)) or _lp_device() != _lp_dev:
+        return {slow}
+    if _lp_hit is None:  # found once: launch() files a compiled kernel under its key for good
+        _lp_hit = _lp_compiled.get(_lp_key)
+        if _lp_hit is None:
+            return {slow}
+    _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_stream(_lp_dev), _lp_hit[1], _lp_hit[2], None, None, None,
+               {', '.join(call)})
+"""
+        return compile(src, f"<fixed launch {self.kernel.__name__}>", "exec")
 
 
 _BOUND: dict[tuple, BoundKernel] = {}
