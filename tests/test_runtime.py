@@ -218,3 +218,17 @@ def test_cache_entries_are_readable_and_old_format_is_ignored(cache, monkeypatch
     data = json.loads(t.cache_path().read_text())
     assert list(data) == [t.key_str(key)]  # the old entry is gone
     assert data[t.key_str(key)]["key"] == {"m": 256, "dtype": "bfloat16", "act": "relu", "has_bias": True}
+
+
+def test_config_strings_and_the_call_signature_cache_bound():
+    """The torch ops carry a config as a string (config_str / config_from round-trip, "" for None); a
+    cache of prepared eager calls is emptied when it reaches MAX_CALL_SIGNATURES, and an unhashable
+    signature (key None) is never kept."""
+    c = runtime.Config({"BLOCK_M": 2}, 4, 1)
+    assert runtime.config_from(runtime.config_str(c)) == c
+    assert runtime.config_str(None) == "" and runtime.config_from("") is None
+    calls = {}
+    for i in range(runtime.MAX_CALL_SIGNATURES + 3):
+        assert runtime.remember_call(calls, i, f"call {i}") == f"call {i}"
+    assert len(calls) == 3
+    assert runtime.remember_call(calls, None, "once") == "once" and len(calls) == 3

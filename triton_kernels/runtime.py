@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -22,7 +23,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -86,6 +87,18 @@ def num_sms(device: torch.device | str | None = None, default: int = 1) -> int:
     if INTERPRET or device.type != "cuda":
         return default
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+_SM_COUNTS: dict[int, int] = {}  # device index -> streaming multiprocessors (asked once per device)
+
+
+def sm_count(t: torch.Tensor, default: int = 2) -> int:
+    """num_sms of t's device, asked once per device (``default`` in the interpreter)."""
+    index = t.get_device()
+    count = _SM_COUNTS.get(index)
+    if count is None:
+        count = _SM_COUNTS[index] = num_sms(t.device, default=default)
+    return count
 
 
 def cdiv(a: int, b: int) -> int:
@@ -190,6 +203,18 @@ class Config:
 
     def __hash__(self) -> int:
         return hash((tuple(sorted(self.kwargs.items())), self.num_warps, self.num_stages))
+
+
+@functools.lru_cache(maxsize=256)
+def config_str(config: Optional[Config]) -> str:
+    """A config as the string a torch op carries ("" = the tuned one); made once per distinct config."""
+    return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=256)
+def config_from(text: str) -> Optional[Config]:
+    """The config a torch op's string names (None for ""); parsed once per distinct string."""
+    return Config.from_json(json.loads(text)) if text else None
 
 
 CACHE_ENV = "TRITON_PLAYGROUND_CACHE"
@@ -617,6 +642,52 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
 
     call.__name__ = call.__qualname__ = f"call_{opname}"
     call.op = op
+    return call
+
+
+_FUNCTION_APPLY = torch._C._FunctionBase.__dict__.get("apply")  # autograd.Function.apply's C part
+
+
+class EagerNode(torch.autograd.Function):
+    """The autograd node of an eager call through a cached call signature (layernorm, softmax,
+    cross-entropy): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its backward is
+    ``call.backward(ctx, *grads)``, one gradient (or None) per input. Each op subclasses it (the node's
+    name in a profile). Under torch.compile the ops' registered autograd runs instead."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._apply = _FUNCTION_APPLY.__get__(None, cls) if _FUNCTION_APPLY is not None else cls.apply
+
+    @classmethod
+    def run(cls, *args):
+        """``apply`` without its Python layer (~2 us a call on a CPU) outside functorch transforms (vmap,
+        grad: those go through ``apply``). What that layer does there -- binding default arguments (a
+        node without setup_context has none) and unwrapping tensors left over from a finished functorch
+        transform -- eager calls of these ops do not need."""
+        if torch._C._are_functorch_transforms_active():
+            return cls.apply(*args)
+        return cls._apply(*args)
+
+    @staticmethod
+    def forward(ctx, call, *inputs):
+        ctx.call = call
+        return call.forward(ctx, *inputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return None, *ctx.call.backward(ctx, *grads)
+
+
+MAX_CALL_SIGNATURES = 512  # per op: a cache of validated call signatures is emptied when it reaches this size
+
+
+def remember_call(calls: dict, key: Any, call: Any) -> Any:
+    """Keep ``call`` (an op's prepared call for one signature) under ``key`` unless key is None (an
+    unhashable argument); returns call."""
+    if key is not None:
+        if len(calls) >= MAX_CALL_SIGNATURES:
+            calls.clear()
+        calls[key] = call
     return call
 
 
