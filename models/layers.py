@@ -69,7 +69,8 @@ class Softmax(nn.Softmax):
     (torch's legacy rule: 0 for 1-D and 3-D inputs, else 1)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return softmax.softmax(x, _softmax_dim(self.dim, x.ndim, "softmax"))
+        dim = self.dim
+        return softmax.softmax(x, dim if dim is not None else _softmax_dim(dim, x.ndim, "softmax"))
 
 
 class LogSoftmax(nn.LogSoftmax):
@@ -77,7 +78,8 @@ class LogSoftmax(nn.LogSoftmax):
     Softmax)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return softmax.log_softmax(x, _softmax_dim(self.dim, x.ndim, "log_softmax"))
+        dim = self.dim
+        return softmax.log_softmax(x, dim if dim is not None else _softmax_dim(dim, x.ndim, "log_softmax"))
 
 
 class CrossEntropyLoss(nn.CrossEntropyLoss):

@@ -32,19 +32,20 @@ exact (the max is subtracted first). Empty rows or an empty batch give an empty 
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import NamedTuple, Optional
 
 import torch
 import triton
 import triton.language as tl
+from torch.compiler import is_compiling
 
 from autotune import spaces
 
-from .runtime import cdiv, is_fake as _is_fake
 from .launcher import BoundKernel, bind
-from .runtime import Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op, register_tuner
+from .runtime import cdiv, is_fake as _is_fake
+from .runtime import (Autotuner, Config, EagerNode, bucket, check_tensor, config_from, config_str, next_power_of_2,
+                      register_op, register_tuner, remember_call)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Longest row (rounded up to a power of two) handled by the one-block-per-row kernels; longer rows
@@ -236,15 +237,6 @@ def check_config(config: Optional[Config]) -> None:
         raise ValueError(f"config's {next(iter(keys))} must be a positive power of two, got {block!r}")
 
 
-def _config_str(config: Optional[Config]) -> str:
-    """A config as the string the torch op carries ("" = the tuned one)."""
-    return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
-
-
-def _config_from(text: str) -> Optional[Config]:
-    return Config.from_json(json.loads(text)) if text else None
-
-
 # ----------------------------------------------------------------------------------------------------
 # Launchers (2-D inputs; the public functions below flatten any shape to rows)
 # ----------------------------------------------------------------------------------------------------
@@ -283,6 +275,9 @@ class _Plan(NamedTuple):
     kernel: BoundKernel
     rows: int
 
+    def grid(self, M: int) -> tuple:
+        return (cdiv(M, self.rows),) if self.rows else (M,)
+
 
 # One plan per (direction, shape bucket, row block, dtypes, log, layout), found once (tuner or cache);
 # every later call is a dict lookup and a direct launch.
@@ -292,12 +287,16 @@ _PLANS: dict[tuple, _Plan] = {}
 
 
 def _launch_planned(direction, args, M, N, dtype, grad_dtype, log, unit_stride, config) -> None:
+    plan = _find_plan(direction, args, M, N, dtype, grad_dtype, log, unit_stride, config)
+    plan.kernel.launch(plan.grid(M), *args)
+
+
+def _find_plan(direction, args, M, N, dtype, grad_dtype, log, unit_stride, config) -> _Plan:
+    """The kept plan of this call's key (made on its first call), or ``config``'s plan for this call."""
     block_n = next_power_of_2(N)
     key = (direction[0], bucket(M), block_n if block_n <= MAX_FUSED_N else 0, dtype, grad_dtype, log, unit_stride)
     plan = _PLANS.get(key) if config is None else None
-    if plan is None:
-        plan = _make_plan(direction, key, args, M, N, block_n, config)
-    plan.kernel.launch((cdiv(M, plan.rows),) if plan.rows else (M,), *args)
+    return plan if plan is not None else _make_plan(direction, key, args, M, N, block_n, config)
 
 
 def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
@@ -316,7 +315,7 @@ def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
 
     def run(cfg: Config) -> None:  # one launch with cfg, timed by the tuner
         plan = plan_for(cfg)
-        plan.kernel.launch((cdiv(M, plan.rows),) if plan.rows else (M,), *args)
+        plan.kernel.launch(plan.grid(M), *args)
 
     tracing = _is_fake(args[0])
     if config is None:
@@ -337,11 +336,11 @@ def _make_plan(direction, key, args, M, N, block_n, config) -> _Plan:
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
 def _softmax_op(x: torch.Tensor, log: bool, config: str) -> torch.Tensor:
-    return softmax_forward(x, log, _config_from(config))
+    return softmax_forward(x, log, config_from(config))
 
 
 def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, log: bool, config: str) -> torch.Tensor:
-    return softmax_backward(dy, y, log, _config_from(config))
+    return softmax_backward(dy, y, log, config_from(config))
 
 
 def _setup_context(ctx, inputs, output):
@@ -373,17 +372,90 @@ def _validate(x, dim, config) -> int:
     return dim % x.ndim
 
 
+class _Node(EagerNode):
+    """The autograd node of an eager (log-)softmax call."""
+
+
+class _Call:
+    """One (log-)softmax call signature (shape, strides, dtype and device of x; dim, log, config; whether
+    x needs a gradient), validated once. Its first call finds the launch plan; a later one allocates the
+    output and launches with the other kernel arguments fixed (launcher.BoundKernel.fix)."""
+
+    def __init__(self, x: torch.Tensor, dim: int, log: bool, config: Optional[Config], grad: bool) -> None:
+        self.dim, self.log, self.config, self.grad = dim, log, config, grad
+        self.rows = dim == 1 and x.ndim == 2  # x is (M, N) rows: no reshapes
+        self.last = dim == x.ndim - 1
+        self.shape = x.movedim(dim, -1).shape  # of the rows before they are flattened
+        self.M, self.N = math.prod(self.shape[:-1]), self.shape[-1]
+        self.dtype, self.device = x.dtype, x.device
+        self.forward_launch = None
+        self.backward_launches = {}  # (dy's strides, dtype) -> launch(dy, y, dx)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rows:
+            return _Node.run(self, x) if self.grad else self.run(x)
+        # rows x N with both sizes spelled out (-1 is ambiguous when N == 0); a view when the layout
+        # allows it, else one copy
+        x2 = (x if self.last else x.movedim(self.dim, -1)).reshape(self.M, self.N)
+        y = (_Node.run(self, x2) if self.grad else self.run(x2)).reshape(self.shape)
+        return y if self.last else y.movedim(-1, self.dim)
+
+    def run(self, x2: torch.Tensor) -> torch.Tensor:
+        M, N = self.M, self.N
+        y = torch.empty((M, N), device=self.device, dtype=self.dtype)
+        if M and N:
+            if self.forward_launch is None:
+                args = (x2, y, M, N, x2.stride(0), x2.stride(1), y.stride(0))
+                plan = _find_plan(_FORWARD, args, M, N, x2.dtype, x2.dtype, self.log, x2.stride(1) == 1, self.config)
+                self.forward_launch = plan.kernel.fix(plan.grid(M), *args)
+            self.forward_launch(x2, y)
+        return y
+
+    def forward(self, ctx, x2: torch.Tensor) -> torch.Tensor:
+        y = self.run(x2)
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(self, ctx, dy: torch.Tensor) -> tuple:
+        (y,) = ctx.saved_tensors
+        M, N = self.M, self.N
+        dx = torch.empty((M, N), device=self.device, dtype=self.dtype)
+        if M and N:
+            launch = self.backward_launches.get((dy.stride(), dy.dtype))
+            if launch is None:
+                args = (dy, y, dx, M, N, dy.stride(0), dy.stride(1), y.stride(0), y.stride(1), dx.stride(0))
+                plan = _find_plan(_BACKWARD, args, M, N, y.dtype, dy.dtype, self.log, dy.stride(1) == 1, self.config)
+                launch = self.backward_launches[(dy.stride(), dy.dtype)] = plan.kernel.fix(plan.grid(M), *args)
+            launch(dy, y, dx)
+        return (dx,)
+
+
+_CALLS: dict[tuple, _Call] = {}
+
+
 def _apply(x: torch.Tensor, dim: int, log: bool, config: Optional[Config]) -> torch.Tensor:
+    key = None
+    if not is_compiling():
+        try:  # the call signature: what validation, the launch plan and the kernel arguments depend on
+            key = (x.__class__, x.shape, x.stride(), x.dtype, x.device, torch.is_grad_enabled() and x.requires_grad,
+                   dim, log, config)
+            call = _CALLS.get(key)
+        except (AttributeError, TypeError):  # not a tensor, an unhashable argument: validated on every call
+            key = call = None
+        if call is not None:
+            return call(x)
     dim = _validate(x, dim, config)
+    if not is_compiling() and not _is_fake(x):  # eager: kept for this signature's later calls
+        call = _Call(x, dim, log, config, torch.is_grad_enabled() and x.requires_grad)
+        return remember_call(_CALLS, key, call)(x)
+    # traced by torch.compile: the registered op
     if dim == 1 and x.ndim == 2:  # already rows x N: no reshapes
-        return _softmax_call(x, log, _config_str(config))
+        return _softmax_call(x, log, config_str(config))
     xt = x.movedim(dim, -1) if dim != x.ndim - 1 else x
     shape = xt.shape
-    # rows x N with both sizes spelled out (-1 is ambiguous when N == 0); a view when the layout
-    # allows it, else one copy
     x2 = xt.reshape(math.prod(shape[:-1]), shape[-1])
-    y = _softmax_call(x2, log, _config_str(config)).reshape(shape)
-    return y.movedim(-1, dim) if dim != x.ndim - 1 else y
+    y = _softmax_call(x2, log, config_str(config)).reshape(shape)
+    return y if dim == x.ndim - 1 else y.movedim(-1, dim)
 
 
 def softmax(x: torch.Tensor, dim: int = -1, *, config: Optional[Config] = None) -> torch.Tensor:
