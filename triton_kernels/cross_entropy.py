@@ -35,10 +35,10 @@ per key (`_PLANS`), and ``config=`` chooses them explicitly (`check_config`).
 """
 from __future__ import annotations
 
-import json
 from typing import NamedTuple, Optional
 
 import torch
+from torch.compiler import is_compiling
 
 from autotune import spaces
 
@@ -47,8 +47,8 @@ from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import is_fake as _is_fake
-from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
-                      register_tuner)
+from .runtime import (INTERPRET, Autotuner, Config, EagerNode, bucket, check_tensor, config_from, config_str,
+                      next_power_of_2, num_sms, register_op, register_tuner, remember_call)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -120,15 +120,6 @@ def check_config(config: Optional[Config], V: Optional[int] = None) -> None:
         raise ValueError(f"config's {', '.join(_FLAGS)} must be 0 or 1, got {config}")
     if V is not None and config.kwargs.get("PREFETCH", 0) and V > bv:
         raise ValueError(f"config's PREFETCH is for rows held whole (V <= BLOCK_V), got BLOCK_V={bv}, V={V}")
-
-
-def _config_str(config: Optional[Config]) -> str:
-    """A config as the string the torch op carries ("" = the tuned one)."""
-    return "" if config is None else json.dumps(config.to_json(), sort_keys=True)
-
-
-def _config_from(text: str) -> Optional[Config]:
-    return Config.from_json(json.loads(text)) if text else None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -240,14 +231,29 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, weight: Op
             return loss, correct.zero_(), grad
         return loss.fill_(float("nan") if reduction == "mean" else 0.0), correct.zero_(), grad
     eps = float(label_smoothing)
-    key = (next_power_of_2(M), next_power_of_2(V), logits.dtype, weight is not None, eps > 0.0, compute_grad,
-           reduction, logits.stride(1) == 1, dev)
-    plan = _PLANS.get(key) if config is None else None
-    if plan is None:
-        plan = _make_plan(key, config, logits, target, weight, grad, loss, ignore_index, eps)
+    plan = _find_plan(config, logits, target, weight, grad, loss, ignore_index, eps, reduction)
     P, part = _launch_fused(plan, logits, target, weight, grad, loss, ignore_index, eps)
     plan.finalize.launch((1,), part_ptr=part, loss_ptr=loss, correct_ptr=correct, P=P)
     return loss, correct, grad
+
+
+def _find_plan(config, logits, target, weight, grad, loss, ignore_index, eps, reduction) -> _Plan:
+    """The kept plan of this call's key (made on its first call), or ``config``'s plan for this call."""
+    M, V = logits.shape
+    key = (next_power_of_2(M), next_power_of_2(V), logits.dtype, weight is not None, eps > 0.0, grad is not None,
+           reduction, logits.stride(1) == 1, logits.device)
+    plan = _PLANS.get(key) if config is None else None
+    return plan if plan is not None else _make_plan(key, config, logits, target, weight, grad, loss, ignore_index, eps)
+
+
+def _scale_plan(grad: torch.Tensor) -> tuple[BoundKernel, int]:
+    """The in-place scale kernel for gradients of grad's row length, and its most programs."""
+    key = (next_power_of_2(grad.shape[1]), grad.device)
+    plan = _SCALE_PLANS.get(key)
+    if plan is None:
+        plan = _SCALE_PLANS[key] = (bind(_ce_scale_grad_kernel, BLOCK_V=min(256 if INTERPRET else 4096, key[0]),
+                                         num_warps=8), num_sms(grad.device, default=2) * 8)
+    return plan
 
 
 def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
@@ -255,11 +261,7 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
     M, V = grad.shape
     if M == 0 or V == 0:
         return grad
-    key = (next_power_of_2(V), grad.device)
-    plan = _SCALE_PLANS.get(key)
-    if plan is None:
-        plan = _SCALE_PLANS[key] = (bind(_ce_scale_grad_kernel, BLOCK_V=min(256 if INTERPRET else 4096, key[0]),
-                                         num_warps=8), num_sms(grad.device, default=2) * 8)
+    plan = _scale_plan(grad)
     plan[0].launch((min(M, plan[1]),), grad_ptr=grad, go_ptr=grad_output.reshape(1) if grad_output.ndim == 0
                    else grad_output, M=M, V=V, stride_gm=grad.stride(0),
                    stride_go=0 if grad_output.ndim == 0 else grad_output.stride(0))
@@ -269,18 +271,11 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
-def _cross_entropy_eager(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
-                         ignore_index: int, reduction: str, label_smoothing: float, compute_grad: bool,
-                         config: str) -> list:
-    return list(cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
-                                      compute_grad, _config_from(config)))
-
-
 def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
                       ignore_index: int, reduction: str, label_smoothing: float,
                       compute_grad: bool, config: str) -> list[torch.Tensor]:
-    loss, correct, grad = _cross_entropy_eager(logits, target, weight, ignore_index, reduction, label_smoothing,
-                                               compute_grad, config)
+    loss, correct, grad = cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                                compute_grad, config_from(config))
     return [loss, correct, grad if grad is not None else logits.new_empty((0,))]
 
 
@@ -316,9 +311,116 @@ def _backward(ctx, grads):
     return dx, None, None, None, None, None, None, None
 
 
-# torch.compile calls the registered op; eager calls skip the custom-op dispatcher (runtime.register_op)
+# torch.compile calls the registered op; eager calls go through _Call (below)
 _cross_entropy_call = register_op("tk::cross_entropy", _cross_entropy_op, setup_context=_setup_context,
-                                  backward=_backward, eager=_cross_entropy_eager)
+                                  backward=_backward)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Eager calls: one prepared call per call signature, validated once
+# ----------------------------------------------------------------------------------------------------
+class _Node(EagerNode):
+    """The autograd node of an eager cross_entropy call: (loss, n_correct) from (logits, target, weight)."""
+
+
+class _Call:
+    """One cross_entropy call signature (shape, strides, dtype and device of logits, target and weight;
+    ignore_index, reduction, label_smoothing, return_correct, check_target, config; whether the logits
+    need a gradient), validated once. Its first call finds the launch plan; a later one allocates the
+    outputs and launches with the other kernel arguments fixed (launcher.BoundKernel.fix)."""
+
+    def __init__(self, logits, target, weight, ignore_index, reduction, label_smoothing, return_correct,
+                 check_target, config, grad) -> None:
+        self.V = logits.shape[0 if logits.ndim == 1 else 1]
+        self.M = logits.numel() // self.V if self.V else target.numel()
+        self.ndim, self.target_shape = logits.ndim, target.shape
+        self.check = check_target or (check_target is None and target.device.type == "cpu")
+        self.cast_weight = weight is not None and weight.dtype != torch.float32
+        self.ignore_index, self.reduction, self.eps = ignore_index, reduction, float(label_smoothing)
+        self.return_correct, self.config, self.grad = return_correct, config, grad
+        self.dtype, self.device = logits.dtype, logits.device
+        self.launches = None  # (fixed fused launch, fixed finalize launch, programs, denominator launch or None)
+        self.scale = {}  # the incoming gradient's (shape, strides, dtype) -> fixed in-place scale launch
+
+    def __call__(self, logits, target, weight):
+        if self.check:
+            check_targets(target, self.V, self.ignore_index)
+        if self.ndim == 2:
+            x2, t2 = logits, target
+        elif self.ndim == 1:
+            x2, t2 = logits.unsqueeze(0), target.reshape(1)
+        else:  # (N, C, d1, ...) -> (N * d1 * ..., C)
+            x2, t2 = logits.movedim(1, -1).reshape(-1, self.V), target.reshape(-1)
+        w = weight.to(torch.float32) if self.cast_weight else weight  # any layout: read with its stride
+        loss, correct = _Node.run(self, x2, t2, w) if self.grad else self.run(x2, t2, w, None)
+        if self.reduction == "none":
+            loss = loss.reshape(self.target_shape)
+        return (loss, correct) if self.return_correct else loss
+
+    def run(self, x2, t2, w, grad):
+        M, dev, reduction = self.M, self.device, self.reduction
+        loss = torch.empty((M,) if reduction == "none" else (), device=dev, dtype=self.dtype)
+        correct = torch.empty((), device=dev, dtype=torch.int64)
+        if M == 0:  # as torch: an empty "none" loss, NaN for "mean", 0 for "sum"
+            return (loss if reduction == "none" else loss.fill_(float("nan") if reduction == "mean" else 0.0),
+                    correct.zero_())
+        if self.launches is None:
+            self.launches = self._fix(x2, t2, w, grad, loss, correct)
+        fused, finalize, P, denominator = self.launches
+        part = torch.empty((3 * P + 1,), device=dev, dtype=torch.float32)
+        w = w if w is not None else x2
+        if denominator is not None:
+            denominator(t2, w, part[3 * P:])
+        fused(x2, t2, w, grad if grad is not None else x2, loss, part)
+        finalize(part, loss, correct)
+        return loss, correct
+
+    def _fix(self, x2, t2, w, grad, loss, correct):
+        """The fixed launches of this signature, from its plan (tuned on this first call's tensors)."""
+        M, V = x2.shape
+        plan = _find_plan(self.config, x2, t2, w, grad, loss, self.ignore_index, self.eps, self.reduction)
+        P = min(M, plan.programs)
+        in_kernel = plan.need_denom and M * P <= plan.denom_max
+        part = torch.empty((3 * P + 1,), device=self.device, dtype=torch.float32)
+        stride_w = w.stride(0) if w is not None else 0
+        w = w if w is not None else x2
+        denominator = (plan.denominator.fix((1,), t2, w, part[3 * P:], M, V, t2.stride(0), stride_w, self.ignore_index)
+                       if plan.need_denom and not in_kernel else None)
+        fused = plan.fused[in_kernel].fix(
+            (P,), x2, t2, w, grad if grad is not None else x2, loss, part, M, V, x2.stride(0), x2.stride(1),
+            grad.stride(0) if grad is not None else 0, t2.stride(0), stride_w, self.ignore_index, self.eps)
+        return fused, plan.finalize.fix((1,), part, loss, correct, P), P, denominator
+
+    def forward(self, ctx, x2, t2, w):
+        grad = torch.empty((self.M, self.V), device=self.device, dtype=self.dtype)
+        loss, correct = self.run(x2, t2, w, grad)
+        ctx.grad, ctx.used = grad, False  # an internal buffer (never an output): kept on ctx
+        # n_correct gets no incoming gradient: none is materialized
+        ctx.set_materialize_grads(False)
+        return loss, correct
+
+    def backward(self, ctx, dloss, dcorrect):
+        if dloss is None:
+            return None, None, None
+        if ctx.used:
+            raise RuntimeError("cross_entropy's gradient is computed in the forward and scaled in place: "
+                               "its backward can run only once (retain_graph is not supported)")
+        ctx.used = True
+        grad = ctx.grad
+        if not (self.M and self.V):
+            return grad, None, None
+        signature = (dloss.shape, dloss.stride(), dloss.dtype)
+        scale = self.scale.get(signature)
+        if scale is None:  # the kernel reads the incoming gradient in its own dtype: no conversion launch
+            go = dloss.reshape(-1) if self.reduction == "none" else dloss
+            kernel, programs = _scale_plan(grad)
+            scale = self.scale[signature] = kernel.fix((min(self.M, programs),), grad, go, self.M, self.V,
+                                                       grad.stride(0), 0 if go.ndim == 0 else go.stride(0))
+        scale(grad, dloss if self.reduction != "none" else dloss.reshape(-1))
+        return grad, None, None
+
+
+_CALLS: dict[tuple, _Call] = {}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -374,7 +476,25 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     tensors. Unchecked out-of-range targets give a NaN loss and NaN gradient rows.
     config: run this kernel and tiling instead of the tuned one (see ``check_config``).
     """
+    key = None
+    if not is_compiling():
+        try:  # the call signature: what validation, the launch plans and the kernel arguments depend on
+            key = (logits.__class__, logits.shape, logits.stride(), logits.dtype, logits.device,
+                   torch.is_grad_enabled() and logits.requires_grad, target.__class__, target.shape, target.stride(),
+                   target.dtype, target.device, weight is not None and (weight.shape, weight.stride(), weight.dtype,
+                                                                         weight.device),
+                   ignore_index, reduction, float(label_smoothing), return_correct, check_target, config)
+            call = _CALLS.get(key)
+        except (AttributeError, TypeError, ValueError):  # not a tensor, not hashable: validated on every call
+            key = call = None
+        if call is not None:
+            return call(logits, target, weight)
     _validate(logits, target, weight, ignore_index, reduction, label_smoothing, config)
+    if not is_compiling() and not _is_fake(logits, target, weight):  # eager: kept for this signature's later calls
+        call = _Call(logits, target, weight, ignore_index, reduction, label_smoothing, return_correct, check_target,
+                     config, torch.is_grad_enabled() and logits.requires_grad)
+        return remember_call(_CALLS, key, call)(logits, target, weight)
+    # traced by torch.compile: the registered op
     V = logits.shape[0 if logits.ndim == 1 else 1]
     if check_target or (check_target is None and target.device.type == "cpu"):
         check_targets(target, V, ignore_index)
@@ -387,7 +507,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     w = weight.to(torch.float32) if weight is not None else None  # any layout: read with its stride
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
     loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
-                                           compute_grad, _config_str(config))
+                                           compute_grad, config_str(config))
     if reduction == "none":
         loss = loss.reshape(target.shape)
     return (loss, correct) if return_correct else loss
