@@ -405,9 +405,9 @@ def _picks() -> int:
 
 @pytest.fixture
 def fresh_plans(monkeypatch):
-    """Empty launch-plan caches for this test (the kernels, configs and tuner are untouched), so its
-    first call of a shape is the first one of the process."""
-    for name in ("_FORWARD_PLANS", "_BACKWARD_PLANS", "_POOL_PLANS"):
+    """Empty launch-plan and call-signature caches for this test (the kernels, configs and tuner are
+    untouched), so its first call of a shape is the first one of the process."""
+    for name in ("_FORWARD_PLANS", "_BACKWARD_PLANS", "_POOL_PLANS", "_CALLS"):
         monkeypatch.setattr(layernorm, name, {}, raising=False)
 
 
