@@ -1,10 +1,13 @@
 """The eager launch path: a steady-state call asks no tuner and builds no tuning key (launch plans are
-kept per key), and bench.overhead writes its rows. Timings here are the interpreter's: not figures."""
+kept per key), validates nothing (the op's prepared call is kept per call signature), and bench.overhead
+writes its rows. Timings here are the interpreter's: not figures."""
+import pytest
 import torch
 
 from bench import overhead
 from bench.results import read_results
-from triton_kernels import runtime
+from models import layers
+from triton_kernels import cross_entropy, layernorm, runtime
 from triton_kernels import softmax as softmax_ops
 
 from .conftest import DEVICE
@@ -46,3 +49,44 @@ def test_bench_overhead_reports_rows_after_each_module():
     seen = []
     rows = overhead.measure(modules, 2, 1, on_rows=lambda rows_so_far: seen.append(len(rows_so_far)))
     assert len(seen) == 2 and 0 < seen[0] < seen[1] == len(rows)
+
+
+def _module_case(name: str, rows: int):
+    """(op module, our nn.Module, its inputs) at a tiny shape of ``rows`` rows."""
+    if name == "layernorm":
+        return layernorm, layers.LayerNorm(24).to(DEVICE), (torch.randn(rows, 24, device=DEVICE),)
+    if name == "cross_entropy":
+        return cross_entropy, layers.CrossEntropyLoss(), (torch.randn(rows, 7, device=DEVICE),
+                                                         torch.randint(0, 7, (rows,), device=DEVICE))
+    module = layers.Softmax(dim=-1) if name == "softmax" else layers.LogSoftmax(dim=-1)
+    return softmax_ops, module, (torch.randn(rows, 9, device=DEVICE),)
+
+
+@pytest.mark.parametrize("name", ["layernorm", "cross_entropy", "softmax", "log_softmax"])
+def test_steady_state_validates_once_per_signature(name, monkeypatch):
+    """Once a call signature (shapes, strides, dtypes, devices, options, grad mode) has run, its eager
+    calls, inference and training, validate nothing, ask no tuner and keep no new prepared call; a new
+    signature is validated in full (so bad input still fails before any launch)."""
+    ops, module, inputs = _module_case(name, 5)
+
+    def step(inputs, train):
+        if not train:
+            with torch.no_grad():
+                return module(*inputs)
+        x = inputs[0].detach().requires_grad_()
+        out = module(x, *inputs[1:])
+        out.backward(torch.ones_like(out))
+        return x.grad
+
+    first = [step(inputs, train) for train in (False, True)]
+    calls, picks = len(ops._CALLS), _picks()
+
+    def no_validation(*args, **kwargs):
+        raise AssertionError("validated again")
+    monkeypatch.setattr(ops, "_validate", no_validation)
+    for _ in range(3):
+        for train, expected in zip((False, True), first):
+            torch.testing.assert_close(step(inputs, train), expected)
+    assert len(ops._CALLS) == calls and _picks() == picks
+    with pytest.raises(AssertionError, match="validated again"):
+        step(_module_case(name, 6)[2], False)  # a new shape
