@@ -142,8 +142,9 @@ def test_gpu_configs_compile_in_the_pool_and_the_timing_process_only_loads(tmp_p
     ok = df[df["status"] == "ok"]
     assert len(ok) >= 6 and (ok["error_vs_fp64"] < 2e-2).all() and (ok["tflops"] > 1).all()
     # the timing process loads what the pool compiled: its load times add up to a fraction of the compile
-    # times (per trial they need not be smaller: a 1 s compile's load once took 2.6 s under 16 test processes)
-    assert (ok["compile_s"] > 0.2).all() and ok["load_s"].sum() < ok["compile_s"].sum() / 4
+    # times (per trial they need not be smaller: a 1 s compile's load once took 2.6 s under 16 test processes;
+    # and one trial's compile can be a cache hit of a worker that built the same binary: 0.18 s once)
+    assert ok["compile_s"].median() > 0.2 and ok["load_s"].sum() < ok["compile_s"].sum() / 4
     end = _runs(tmp_path)[-1]
     assert end["specs"] >= len(ok) and end["compile_processes"] >= 2
 
