@@ -23,6 +23,8 @@
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
 #                replayed from CUDA graphs (~500 s)
+#   multi-gpu  on a box of several GPUs (GPUS="1 2 4"): ResNet-18 DDP scaling (eager, synthetic data) and its
+#              report, then Char-CNN data-parallel inference (Triton, batch 512 per rank; needs .data/ag_news) (~6 min)
 #   tests      every GPU test, one process per group shard, all in parallel (TEST_TIMEOUT per process); more than
 #              one 600 s call holds: run TEST_GROUPS="2 3 4" (the view matrices) and TEST_GROUPS="1 5 6 7 8 9 10"
 #              in two calls (~540 s each)
@@ -91,6 +93,21 @@ for stage in "$@"; do
       # the trained weights (.data/char_cnn/weights.pt), then throughput / ladder / per-layer rows at batch 512
       timeout 300 python3 -m bench.char_cnn train --no-progress $(out) 2>&1 | grep -v -i warn | tail -12
       timeout 280 python3 -m bench.char_cnn --batches 512 $(out) 2>&1 | grep -v -i warn | tail -40 ;;
+    multi-gpu)
+      # NVLink multicast stays off (the machine's notes say why)
+      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+      ddp=${OUT:-$(res_dir)}
+      for g in ${GPUS:-1 2 4}; do
+        timeout 200 torchrun --nproc-per-node "$g" -m bench.resnet --model resnet18 --synthetic --amp bf16 --backend eager \
+          --scaling 128,512,1024,2048 --warmup-iters 20 --bench-steps 20 --out-dir "$ddp" --no-progress 2>&1 \
+          | grep -E "^\[scaling\]|rows ->|Error"
+      done
+      python3 -m bench.resnet --scaling-report "$ddp" --out-dir "$ddp" 2>&1 | grep -v -i warn | tail -20
+      [ -f .data/char_cnn/weights.pt ] || timeout 200 python3 -m bench.char_cnn train --no-progress --out /tmp/char_cnn_train | tail -1
+      for g in ${GPUS:-1 2 4}; do
+        timeout 200 torchrun --nproc-per-node "$g" -m bench.char_cnn_dp --batch 512 --backend triton $(out) 2>&1 \
+          | grep -E "inputs_per_s|speedup|predictions_match|Error"
+      done ;;
     resnet-step)
       timeout 500 python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 \
         --backend eager,eager+graph,compile,compile+graph,triton,triton+graph --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
