@@ -14,7 +14,7 @@ import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _counters, _dense_strides, _memory_format, _pixel_strides,
                         batch_norm_train_backward)
-from .runtime import is_fake as _is_fake, is_tracing
+from .runtime import is_fake as _is_fake, is_tracing, remember_call
 
 
 def _signature(t: Optional[torch.Tensor]):
@@ -150,7 +150,7 @@ def remember_train(x, running_mean, running_var, weight, bias, residual, relu) -
     key = (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
            _signature(running_var), relu)
     try:
-        _FAST[key] = _FastTrain(x, weight, bias, residual, running_mean, relu)
+        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu))
     except KeyError:  # a plan was not kept (explicit config): no fast path
         pass
 
@@ -194,5 +194,5 @@ def remember_infer(x, running_mean, running_var, weight, bias, residual, relu) -
     flags = _apply_flags(residual is not None, bool(relu), True, weight is not None, bias is not None)
     plan = _PLANS.get(("apply", geo.N, geo.HW, geo.C, geo.strides, x.dtype, tuple(flags.values()), x.device))
     if plan is not None:
-        _FAST_INFER[_infer_key(x, running_mean, running_var, weight, bias, residual, relu)] = _FastInfer(
-            plan, tuple(x.shape), x.stride(), (geo.C, geo.HW, *geo.strides))
+        remember_call(_FAST_INFER, _infer_key(x, running_mean, running_var, weight, bias, residual, relu),
+                      _FastInfer(plan, tuple(x.shape), x.stride(), (geo.C, geo.HW, *geo.strides)))
