@@ -252,6 +252,11 @@ def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
     torch.compile traces or a CUDA graph is captured (the graph then zeroes them on every replay)."""
     if is_tracing(x):
         return torch.zeros(n, device=x.device, dtype=torch.int32)
+    return stream_counters(x, n)
+
+
+def stream_counters(x: torch.Tensor, n: int) -> torch.Tensor:
+    """_counters for a caller that knows it is not tracing (the eager fast path)."""
     stream = 0 if INTERPRET or x.device.type != "cuda" else _current_stream(x.device.index)
     key = (x.device, stream)
     buf = _COUNTERS.get(key)
@@ -277,13 +282,18 @@ def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -
                        _counters(inputs[0], plan.grid[1]), *tail)
 
 
+def plan_key(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, device) -> tuple:
+    """The key of a kernel's plan in _PLANS: kernel name, geometry, dtype, constexpr flag values, device."""
+    return (name, geo.N, geo.HW, geo.C, geo.strides, dtype, tuple(constexprs.values()), device)
+
+
 def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config=None, tail=(), trial_tail=None):
     """Run one kernel of a call over the whole tensor with its plan (made on the first call with this
     key: the tuned config, or ``config``). ``inputs``: the kernel's leading pointer arguments; ``tail``: its
     arguments after the geometry (a reduction's: after its counters); ``trial_tail``: the tail the tuner's trial launches use
     instead, made only when trials run (a function: outputs that must not be updated more than once, e.g.
     the running statistics)."""
-    key = (name, geo.N, geo.HW, geo.C, geo.strides, dtype, tuple(constexprs.values()), device)
+    key = plan_key(name, geo, dtype, constexprs, device)
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
@@ -333,7 +343,7 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     if has_running and not update_in_place:
         running = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
     rm_out, rv_out = (running_mean, running_var) if update_in_place or not has_running else (running[0], running[1])
-    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None, "UPDATE_RUNNING": has_running}
+    flags = _stats_flags(weight is not None, bias is not None, has_running)
     head = (weight if weight is not None else stats, bias if bias is not None else stats, stats,
             running_mean if has_running else stats, running_var if has_running else stats)
     tail = head + (rm_out if has_running else stats, rv_out if has_running else stats, geo.M, eps, momentum)
@@ -348,6 +358,18 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
                     _apply_flags(residual is not None, relu), dev, config, (stats, stats, stats, stats, 0.0))
     return y, stats, running
+
+
+def _stats_flags(has_w: bool, has_b: bool, update_running: bool) -> dict:
+    return {"HAS_W": has_w, "HAS_B": has_b, "UPDATE_RUNNING": update_running}
+
+
+def _reduce_flags(relu: bool, mask_from_y: bool, store_g: bool) -> dict:
+    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}
+
+
+def _dx_flags(relu: bool, mask_from_y: bool, load_g: bool) -> dict:
+    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": load_g}
 
 
 def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False):
@@ -381,13 +403,13 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     _launch_planned(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
-        dy.dtype, {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}, dev, config, (coef, dwb, geo.M))
+        dy.dtype, _reduce_flags(relu, mask_from_y, store_g), dev, config, (coef, dwb, geo.M))
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)
         _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
                         (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
-                        {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": store_g}, dev, config)
+                        _dx_flags(relu, mask_from_y, store_g), dev, config)
     return dx, g, dwb
 
 

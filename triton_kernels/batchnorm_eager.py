@@ -12,13 +12,19 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .batchnorm import (_PLANS, _Geometry, _apply_flags, _counters, _dense_strides, _memory_format, _pixel_strides,
-                        batch_norm_train_backward)
+from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
+                        _reduce_flags, _stats_flags, batch_norm_train_backward, plan_key, stream_counters)
 from .runtime import is_fake as _is_fake, is_tracing, remember_call
 
 
 def _signature(t: Optional[torch.Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _key(x, running_mean, running_var, weight, bias, residual, relu) -> tuple:
+    """A call's signature: every tensor's shape, strides, dtype and device, and relu."""
+    return (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
+            _signature(running_var), bool(relu))
 
 
 class _FastTrain:
@@ -36,10 +42,9 @@ class _FastTrain:
         self.w_dtype = weight.dtype if weight is not None and weight.dtype != torch.float32 else None
         self.b_dtype = bias.dtype if bias is not None and bias.dtype != torch.float32 else None
         dev, C = x.device, geo.C
-        self.stats = _PLANS[("stats", geo.N, geo.HW, C, geo.strides, x.dtype,
-                             (weight is not None, bias is not None, self.has_running), dev)]
-        self.apply = _PLANS[("apply", geo.N, geo.HW, C, geo.strides, x.dtype,
-                             tuple(_apply_flags(self.has_res, relu).values()), dev)]
+        self.stats = _PLANS[plan_key("stats", geo, x.dtype, _stats_flags(weight is not None, bias is not None,
+                                                                          self.has_running), dev)]
+        self.apply = _PLANS[plan_key("apply", geo, x.dtype, _apply_flags(self.has_res, relu), dev)]
         self.geo_args = (C, geo.HW, *geo.strides)
         self.backward_plans: dict[tuple, tuple] = {}
 
@@ -50,7 +55,7 @@ class _FastTrain:
         rm = running_mean if self.has_running else stats
         rv = running_var if self.has_running else stats
         stats_plan.kernel.launch(stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars,
-                                 _counters(x, stats_plan.grid[1]), weight if weight is not None else stats,
+                                 stream_counters(x, stats_plan.grid[1]), weight if weight is not None else stats,
                                  bias if bias is not None else stats, stats, rm, rv, rm, rv, geo.M, eps, momentum)
         y = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=x.dtype)
         apply_plan.kernel.launch(apply_plan.grid, x, residual if residual is not None else x, y, stats,
@@ -64,11 +69,10 @@ class _FastTrain:
         plans = self.backward_plans.get((need_dx, store_g))
         if plans is None:  # the general path tunes / finds the plans, then they are kept here
             out = batch_norm_train_backward(dy, x, y, stats, self.relu, need_dx, store_g)
-            geo, dev, flags = self.geo, x.device, (self.relu, self.mask_from_y)
-            key = (geo.N, geo.HW, geo.C, geo.strides, dy.dtype)
+            geo, dev, relu, from_y = self.geo, x.device, self.relu, self.mask_from_y
             self.backward_plans[(need_dx, store_g)] = (
-                _PLANS[("bwd_reduce",) + key + (flags + (store_g,), dev)],
-                _PLANS[("bwd_dx",) + key[:-1] + (x.dtype, flags + (store_g,), dev)] if need_dx else None)
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_y, store_g), dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_y, store_g), dev)] if need_dx else None)
             return out
         reduce_plan, dx_plan = plans
         geo = self.geo
@@ -79,7 +83,7 @@ class _FastTrain:
         y_or_x = y if y is not None else x
         g_or_dy = g if g is not None else dy
         reduce_plan.kernel.launch(reduce_plan.grid, dy, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
-                                  *reduce_plan.scalars, _counters(x, reduce_plan.grid[1]), coef, dwb, geo.M)
+                                  *reduce_plan.scalars, stream_counters(x, reduce_plan.grid[1]), coef, dwb, geo.M)
         dx = None
         if need_dx:
             dx = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=x.dtype)
@@ -122,8 +126,7 @@ def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residu
     if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
                                                             and type(eps) is float and 0.0 <= eps < float("inf")):
         return None
-    key = (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
-           _signature(running_var), bool(relu))
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu)
     fast = _FAST.get(key)
     if fast is None:
         return None
@@ -147,8 +150,7 @@ def remember_train(x, running_mean, running_var, weight, bias, residual, relu) -
     """After a general-path training call: keep its signature for the fast path (simple layouts only)."""
     if not _simple_layout(x, running_mean, running_var, weight, bias, residual):
         return
-    key = (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
-           _signature(running_var), relu)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu)
     try:
         remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu))
     except KeyError:  # a plan was not kept (explicit config): no fast path
@@ -166,16 +168,11 @@ class _FastInfer(NamedTuple):
 _FAST_INFER: dict[tuple, _FastInfer] = {}
 
 
-def _infer_key(x, running_mean, running_var, weight, bias, residual, relu) -> tuple:
-    return (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
-            _signature(running_var), bool(relu))
-
-
 def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) -> Optional[torch.Tensor]:
     """The output of an inference call (no gradient needed) through the fast path, or None (see fast_train)."""
     if torch.compiler.is_compiling() or _is_fake(x) or not (type(eps) is float and 0.0 <= eps < float("inf")):
         return None
-    fast = _FAST_INFER.get(_infer_key(x, running_mean, running_var, weight, bias, residual, relu))
+    fast = _FAST_INFER.get(_key(x, running_mean, running_var, weight, bias, residual, relu))
     if fast is None:
         return None
     y = torch.empty_strided(fast.shape, fast.strides, device=x.device, dtype=x.dtype)
@@ -192,7 +189,7 @@ def remember_infer(x, running_mean, running_var, weight, bias, residual, relu) -
         return
     geo = _Geometry(tuple(x.shape), _pixel_strides(x))
     flags = _apply_flags(residual is not None, bool(relu), True, weight is not None, bias is not None)
-    plan = _PLANS.get(("apply", geo.N, geo.HW, geo.C, geo.strides, x.dtype, tuple(flags.values()), x.device))
+    plan = _PLANS.get(plan_key("apply", geo, x.dtype, flags, x.device))
     if plan is not None:
-        remember_call(_FAST_INFER, _infer_key(x, running_mean, running_var, weight, bias, residual, relu),
+        remember_call(_FAST_INFER, _key(x, running_mean, running_var, weight, bias, residual, relu),
                       _FastInfer(plan, tuple(x.shape), x.stride(), (geo.C, geo.HW, *geo.strides)))
