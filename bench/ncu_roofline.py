@@ -294,7 +294,8 @@ def main(argv=None) -> int:
             for metric, value, unit in (("arithmetic_intensity", q["ai"], "FLOP/B"), ("gflops", q["gflops"], "GFLOP/s"),
                                         ("duration_us", q["time_s"] * 1e6, "us"), ("dram_mb", q["bytes"] / 1e6, "MB")):
                 rows.append(results.make_row("ncu_roofline", q["kernel"][:200], params, "", "ncu", metric,
-                                             value if value == value else None, unit, note=label))
+                                             value if value == value else None, unit, note=label,
+                                             device=device or None))
         tag = "".join(c if c.isalnum() or c in "-_" else "-" for c in label).strip("-")  # a file name
         print(f"rows -> {results.write_rows(rows, args.out, 'ncu_roofline', tag=tag)}")
     return 0

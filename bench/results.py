@@ -85,32 +85,39 @@ def _git_commit() -> str:
 
 def make_row(suite: str, case: str, params: dict | str, dtype: Any, backend: str, metric: str, value: Any,
              unit: str = "", p20: Any = None, p80: Any = None, error_vs_fp64: Any = None, status: str = "ok",
-             note: str = "", ci_low: Any = None, ci_high: Any = None) -> dict:
-    """One long-format row with provenance filled in."""
+             note: str = "", ci_low: Any = None, ci_high: Any = None, device: str | None = None) -> dict:
+    """One long-format row with provenance filled in. ``device`` names the device a figure was measured on
+    when that is not this process's (rows copied back from a GPU, an ncu report parsed elsewhere): the row
+    keeps it and is never marked as a CPU-interpreter figure."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    here = device is None or device == CPU_DEVICE
     row = {
         "suite": suite, "case": case,
         "params": params if isinstance(params, str) else json.dumps(params, sort_keys=True, default=str),
         "dtype": str(dtype).replace("torch.", ""), "backend": backend, "metric": metric,
         "value": value, "p20": p20, "p80": p80, "ci_low": ci_low, "ci_high": ci_high, "unit": unit, "error_vs_fp64": error_vs_fp64, "status": status,
         "note": (CPU_NOTE + ("; " + note if note else ""))
-        if INTERPRET and unit in _TIMED_UNITS and not str(note).startswith(CPU_NOTE) else note,
+        if INTERPRET and here and unit in _TIMED_UNITS and not str(note).startswith(CPU_NOTE) else note,
         "timestamp": _dt.datetime.now().isoformat(timespec="seconds"),
     }
     row.update(provenance())
+    if not here:
+        row.update(device=device, sm_count=None, cuda=None, driver=None)
     return {k: row.get(k) for k in COLUMNS}
 
 
 def normalise(rows: Iterable[dict], suite: str) -> list[dict]:
-    """Fill missing columns (provenance, note, timestamp) of rows built by hand."""
+    """Fill missing columns (provenance, note, timestamp) of rows built by hand. A row that names its device
+    (e.g. read back from a GPU run's CSV) keeps it, and its note as it was."""
     out = []
     for r in rows:
         r = dict(r)
         r.setdefault("suite", suite)
+        device = None if _missing(r.get("device")) else str(r["device"])
         base = make_row(r["suite"], r.get("case", ""), r.get("params", {}), r.get("dtype", ""), r.get("backend", ""),
                         r.get("metric", ""), r.get("value"), r.get("unit", ""), r.get("p20"), r.get("p80"),
-                        r.get("error_vs_fp64"), r.get("status", "ok"), r.get("note", ""))
+                        r.get("error_vs_fp64"), r.get("status", "ok"), r.get("note") or "", device=device)
         base.update({k: v for k, v in r.items() if k in COLUMNS and v is not None and k != "params"})
         out.append(base)
     return out

@@ -41,6 +41,20 @@ def test_rows_have_schema_and_provenance():
         assert r["note"].startswith(results.CPU_NOTE)
 
 
+def test_rows_copied_from_a_gpu_keep_their_device_and_note(tmp_path):
+    """Rows read back from a GPU run and merged by a CPU process are not marked as interpreter figures."""
+    gpu = {"suite": "ops", "case": "gemm", "params": "{}", "dtype": "bfloat16", "backend": "triton",
+           "metric": "tflops", "value": 700.0, "unit": "TFLOP/s", "note": None, "device": "NVIDIA H100 80GB HBM3",
+           "sm_count": 132}
+    csv = results.write_rows([gpu], tmp_path, "ops")
+    (row,) = results._existing_rows(csv)
+    assert row["device"] == "NVIDIA H100 80GB HBM3" and not str(row["note"] or "").startswith(results.CPU_NOTE)
+    assert row["sm_count"] == 132
+    here = results.make_row("ops", "gemm", {}, "bfloat16", "triton", "tflops", 1.0, "TFLOP/s")
+    if not torch.cuda.is_available():
+        assert here["note"].startswith(results.CPU_NOTE)
+
+
 def test_wrong_result_is_not_timed():
     rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x * 3}),
                             harness.RunConfig(backends=["eager", "triton"]))
