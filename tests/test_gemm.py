@@ -364,6 +364,16 @@ def test_tma_kernel_on_relaid_out_copy_of_b(tb):
     assert_close(c, REF_ACT["gelu"](a.double() @ b.double() + bias.double()), torch.float32)
 
 
+@pytest.mark.parametrize("layout", ["n_major", "k_major", "strided"])
+def test_relayout_copies_b_into_the_other_layout(layout):
+    """relayout keeps the matrix and swaps its storage order (odd sizes: partial edge tiles)."""
+    base = torch.randn(150, 133)
+    b = {"n_major": base, "k_major": base.t().contiguous().t(), "strided": torch.randn(150, 266)[:, ::2]}[layout]
+    out = gemm.relayout(b)
+    assert torch.equal(out, b)
+    assert out.stride(0) == 1 if b.stride(1) == 1 else out.stride(1) == 1
+
+
 WIDE_TILES = {"pointer": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 1}, 4, 1),
               "tma": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1}, 4, 1)}
 

@@ -33,7 +33,8 @@ import triton
 from autotune import spaces
 
 from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
-                           _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel)
+                           _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
+                           _transpose_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import (
     cdiv,
@@ -254,6 +255,23 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
                  False, False)
 
 
+_TRANSPOSE_BLOCK = 64
+
+
+def relayout(b: torch.Tensor) -> torch.Tensor:
+    """The same (K, N) matrix stored in the other layout: N-major (row-major) becomes K-major (a
+    transposed view of an (N, K) row-major copy) and anything else becomes row-major; one launch of
+    `_transpose_kernel`."""
+    src = b if b.stride(1) == 1 else b.t()
+    rows, cols = src.shape
+    out = torch.empty((cols, rows), device=b.device, dtype=b.dtype)
+    if out.numel():
+        kernel = bind(_transpose_kernel, BLOCK=_TRANSPOSE_BLOCK, num_warps=4)
+        kernel.launch((cdiv(rows, _TRANSPOSE_BLOCK), cdiv(cols, _TRANSPOSE_BLOCK)), x_ptr=src, y_ptr=out, R=rows,
+                      C=cols, stride_xr=src.stride(0), stride_xc=src.stride(1), stride_y=out.stride(0))
+    return out.t() if b.stride(1) == 1 else out
+
+
 def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> None:
     """One launch of a plan: C (and Z) from A, B, bias, residual. bias and residual are read with their
     strides (stride 0 = expanded), never copied; absent ones (and Z) point at C, unread."""
@@ -293,7 +311,7 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
         # 16-bit B the measured K-major (nn.Linear weight) case ran at half the rate of the N-major one.
         # The copy's time is inside the tuner's measurement, so this candidate wins only where it pays
         # for itself.
-        b = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
+        b = relayout(b)
     if not INTERPRET:
         _ensure_allocator()
     progs = min(tiles, plan.programs)

@@ -196,6 +196,20 @@ def _gemm_tma_kernel(
 
 
 @triton.jit
+def _transpose_kernel(x_ptr, y_ptr, R, C, stride_xr, stride_xc, stride_y, BLOCK: tl.constexpr):
+    """Y = X^T: X (R, C) with any strides into Y (C, R) row-major, one BLOCK x BLOCK tile per program.
+
+    The copy of B into the other layout (see gemm.py's `_launch_plan`). The tile is read along X's rows
+    and written along Y's rows; the compiler routes the transposition through shared memory, so both the
+    loads and the stores are coalesced (torch's strided copy, which is not, ran at a third of this rate)."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    tile = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xr + cols[None, :].to(tl.int64) * stride_xc, mask=mask)
+    tl.store(y_ptr + cols[None, :].to(tl.int64) * stride_y + rows[:, None], tile, mask=mask)
+
+
+@triton.jit
 def _act_bwd_tile(dc_ptr, z_ptr, dz_ptr, offs_m, offs_n, M, N, stride_dcm, stride_dcn, stride_zm, stride_zn,
                   stride_dzm, stride_dzn, ACT: tl.constexpr, STORE_DZ: tl.constexpr):
     """dZ = dC * act'(Z) on the tile (offs_m, offs_n), stored when STORE_DZ; returns it in fp32 (0 outside)."""
