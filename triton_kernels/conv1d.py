@@ -368,7 +368,7 @@ def bias_relu_backward(dy: torch.Tensor, y: Optional[torch.Tensor], activation: 
     N = dy.shape[-1]
     dy2 = dy.reshape(-1, N)
     saved = y.reshape(-1, N) if activation == "relu" else None
-    dz2, dbias = act_backward(dy2, saved, activation, z_is_output=True, need_dz=need_dz, need_dbias=need_dbias)
+    dz2, dbias = act_backward(dy2, saved, activation, need_dz=need_dz, need_dbias=need_dbias)
     return (dz2.view(dy.shape) if dz2 is not None else None), dbias
 
 

@@ -419,11 +419,10 @@ _ACT_BLOCK = (32, 32) if INTERPRET else (64, 128)
 # fewer, on a backward whose time is its host path)
 _ACT_COLUMNS_MAX_M = 1024
 _ACT_COLUMNS_BLOCK = (32, 32) if INTERPRET else (64, 32)
-_ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, z_is_output, store_dz, colsum, columns) -> bound kernel
+_ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, store_dz, colsum, columns) -> bound kernel
 
 
-def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need_dbias=False,
-                 dbias_dtype=torch.float32):
+def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias_dtype=torch.float32):
     """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias or None);
     dbias is summed in fp32 and returned in ``dbias_dtype``."""
     M, N = dc.shape
@@ -440,12 +439,11 @@ def act_backward(dc, saved, activation, *, z_is_output=False, need_dz=True, need
             dbias = torch.zeros((N,), device=dc.device, dtype=dbias_dtype)
         return (dz if dz is not None else dc if need_dz else None), dbias
     bm, bn = _ACT_COLUMNS_BLOCK if columns else _ACT_BLOCK
-    key = (activation, z_is_output, dz is not None, dbias is not None, columns)
+    key = (activation, dz is not None, dbias is not None, columns)
     kernel = _ACT_KERNELS.get(key)
     if kernel is None:
         kernel = _ACT_KERNELS[key] = bind(_act_bwd_columns_kernel if columns else _act_bwd_kernel, ACT=activation,
-                                          Z_IS_OUTPUT=z_is_output, STORE_DZ=key[2], COLSUM=key[3], BLOCK_M=bm,
-                                          BLOCK_N=bn, num_warps=4)
+                                          STORE_DZ=key[1], COLSUM=key[2], BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     z = saved if saved is not None else dc
     dzt = dz if dz is not None else dc
     stride_dcm, stride_dcn = dc.stride()
@@ -474,15 +472,15 @@ def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], res
     return [c, z if z is not None else c.new_empty((0,))]
 
 
-def _act_backward_eager(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
-                        need_dz: bool, need_dbias: bool, dbias_dtype: torch.dtype) -> list:
-    return list(act_backward(dc, saved if saved.numel() else None, activation, z_is_output=z_is_output,
-                             need_dz=need_dz, need_dbias=need_dbias, dbias_dtype=dbias_dtype))
+def _act_backward_eager(dc: torch.Tensor, saved: torch.Tensor, activation: str, need_dz: bool, need_dbias: bool,
+                        dbias_dtype: torch.dtype) -> list:
+    return list(act_backward(dc, saved if saved.numel() else None, activation, need_dz=need_dz,
+                             need_dbias=need_dbias, dbias_dtype=dbias_dtype))
 
 
-def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, z_is_output: bool,
-                     need_dz: bool, need_dbias: bool, dbias_dtype: torch.dtype) -> list[torch.Tensor]:
-    dz, dbias = _act_backward_eager(dc, saved, activation, z_is_output, need_dz, need_dbias, dbias_dtype)
+def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, need_dz: bool, need_dbias: bool,
+                     dbias_dtype: torch.dtype) -> list[torch.Tensor]:
+    dz, dbias = _act_backward_eager(dc, saved, activation, need_dz, need_dbias, dbias_dtype)
     # outputs must not alias inputs of a custom op: copy the pass-through case
     dz = dz.clone() if (dz is not None and dz is dc) else dz
     return [dz if dz is not None else dc.new_empty((0,)),
@@ -496,13 +494,12 @@ def _setup_context(ctx, inputs, output):
     ctx.has_bias, ctx.has_res = bias is not None, residual is not None
     ctx.bias_dtype = bias.dtype if bias is not None else None
     if activation == "none":
-        saved, z_is_output = None, False
+        saved = None
     elif save_preact:
-        saved, z_is_output = z, False
+        saved = z
     else:  # relu with no residual: the output carries the sign of Z
-        saved, z_is_output = c, True
+        saved = c
     ctx.save_for_backward(a, b, saved)
-    ctx.z_is_output = z_is_output
 
 
 def _backward(ctx, grads):
@@ -514,7 +511,7 @@ def _backward(ctx, grads):
     if ctx.activation != "none" or need_bias:
         need_dbias = bool(need_bias and ctx.has_bias)
         dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), ctx.activation,
-                                     ctx.z_is_output, ctx.activation != "none", need_dbias,
+                                     ctx.activation != "none", need_dbias,
                                      ctx.bias_dtype or torch.float32)
         if ctx.activation != "none":
             dz = dz_

@@ -237,14 +237,14 @@ def _act_bwd_kernel(
     dc_ptr, z_ptr, dz_ptr, dbias_ptr,
     M, N,
     stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
-    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
+    ACT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """dZ = dC * act'(Z) on a BLOCK_M x BLOCK_N tile, plus the tile's column sums (-> dbias); act' in fp32
     from the saved Z (the derivatives of the forms in `_apply_act`).
 
-    Z_IS_OUTPUT: for relu without residual the saved tensor is the output C = relu(Z), and
-    relu'(Z) = [not C <= 0] (C is NaN where Z is), so no pre-activation needs saving. Column sums are
+    For relu without residual the saved tensor may be the output C = relu(Z) instead of Z: C <= 0
+    exactly where Z <= 0 (and C is NaN where Z is), so relu's test reads either. Column sums are
     added into an fp32 dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
     """
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -260,7 +260,7 @@ def _act_bwd_columns_kernel(
     dc_ptr, z_ptr, dz_ptr, dbias_ptr,
     M, N,
     stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
-    ACT: tl.constexpr, Z_IS_OUTPUT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
+    ACT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """`_act_bwd_kernel` for few rows: one program per BLOCK_N columns walks all M rows in BLOCK_M steps,
