@@ -10,7 +10,8 @@ bf16 dot).
 
 Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dA = dZ @ B^T      (the same GEMM kernel, B^T a strided view)
-    dB = A^T @ dZ      (the same GEMM kernel)
+    dB = A^T @ dZ      (the same GEMM kernel; for a K-major B, e.g. nn.Linear's weight.t(), computed as
+                        (dZ^T @ A)^T, so dW is written in the weight's own layout)
     dbias = sum_rows(dZ), dresidual = dC
 dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`).
 
@@ -272,17 +273,19 @@ def relayout(b: torch.Tensor) -> torch.Tensor:
     return out.t() if b.stride(1) == 1 else out
 
 
-def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> None:
-    """One launch of a plan: C (and Z) from A, B, bias, residual. bias and residual are read with their
-    strides (stride 0 = expanded), never copied; absent ones (and Z) point at C, unread."""
+def plan_launches(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> list[tuple]:
+    """The launches of one call of a plan, in order: (bound kernel, grid, runtime arguments by name). C (and
+    Z) from A, B, bias, residual; bias and residual are read with their strides (stride 0 = expanded), never
+    copied; absent ones (and Z) point at C, unread. Split-K allocates its fp32 partials here; a TMA plan
+    with ``relayout`` reads a copy of B made here (relayout)."""
     tiles = ((M + plan.block_m - 1) // plan.block_m) * ((N + plan.block_n - 1) // plan.block_n)
     stride_cm, stride_cn = c.stride()
     stride_rm, stride_rn = residual.stride() if residual is not None else (0, 0)
     stride_zm, stride_zn = z.stride() if z is not None else (0, 0)
-    bias_ptr = bias if bias is not None else c
-    res_ptr = residual if residual is not None else c
-    z_ptr = z if z is not None else c
-    stride_bias = bias.stride(0) if bias is not None else 0
+    epilogue = dict(c_ptr=c, bias_ptr=bias if bias is not None else c, res_ptr=residual if residual is not None else c,
+                    z_ptr=z if z is not None else c)
+    strides = dict(stride_cm=stride_cm, stride_cn=stride_cn, stride_bias=bias.stride(0) if bias is not None else 0,
+                   stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm, stride_zn=stride_zn)
     if plan.split_k > 1:
         # K in slices of whole BLOCK_K steps; a shape shorter than its tuning bucket may need fewer slices
         k_per_split = cdiv(cdiv(K, plan.block_k), plan.split_k) * plan.block_k
@@ -290,22 +293,16 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
         part = torch.empty((splits, M, N), device=c.device, dtype=torch.float32)
         stride_am, stride_ak = a.stride()
         stride_bk, stride_bn = b.stride()
-        plan.kernel.launch((tiles, splits), a_ptr=a, b_ptr=b, part_ptr=part, M=M, N=N, K=K, K_PER_SPLIT=k_per_split,
-                           stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn)
         reduce_tiles = cdiv(M, _REDUCE_BLOCK[0]) * cdiv(N, _REDUCE_BLOCK[1])
-        plan.reduce.launch((reduce_tiles,), part_ptr=part, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
-                           M=M, N=N, SPLIT_K=splits, stride_cm=stride_cm, stride_cn=stride_cn,
-                           stride_bias=stride_bias, stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm,
-                           stride_zn=stride_zn)
-        return
+        return [(plan.kernel, (tiles, splits),
+                 dict(a_ptr=a, b_ptr=b, part_ptr=part, M=M, N=N, K=K, K_PER_SPLIT=k_per_split, stride_am=stride_am,
+                      stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn)),
+                (plan.reduce, (reduce_tiles,), dict(part_ptr=part, **epilogue, M=M, N=N, SPLIT_K=splits, **strides))]
     if not plan.programs:
         stride_am, stride_ak = a.stride()
         stride_bk, stride_bn = b.stride()
-        plan.kernel.launch((tiles,), a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
-                           M=M, N=N, K=K, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk,
-                           stride_bn=stride_bn, stride_cm=stride_cm, stride_cn=stride_cn, stride_bias=stride_bias,
-                           stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm, stride_zn=stride_zn)
-        return
+        return [(plan.kernel, (tiles,), dict(a_ptr=a, b_ptr=b, **epilogue, M=M, N=N, K=K, stride_am=stride_am,
+                                             stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn, **strides))]
     if plan.relayout:
         # Copy B once into the other layout (N-major <-> K-major). tf32 wgmma reads B K-major only; for
         # 16-bit B the measured K-major (nn.Linear weight) case ran at half the rate of the N-major one.
@@ -315,11 +312,15 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
     if not INTERPRET:
         _ensure_allocator()
     progs = min(tiles, plan.programs)
-    plan.kernel.launch((progs,), a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias_ptr, res_ptr=res_ptr, z_ptr=z_ptr,
-                       M=M, N=N, K=K, NUM_PROGS=progs, stride_a=a.stride(1) if plan.a_t else a.stride(0),
-                       stride_b=b.stride(1) if plan.b_t else b.stride(0), stride_cm=stride_cm, stride_cn=stride_cn,
-                       stride_bias=stride_bias, stride_rm=stride_rm, stride_rn=stride_rn, stride_zm=stride_zm,
-                       stride_zn=stride_zn)
+    return [(plan.kernel, (progs,), dict(a_ptr=a, b_ptr=b, **epilogue, M=M, N=N, K=K, NUM_PROGS=progs,
+                                         stride_a=a.stride(1) if plan.a_t else a.stride(0),
+                                         stride_b=b.stride(1) if plan.b_t else b.stride(0), **strides))]
+
+
+def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> None:
+    """One call of a plan (see plan_launches)."""
+    for kernel, grid, args in plan_launches(plan, a, b, c, bias, residual, z, M, N, K):
+        kernel.launch(grid, **args)
 
 
 def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: int, K: int) -> _Plan:
@@ -351,14 +352,47 @@ def _forced_plan(config: Config, flags: dict, a, b):
     TMA cannot read is a ValueError (the tuner never offers one: see _tma_eligible)."""
     if not config.kwargs.get("TMA", 0):
         return _bind(config, flags, False, False, False, 0), b
-    if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see _launch_plan) is made here, once
-        b = b.t().contiguous().t() if b.stride(1) == 1 else b.contiguous()
+    if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see plan_launches) is made here, once
+        b = relayout(b)
     layout_a, layout_b = tma_layout(a), tma_layout(b)
     if layout_a is None or layout_b is None:
         raise ValueError(f"config {config} asks for the TMA kernel, but {'a' if layout_a is None else 'b'} "
                          "cannot be read through a TMA descriptor (it needs a unit stride, the other "
                          "stride and the base address 16-byte aligned)")
     return _bind(config, flags, layout_a[0], layout_b[0], False, _sm_count(a)), b
+
+
+def index_64_needed(a, b, bias, residual, out, M: int, N: int) -> bool:
+    """Whether the kernels need 64-bit index math: some element offset can pass 2**31 (a fresh C or Z is
+    (M, N) contiguous)."""
+    return M * N >= 2**31 or _needs_int64(a, b, bias, residual, out)
+
+
+def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: bool) -> _Plan:
+    """The launch plan of this call's key (M, N, K > 0; ``prec``: the precision the kernel runs): kept
+    per key, made (the tuner asked) the first time the key is met."""
+    M, K = a.shape
+    N = b.shape[1]
+    has_bias, has_res, save_preact = bias is not None, residual is not None, z is not None
+    a_unit, b_unit = a.stride(1) == 1, b.stride(1) == 1
+    # the persistent TMA kernel where it can run (compiled graphs, traced with fake tensors, use the
+    # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
+    # alignment: tf32 with N-major B, 16-bit with K-major B
+    tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not _is_fake(a, b)
+           and tma_layout(a) is not None and tma_layout(b) is not None)
+    es = a.element_size()
+    relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
+                        or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
+    # int(): a traced size may be symbolic; the key wants plain ints
+    key = ((int(M) - 1).bit_length(), (int(N) - 1).bit_length(), (int(K) - 1).bit_length(), a.dtype, prec,
+           activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_preact, index_64, a.get_device())
+    plan = _PLANS.get(key)
+    if plan is None:
+        flags = _flags(has_bias, has_res, save_preact, activation, prec, index_64)
+        plan = _make_plan(key, flags, a, b, c, bias, residual, z, M, N, K)
+        if not _is_fake(a, b):
+            _PLANS[key] = plan
+    return plan
 
 
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,
@@ -379,30 +413,12 @@ def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="i
         return gemm_forward(zero, torch.zeros((1, N), device=a.device, dtype=a.dtype), bias, residual,
                             activation, precision, save_preact, out, config, index_64)
     prec = precision if a.dtype == torch.float32 else "ieee"  # 16-bit inputs always use tensor cores
-    has_bias, has_res = bias is not None, residual is not None
-    # 64-bit index math when an element offset can pass 2**31 (a fresh C or Z is (M, N) contiguous)
-    index_64 = bool(index_64) or M * N >= 2**31 or _needs_int64(a, b, bias, residual, out)
+    index_64 = bool(index_64) or index_64_needed(a, b, bias, residual, out, M, N)
     if config is None:
-        a_unit, b_unit = a.stride(1) == 1, b.stride(1) == 1
-        # the persistent TMA kernel where it can run (compiled graphs, traced with fake tensors, use the
-        # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
-        # alignment: tf32 with N-major B, 16-bit with K-major B
-        tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not _is_fake(a, b)
-               and tma_layout(a) is not None and tma_layout(b) is not None)
-        es = a.element_size()
-        relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
-                            or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
-        # int(): a traced size may be symbolic; the key wants plain ints
-        key = ((int(M) - 1).bit_length(), (int(N) - 1).bit_length(), (int(K) - 1).bit_length(), a.dtype, prec,
-               activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_preact, index_64, a.get_device())
-        plan = _PLANS.get(key)
-        if plan is None:
-            flags = _flags(has_bias, has_res, save_preact, activation, prec, index_64)
-            plan = _make_plan(key, flags, a, b, c, bias, residual, z, M, N, K)
-            if not _is_fake(a, b):
-                _PLANS[key] = plan
+        plan = find_plan(a, b, c, bias, residual, z, activation, prec, index_64)
     else:
-        plan, b = _forced_plan(config, _flags(has_bias, has_res, save_preact, activation, prec, index_64), a, b)
+        plan, b = _forced_plan(config, _flags(bias is not None, residual is not None, save_preact, activation, prec,
+                                              index_64), a, b)
     _launch_plan(plan, a, b, c, bias, residual, z, M, N, K)
     return c, z
 
@@ -422,22 +438,24 @@ _ACT_COLUMNS_BLOCK = (32, 32) if INTERPRET else (64, 32)
 _ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, store_dz, colsum, columns) -> bound kernel
 
 
-def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias_dtype=torch.float32):
-    """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias or None);
-    dbias is summed in fp32 and returned in ``dbias_dtype``."""
+def act_backward_buffers(dc, activation: str, need_dz: bool, need_dbias: bool, dbias_dtype) -> tuple:
+    """(dZ, dbias) as the activation-backward pass writes them: dZ like dC (None when not needed or the
+    activation is "none"); dbias None when not needed, else (N,) in ``dbias_dtype`` where one program sums
+    whole columns (M <= _ACT_COLUMNS_MAX_M), or zeroed fp32 for per-tile atomics (cast afterwards)."""
     M, N = dc.shape
     dz = torch.empty_like(dc) if (need_dz and activation != "none") else None
-    columns = need_dbias and M <= _ACT_COLUMNS_MAX_M
     if not need_dbias:
-        dbias = None
-    elif columns:
-        dbias = torch.empty((N,), device=dc.device, dtype=dbias_dtype)
-    else:
-        dbias = torch.zeros((N,), device=dc.device, dtype=torch.float32)
-    if (dz is None and dbias is None) or M == 0 or N == 0:
-        if dbias is not None and M == 0:
-            dbias = torch.zeros((N,), device=dc.device, dtype=dbias_dtype)
-        return (dz if dz is not None else dc if need_dz else None), dbias
+        return dz, None
+    if M <= _ACT_COLUMNS_MAX_M:
+        return dz, torch.empty((N,), device=dc.device, dtype=dbias_dtype)
+    return dz, torch.zeros((N,), device=dc.device, dtype=torch.float32)
+
+
+def act_backward_launch(dc, saved, dz, dbias, activation: str) -> tuple:
+    """The activation-backward pass on buffers from act_backward_buffers (M, N > 0; dZ or dbias given):
+    (bound kernel, grid, runtime arguments by name). Absent tensors point at dC, unread."""
+    M, N = dc.shape
+    columns = dbias is not None and M <= _ACT_COLUMNS_MAX_M
     bm, bn = _ACT_COLUMNS_BLOCK if columns else _ACT_BLOCK
     key = (activation, dz is not None, dbias is not None, columns)
     kernel = _ACT_KERNELS.get(key)
@@ -450,9 +468,22 @@ def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias
     stride_zm, stride_zn = z.stride()
     stride_dzm, stride_dzn = dzt.stride()
     grid = ((N + bn - 1) // bn,) if columns else ((M + bm - 1) // bm, (N + bn - 1) // bn)
-    kernel.launch(grid, dc_ptr=dc, z_ptr=z, dz_ptr=dzt, dbias_ptr=dbias if dbias is not None else dc, M=M, N=N,
-                  stride_dcm=stride_dcm, stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn,
-                  stride_dzm=stride_dzm, stride_dzn=stride_dzn)
+    return kernel, grid, dict(dc_ptr=dc, z_ptr=z, dz_ptr=dzt, dbias_ptr=dbias if dbias is not None else dc, M=M, N=N,
+                              stride_dcm=stride_dcm, stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn,
+                              stride_dzm=stride_dzm, stride_dzn=stride_dzn)
+
+
+def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias_dtype=torch.float32):
+    """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias or None);
+    dbias is summed in fp32 and returned in ``dbias_dtype``."""
+    M, N = dc.shape
+    dz, dbias = act_backward_buffers(dc, activation, need_dz, need_dbias, dbias_dtype)
+    if (dz is None and dbias is None) or M == 0 or N == 0:
+        if dbias is not None and M == 0:
+            dbias = torch.zeros((N,), device=dc.device, dtype=dbias_dtype)
+        return (dz if dz is not None else dc if need_dz else None), dbias
+    kernel, grid, args = act_backward_launch(dc, saved, dz, dbias, activation)
+    kernel.launch(grid, **args)
     if dbias is not None and dbias.dtype != dbias_dtype:
         dbias = dbias.to(dbias_dtype)
     return (dz if dz is not None else (dc if need_dz else None)), dbias
@@ -502,6 +533,13 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(a, b, saved)
 
 
+def grad_b_transposed(b: torch.Tensor) -> bool:
+    """Whether dB = A^T dZ is computed as (dZ^T A)^T, i.e. written in B's layout: B stored K-major (as
+    nn.Linear's weight.t() is), so the weight's gradient comes out in its own (out_features, in_features)
+    layout and autograd keeps it as it is instead of copying it."""
+    return b.stride(0) == 1 and b.stride(1) != 1
+
+
 def _backward(ctx, grads):
     dc = grads[0]
     a, b, saved = ctx.saved_tensors
@@ -517,7 +555,11 @@ def _backward(ctx, grads):
             dz = dz_
         dbias = db if need_dbias else None
     da = _gemm_call(dz, b.t(), None, None, "none", ctx.precision, False)[0] if need_a else None
-    db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0] if need_b else None
+    db_ = None
+    if need_b and grad_b_transposed(b):
+        db_ = _gemm_call(dz.t(), a, None, None, "none", ctx.precision, False)[0].t()
+    elif need_b:
+        db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0]
     dres = dc if (need_res and ctx.has_res) else None
     return da, db_, dbias, dres, None, None, None
 
