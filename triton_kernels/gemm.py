@@ -45,6 +45,8 @@ from .runtime import (
     Autotuner,
     Config,
     bucket,
+    config_from,
+    config_str,
     check_tensor,
     is_fake,
     register_tuner,
@@ -103,7 +105,7 @@ _is_fake = is_fake
 INTERPRETER_DTYPES = (torch.float32, torch.float16)
 
 
-def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_checked=False):
+def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_checked=False, config=None):
     """Raise a ValueError naming the argument (``names``: what the caller calls A and B; ``a_checked``:
     the caller has checked A with check_tensor already)."""
     name_a, name_b = names
@@ -128,6 +130,8 @@ def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_c
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if config is not None and not isinstance(config, Config):
+        raise ValueError(f"config must be a runtime.Config or None, got {type(config).__name__}")
 
 
 def tma_layout(t: torch.Tensor):
@@ -493,13 +497,13 @@ def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias
 # torch op registration + autograd
 # ----------------------------------------------------------------------------------------------------
 def _gemm_eager(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
-                activation: str, precision: str, save_preact: bool) -> list:
-    return list(gemm_forward(a, b, bias, residual, activation, precision, save_preact))
+                activation: str, precision: str, save_preact: bool, config: str) -> list:
+    return list(gemm_forward(a, b, bias, residual, activation, precision, save_preact, config=config_from(config)))
 
 
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
-             activation: str, precision: str, save_preact: bool) -> list[torch.Tensor]:
-    c, z = _gemm_eager(a, b, bias, residual, activation, precision, save_preact)
+             activation: str, precision: str, save_preact: bool, config: str) -> list[torch.Tensor]:
+    c, z = _gemm_eager(a, b, bias, residual, activation, precision, save_preact, config)
     return [c, z if z is not None else c.new_empty((0,))]
 
 
@@ -519,7 +523,7 @@ def _act_backward_op(dc: torch.Tensor, saved: torch.Tensor, activation: str, nee
 
 
 def _setup_context(ctx, inputs, output):
-    a, b, bias, residual, activation, precision, save_preact = inputs
+    a, b, bias, residual, activation, precision, save_preact, _ = inputs
     c, z = output
     ctx.activation, ctx.precision = activation, precision
     ctx.has_bias, ctx.has_res = bias is not None, residual is not None
@@ -540,28 +544,34 @@ def grad_b_transposed(b: torch.Tensor) -> bool:
     return b.stride(0) == 1 and b.stride(1) != 1
 
 
-def _backward(ctx, grads):
-    dc = grads[0]
-    a, b, saved = ctx.saved_tensors
-    need_a, need_b, need_bias, need_res = ctx.needs_input_grad[:4]
+def backward_ops(dc, a, b, saved, needs, activation: str, precision: str, bias_dtype) -> tuple:
+    """(dA, dB, dbias, dresidual) of C = act(A @ B + bias) (+ residual) through the registered ops (traced
+    by torch.compile, differentiable again for a double backward); ``needs``: which of the four are
+    wanted; ``saved``: Z, or relu's output, or None for no activation."""
+    need_a, need_b, need_bias, need_res = needs
     dz = dc
     dbias = None
-    if ctx.activation != "none" or need_bias:
-        need_dbias = bool(need_bias and ctx.has_bias)
-        dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), ctx.activation,
-                                     ctx.activation != "none", need_dbias,
-                                     ctx.bias_dtype or torch.float32)
-        if ctx.activation != "none":
+    if activation != "none" or need_bias:
+        dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), activation,
+                                     activation != "none", bool(need_bias), bias_dtype or torch.float32)
+        if activation != "none":
             dz = dz_
-        dbias = db if need_dbias else None
-    da = _gemm_call(dz, b.t(), None, None, "none", ctx.precision, False)[0] if need_a else None
+        dbias = db if need_bias else None
+    da = _gemm_call(dz, b.t(), None, None, "none", precision, False, "")[0] if need_a else None
     db_ = None
     if need_b and grad_b_transposed(b):
-        db_ = _gemm_call(dz.t(), a, None, None, "none", ctx.precision, False)[0].t()
+        db_ = _gemm_call(dz.t(), a, None, None, "none", precision, False, "")[0].t()
     elif need_b:
-        db_ = _gemm_call(a.t(), dz, None, None, "none", ctx.precision, False)[0]
-    dres = dc if (need_res and ctx.has_res) else None
-    return da, db_, dbias, dres, None, None, None
+        db_ = _gemm_call(a.t(), dz, None, None, "none", precision, False, "")[0]
+    return da, db_, dbias, dc if need_res else None
+
+
+def _backward(ctx, grads):
+    a, b, saved = ctx.saved_tensors
+    need_a, need_b, need_bias, need_res = ctx.needs_input_grad[:4]
+    needs = (need_a, need_b, need_bias and ctx.has_bias, need_res and ctx.has_res)
+    return (*backward_ops(grads[0], a, b, saved, needs, ctx.activation, ctx.precision, ctx.bias_dtype),
+            None, None, None, None)
 
 
 _act_backward_call = register_op("tk::act_backward", _act_backward_op, eager=_act_backward_eager)
@@ -578,24 +588,36 @@ def _save_preact(activation, a, b, bias, residual) -> bool:
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-         activation: str = "none", precision: str = "ieee") -> torch.Tensor:
+         activation: str = "none", precision: str = "ieee", *, config: Config | None = None) -> torch.Tensor:
     """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
 
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or "tf32x3" (three tf32
-    products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores).
+    products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores). config: the forward GEMM's
+    launch configuration (tests choose a kernel path with it); default, and always for the backward's
+    GEMMs: the tuner's choice.
     """
-    _validate(a, b, bias, residual, activation, precision)
+    key, call = gemm_eager.lookup("gemm", a, b, bias, residual, activation, precision, config)
+    if call is not None:  # a signature seen before: its prepared call
+        return call(a, b, bias, residual)
+    _validate(a, b, bias, residual, activation, precision, config=config)
     save_preact = _save_preact(activation, a, b, bias, residual)
-    return _gemm_call(a, b, bias, residual, activation, precision, save_preact)[0]
+    c = _gemm_call(a, b, bias, residual, activation, precision, save_preact, config_str(config))[0]
+    gemm_eager.remember(key, a, b, bias, residual, activation, precision, save_preact, config, weight=False)
+    return c
 
 
 _X_DIMS = tuple(range(1, 9))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
-           residual: torch.Tensor | None = None, precision: str = "ieee") -> torch.Tensor:
+           residual: torch.Tensor | None = None, precision: str = "ieee", *,
+           config: Config | None = None) -> torch.Tensor:
     """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear;
-    residual has the output's shape (..., out_features). Errors name x / weight / bias / residual."""
+    residual has the output's shape (..., out_features). Errors name x / weight / bias / residual.
+    config: as for :func:`gemm`."""
+    key, call = gemm_eager.lookup("linear", x, weight, bias, residual, activation, precision, config)
+    if call is not None:  # a signature seen before: its prepared call
+        return call(x, weight, bias, residual)
     check_tensor("x", x, ndim=_X_DIMS, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor("weight", weight, ndim=2)
     if x.shape[-1] != weight.shape[1]:
@@ -609,7 +631,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x2 = x if rows else x.reshape(-1, x.shape[-1])
     r2 = residual if (rows or residual is None) else residual.reshape(-1, residual.shape[-1])
     w_t = weight.t()
-    _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"), a_checked=True)
+    _validate(x2, w_t, bias, r2, activation, precision, names=("x", "weight"), a_checked=True, config=config)
     save_preact = _save_preact(activation, x2, w_t, bias, r2)
-    y = _gemm_call(x2, w_t, bias, r2, activation, precision, save_preact)[0]
-    return y if rows else y.reshape(*x.shape[:-1], weight.shape[0])
+    y = _gemm_call(x2, w_t, bias, r2, activation, precision, save_preact, config_str(config))[0]
+    out_shape = None if rows else (*x.shape[:-1], weight.shape[0])
+    gemm_eager.remember(key, x2, w_t, bias, r2, activation, precision, save_preact, config, weight=True,
+                        out_shape=out_shape)
+    return y if rows else y.reshape(out_shape)
+
+
+from . import gemm_eager  # noqa: E402  (it builds on this module's plans and launchers)

@@ -1,0 +1,217 @@
+"""The eager fast path of the fused GEMM (triton_kernels/gemm.py's ``linear`` and ``gemm``).
+
+A call whose signature -- every tensor's class, shape, strides, dtype, device and whether it needs a
+gradient; the activation, precision and config -- was seen before skips validation, the tuning-key and plan
+lookups and the kernel-argument arithmetic: it allocates its outputs and launches through functions that
+have every non-tensor kernel argument fixed (launcher.BoundKernel.fix), for whichever plan the general path
+chose (the pointer kernel, split-K partials + reduction, or the persistent TMA kernel). Its backward runs
+in ``_Node`` (a runtime.EagerNode): the activation-backward / dbias pass, dA = dZ @ B^T and dB, each
+launched the same way, with the same plans and the same formulas as gemm.py's backward, so both paths give
+the same gradients (dW of nn.Linear's weight written in the weight's own layout, see
+gemm.grad_b_transposed).
+
+The first call of a signature takes the general path (which validates, so bad input raises a ValueError
+naming the argument before any launch, and tunes) and is remembered here (at most
+runtime.MAX_CALL_SIGNATURES). The general path runs instead while torch.compile traces, under autocast,
+for tensor subclasses (fake tensors included), for empty shapes and for a double backward (create_graph);
+a TMA plan met with an operand whose address is not 16-byte aligned launches that call's own plan.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch.compiler import is_compiling
+
+from .gemm import (_ensure_allocator, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_launch,
+                   backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
+from .runtime import INTERPRET, EagerNode, remember_call
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
+
+
+def _launched_and_fixed(kernel, grid, args: dict):
+    """Launch ``kernel`` once with ``args`` (by name) and return its launch function for later calls that
+    differ only in their tensors (taken positionally, in the kernel's order)."""
+    kernel.launch(grid, **args)
+    return kernel.fix(grid, **args)
+
+
+class _FixedGemm:
+    """One GEMM of a call signature, C = act(A @ B + bias) (+ residual) with Z stored when given: the plan
+    gemm.gemm_forward runs for it (gemm.find_plan's, or the one of a given ``config``) and its launches
+    with every argument but the tensors fixed. Made from the signature's first fast call (which it
+    launches); called with the tensors of each later one."""
+
+    def __init__(self, a, b, c, bias, residual, z, activation: str, precision: str, config=None) -> None:
+        M, K = a.shape
+        N = b.shape[1]
+        self.shape, self.activation, self.config = (M, N, K), activation, config
+        self.precision = precision if a.dtype == torch.float32 else "ieee"  # as gemm.gemm_forward runs it
+        self.index_64 = index_64_needed(a, b, bias, residual, None, M, N)
+        plan, b_read = self._plan(a, b, c, bias, residual, z)
+        steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
+        self.launches = [_launched_and_fixed(kernel, grid, args) for kernel, grid, args in steps]
+        self.partials = steps[0][2]["part_ptr"].shape if plan.split_k > 1 else None  # split-K's fp32 buffer
+        # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
+        self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
+
+    def _plan(self, a, b, c, bias, residual, z) -> tuple:
+        """(plan, B as its kernels read it) for these operands, as gemm.gemm_forward finds them."""
+        if self.config is None:
+            return find_plan(a, b, c, bias, residual, z, self.activation, self.precision, self.index_64), b
+        flags = _flags(bias is not None, residual is not None, z is not None, self.activation, self.precision,
+                       self.index_64)
+        return _forced_plan(self.config, flags, a, b)
+
+    def __call__(self, a, b, c, bias, residual, z) -> None:
+        bias_ptr = bias if bias is not None else c  # absent tensors point at C, unread (as plan_launches)
+        res_ptr = residual if residual is not None else c
+        z_ptr = z if z is not None else c
+        if self.partials is not None:
+            part = torch.empty(self.partials, device=c.device, dtype=torch.float32)
+            self.launches[0](a, b, part)
+            self.launches[1](part, c, bias_ptr, res_ptr, z_ptr)
+            return
+        if self.tma:
+            if (a.data_ptr() | b.data_ptr()) & 15:  # TMA reads 16-byte aligned bases only: this call's own plan
+                plan, b_read = self._plan(a, b, c, bias, residual, z)
+                _launch_plan(plan, a, b_read, c, bias, residual, z, *self.shape)
+                return
+            if self.relayout:
+                b = relayout(b)
+            if not INTERPRET:
+                _ensure_allocator()  # the TMA kernel's descriptor scratch (autograd's backward thread included)
+        self.launches[0](a, b, c, bias_ptr, res_ptr, z_ptr)
+
+
+class _Node(EagerNode):
+    """The autograd node of an eager GEMM / linear call of a known signature."""
+
+
+class _Call:
+    """One call signature of ``gemm(a, b, ...)`` or ``linear(x, weight, ...)``, validated once by the general
+    path. ``weight``: the second operand is nn.Linear's weight, B = weight.t(); ``out_shape``: linear's
+    output shape when x is not already (M, K) rows. The GEMMs are fixed on first use (the forward on the
+    signature's first fast call, the backward per dC layout)."""
+
+    def __init__(self, a, b, bias, residual, activation: str, precision: str, save_preact: bool, config,
+                 needs: tuple, weight: bool, out_shape: Optional[tuple]) -> None:
+        (self.M, self.K), self.N = a.shape, b.shape[1]
+        self.dtype, self.device = a.dtype, a.device
+        self.activation, self.precision, self.save_preact = activation, precision, save_preact
+        self.config = config  # the forward GEMM's (None: tuned); the backward's GEMMs are tuned
+        self.needs = needs  # (dA, dB, dbias, dresidual) needed; None: no autograd
+        self.weight, self.out_shape = weight, out_shape
+        self.bias_dtype = bias.dtype if bias is not None else None
+        self.b_transposed = grad_b_transposed(b)  # dB written as (dZ^T A)^T, in B's layout
+        self.forward_gemm: Optional[_FixedGemm] = None
+        self.backward_launches: dict[tuple, list] = {}  # (dC's strides, dtype) -> [act pass, dA GEMM, dB GEMM]
+
+    def __call__(self, a, b, bias, residual) -> torch.Tensor:
+        if self.out_shape is not None:  # linear's (..., K) input as (M, K) rows
+            a = a.reshape(self.M, self.K)
+            residual = residual.reshape(self.M, self.N) if residual is not None else None
+        c = _Node.run(self, a, b, bias, residual) if self.needs is not None else self.run(a, b, bias, residual)[0]
+        return c if self.out_shape is None else c.reshape(self.out_shape)
+
+    def run(self, a, b, bias, residual) -> tuple:
+        """(C, Z or None) from A, the second operand, bias and residual (M, N)."""
+        c = torch.empty((self.M, self.N), device=self.device, dtype=self.dtype)
+        z = torch.empty((self.M, self.N), device=self.device, dtype=self.dtype) if self.save_preact else None
+        operand = b.t() if self.weight else b
+        if self.forward_gemm is None:
+            self.forward_gemm = _FixedGemm(a, operand, c, bias, residual, z, self.activation, self.precision,
+                                           self.config)
+        else:
+            self.forward_gemm(a, operand, c, bias, residual, z)
+        return c, z
+
+    def forward(self, ctx, a, b, bias, residual) -> torch.Tensor:
+        c, z = self.run(a, b, bias, residual)
+        # what the activation's backward reads: Z, or relu's sign off the output (no residual), or nothing
+        saved = None if self.activation == "none" else z if self.save_preact else c
+        ctx.save_for_backward(a, b, saved)
+        return c
+
+    def backward(self, ctx, dc) -> tuple:
+        a, b, saved = ctx.saved_tensors
+        operand = b.t() if self.weight else b
+        if torch.is_grad_enabled():  # create_graph: the general path's differentiable ops
+            da, db, dbias, dres = backward_ops(dc, a, operand, saved, self.needs, self.activation, self.precision,
+                                               self.bias_dtype)
+            return da, (db.t() if self.weight and db is not None else db), dbias, dres
+        need_a, need_b, need_bias, need_res = self.needs
+        fixed = self.backward_launches.get((dc.stride(), dc.dtype))
+        if fixed is None:
+            fixed = self.backward_launches[(dc.stride(), dc.dtype)] = [None, None, None]
+        dz, dbias = dc, None
+        if self.activation != "none" or need_bias:  # dZ = dC * act'(Z) and / or dbias = colsum(dZ)
+            dz_, dbias = act_backward_buffers(dc, self.activation, True, need_bias, self.bias_dtype)
+            if fixed[0] is None:
+                fixed[0] = _launched_and_fixed(*act_backward_launch(dc, saved, dz_, dbias, self.activation))
+            else:
+                fixed[0](dc, saved if saved is not None else dc, dz_ if dz_ is not None else dc,
+                         dbias if dbias is not None else dc)
+            dz = dz_ if dz_ is not None else dc
+            if dbias is not None and dbias.dtype != self.bias_dtype:  # summed in fp32 by atomics
+                dbias = dbias.to(self.bias_dtype)
+        da = db = None
+        if need_a:  # dA = dZ @ B^T
+            da = torch.empty((self.M, self.K), device=dz.device, dtype=dz.dtype)
+            fixed[1] = self._gemm(fixed[1], dz, operand.t(), da)
+        if need_b and self.b_transposed:  # dB^T = dZ^T @ A, (N, K): for linear the weight's gradient itself
+            db = torch.empty((self.N, self.K), device=dz.device, dtype=dz.dtype)
+            fixed[2] = self._gemm(fixed[2], dz.t(), a, db)
+            db = db if self.weight else db.t()
+        elif need_b:  # dB = A^T @ dZ, (K, N)
+            db = torch.empty((self.K, self.N), device=a.device, dtype=a.dtype)
+            fixed[2] = self._gemm(fixed[2], a.t(), dz, db)
+            db = db.t() if self.weight else db
+        return da, db, dbias, dc if need_res else None
+
+    def _gemm(self, fixed: Optional[_FixedGemm], a, b, c) -> _FixedGemm:
+        """C = A @ B through ``fixed`` (made and launched here the first time); returns it."""
+        if fixed is None:
+            return _FixedGemm(a, b, c, None, None, None, "none", self.precision)
+        fixed(a, b, c, None, None, None)
+        return fixed
+
+
+_CALLS: dict[tuple, _Call] = {}
+
+
+def _signature(t, grad: bool):
+    return None if t is None else (t.__class__, t.shape, t.stride(), t.dtype, t.device, grad and t.requires_grad)
+
+
+def lookup(op: str, a, b, bias, residual, activation, precision, config) -> tuple:
+    """(signature, its prepared call or None) of a ``gemm`` / ``linear`` (``op``) call; the signature is None
+    where the call must take the general path and not be remembered: torch.compile tracing, autocast on, an
+    argument that is not a tensor or not hashable, a device autocast does not know (meta)."""
+    if is_compiling():
+        return None, None
+    try:
+        if torch.is_autocast_enabled(a.device.type):
+            return None, None
+        grad = torch.is_grad_enabled()
+        key = (op, _signature(a, grad), _signature(b, grad), _signature(bias, grad), _signature(residual, grad),
+               activation, precision, config)
+        return key, _CALLS.get(key)
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor (or on a device autocast does not know)
+        return None, None
+
+
+def remember(key, a, b, bias, residual, activation: str, precision: str, save_preact: bool, config, weight: bool,
+             out_shape: Optional[tuple] = None) -> None:
+    """After a general-path call of signature ``key`` (A (M, K), B (K, N), bias, residual (M, N) as the GEMM
+    took them; ``weight``: B is nn.Linear's weight.t()): keep its prepared call, unless the key is None,
+    a tensor is of another class than torch.Tensor / nn.Parameter (fake tensors included) or a size is 0."""
+    if key is None or not (a.shape[0] and a.shape[1] and b.shape[1]):
+        return
+    if any(t is not None and t.__class__ not in _PLAIN for t in (a, b, bias, residual)):
+        return
+    grad = torch.is_grad_enabled()
+    needs = tuple(bool(grad and t is not None and t.requires_grad) for t in (a, b, bias, residual))
+    remember_call(_CALLS, key, _Call(a, b, bias, residual, activation, precision, save_preact, config,
+                                     needs if any(needs) else None, weight, out_shape))
