@@ -21,7 +21,9 @@ kernel on Hopper (programs loop over the tiles), and split-K for outputs of few 
 fixed order and applies the epilogue).
 
 The kernels are in ``gemm_kernels.py``; this file holds the tuner (candidates from autotune/spaces.py),
-validation, launch plans, launchers, torch ops and the public functions.
+validation, launch plans, launchers, torch ops and the public functions. An eager call of ``linear`` /
+``gemm`` whose signature was seen before runs its prepared call (``gemm_eager.py``) instead: no validation,
+no plan lookup, launches with their arguments fixed; torch.compile traces the registered ops.
 """
 from __future__ import annotations
 
