@@ -38,8 +38,9 @@ def matmul_case(M, N, K, dtype, tf32=False, name="gemm", precision=None) -> Case
     )
 
 
-def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
-    """y = act(x @ W^T + b): eager functional.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours."""
+def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=None) -> Case:
+    """y = act(x @ W^T + b): eager functional.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours.
+    ``name``: the case's name (default ``linear_<act>``); ``_fwdbwd`` is appended for the backward."""
     prec = "tf32" if tf32 else "ieee"
     f = ACT[act]
 
@@ -83,7 +84,7 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False) -> Case:
     es = torch.tensor([], dtype=dtype).element_size()
     io = M * K + N * K + N + M * N
     return Case(
-        suite="ops", name=f"linear_{act}" + ("_fwdbwd" if backward else ""),
+        suite="ops", name=(name or f"linear_{act}") + ("_fwdbwd" if backward else ""),
         params={"M": M, "K": K, "N": N, "precision": prec}, dtype=dtype, inputs=inputs,
         fns={"eager": eager, "triton": triton_fn}, reference=reference,
         flops=2.0 * M * N * K * (3 if backward else 1),
@@ -123,11 +124,13 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
         out.append(matmul_case(n, n, n, bf16))
     for n in (1024, 2048, 8192):
         out.append(matmul_case(n, n, n, f32, tf32=True))
-    # the studies' shapes
-    out += [linear_case(128, 784, 10, f32, "none"),                       # MNIST softmax regression
-            linear_case(1024, 16, 16, f32, "relu"), linear_case(1024, 64, 64, f32, "relu"),  # SGEMM widths
-            linear_case(512, 8704, 1024, bf16, "relu"), linear_case(512, 1024, 1024, bf16, "relu"),  # Char-CNN FC
-            linear_case(512, 8704, 1024, bf16, "relu", backward=True),     # ... trained with our kernels
-            linear_case(512, 1024, 4, bf16, "none"),
-            linear_case(512, 512, 10, f32, "none", tf32=True)]             # ResNet-18 head
+    # the studies' Linear shapes, forward and forward + backward (a training step's)
+    for backward in (False, True):
+        out += [linear_case(128, 784, 10, f32, "none", backward, name="mnist_softmax_regression_linear"),
+                linear_case(1024, 16, 16, f32, "relu", backward, name="sgemm_width16_linear_relu"),
+                linear_case(1024, 64, 64, f32, "relu", backward, name="sgemm_width64_linear_relu"),
+                linear_case(512, 8704, 1024, bf16, "relu", backward, name="char_cnn_fc1_linear_relu"),
+                linear_case(512, 1024, 1024, bf16, "relu", backward, name="char_cnn_fc2_linear_relu"),
+                linear_case(512, 1024, 4, bf16, "none", backward, name="char_cnn_fc3_linear")]
+    out.append(linear_case(512, 512, 10, f32, "none", tf32=True, name="resnet18_head_linear"))
     return out
