@@ -62,6 +62,7 @@ def _check(op, a, b, bias, residual, act, dtype, config=None, exact=True):
             return gemm.linear(a, b, bias, act, residual, config=config)
         return gemm.gemm(a, b, bias, residual, act, config=config)
 
+    assert _prepared(op, a, b, bias, residual, act, config=config) is None, "a signature seen before: other shapes"
     runs = _three_calls(call, (a, b, bias, residual), grad_out)
     _assert_same(runs, dtype, exact)
     y, grads = runs[2]
