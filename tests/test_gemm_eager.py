@@ -369,14 +369,15 @@ def test_gpu_compile_after_eager_calls():
         assert_close(g, e.double(), torch.float32)
 
 
-GPU_TMA = gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1}, 8, 3)
-GPU_PLANS = {"pointer": gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 8, 3),
-             "split_k": gemm.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 4}, 4, 4),
+# BLOCK_K 32: the stages of fp32 tiles stay well inside shared memory
+GPU_TMA = gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)
+GPU_PLANS = {"pointer": gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 8, 3),
+             "split_k": gemm.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 4}, 4, 4),
              "tma": GPU_TMA, "tma_relayout": gemm.Config({**GPU_TMA.kwargs, "B_RELAYOUT": 1}, 8, 3)}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("plan", GPU_PLANS)
 def test_gpu_forced_plans_through_the_prepared_call(plan, dtype):
     """Each kind of forward plan compiled and launched through the prepared call's fixed launches (the
