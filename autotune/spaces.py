@@ -467,10 +467,10 @@ def _conv2d_fits_channels(c: Config, ctx: dict) -> bool:
 
 
 def _conv2d_tuner(ctx: dict) -> list[Config]:
-    """conv2d.py's ``_prune``: shared memory, registers, tiles not far larger than the problem and fitting
-    the channels."""
+    """conv2d.py's ``_prune``: shared memory, registers, tiles not far larger than the problem, no tile under
+    64 x 64 on a large one, and fitting the channels."""
     out = [c for c in CONV2D_CONFIGS if _gemm_smem(c, ctx) and _acc_registers(c, ctx)
-           and _gemm_not_too_large(c, ctx) and _conv2d_fits_channels(c, ctx)]
+           and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx) and _conv2d_fits_channels(c, ctx)]
     return out or [CONV2D_SMALLEST]
 
 
@@ -483,6 +483,7 @@ CONV2D = _register(Space(
         Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
              "at least 4 accumulators per thread"),
         Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem"),
+        Rule("not_too_small", "shape", _gemm_not_too_small, "no tile under 64 x 64 on an M x N >= 2048^2 problem"),
         Rule("fits_channels", "shape", _conv2d_fits_channels,
              "BLOCK_N <= bucket(C_out), BLOCK_K <= bucket(C_in) (a tap's channels)"),
     ),
