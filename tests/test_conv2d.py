@@ -120,7 +120,8 @@ def test_views(case):
 # ------------------------------------------------------------------------------------------ weight cache
 def test_packed_weight_is_cached_until_the_weight_changes():
     """One pack per weight version: repeated calls reuse it; an optimizer step (in place: a new version)
-    repacks; a write through .data is not seen until clear_packed_weights(); a freed weight's entry goes."""
+    repacks; a write through .data is not seen until clear_packed_weights(); a freed weight's entry goes;
+    an inference tensor is packed on every call."""
     conv = torch.nn.Conv2d(4, 6, 3, padding=1, device=DEVICE)
     first = conv2d.packed_weight(conv.weight)
     assert conv2d.packed_weight(conv.weight) is first
@@ -140,6 +141,11 @@ def test_packed_weight_is_cached_until_the_weight_changes():
     before = len(conv2d._PACKED)
     del conv
     gc.collect()
+    assert len(conv2d._PACKED) == before - 1
+    with torch.inference_mode():  # an inference tensor has no version counter: packed on every call, uncached
+        w = torch.randn(6, 4, 3, 3, device=DEVICE)
+        y = conv2d.conv2d(x, w, None, 1, 1)
+    assert_close(y, ref_conv(x.double(), w.double(), None, 1, 1), torch.float32)
     assert len(conv2d._PACKED) == before - 1
 
 

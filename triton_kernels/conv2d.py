@@ -192,8 +192,9 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """pack_weight(weight), from the cache when the weight is unchanged since it was packed; while
-    torch.compile traces, the packing is traced (it runs, a small copy, in every compiled call)."""
-    if is_fake(weight) or torch.compiler.is_compiling():
+    torch.compile traces, the packing is traced (it runs, a small copy, in every compiled call), and an
+    inference tensor (made under torch.inference_mode: no version counter) is packed on every call."""
+    if is_fake(weight) or torch.compiler.is_compiling() or weight.is_inference():
         return pack_weight(weight)
     hit = _PACKED.get(weight)
     ptr, version = weight.data_ptr(), weight._version
