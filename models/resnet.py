@@ -42,11 +42,18 @@ def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
 
 
 def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """triton_kernels.conv2d's implicit GEMM (the layer must pass :func:`triton_conv_supports`)."""
+    """triton_kernels.conv2d's implicit GEMM (the layer must pass :func:`triton_conv_supports`). Under
+    autocast it computes in the autocast dtype, as torch's conv2d does there: x and the bias are cast, the
+    fp32 weight is cast when packed (once per weight version) and its gradient returns in fp32."""
     if not triton_conv_supports(conv):
         raise ValueError(f"the Triton conv2d runs zero-padded, undilated, ungrouped convolutions with int padding; "
                          f"got {conv}")
-    return _conv2d.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding)
+    bias = conv.bias
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x = x.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+    return _conv2d.conv2d(x, conv.weight, bias, conv.stride, conv.padding)
 
 
 def triton_conv_supports(conv: nn.Conv2d) -> bool:

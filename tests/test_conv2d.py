@@ -90,6 +90,25 @@ def test_small_tiles_every_dim(k, stride, pad):
     assert_close(y, ref_conv(x.double(), w.double(), b.double(), stride, pad, r.double(), "relu"), torch.float32)
 
 
+def test_weight_in_another_dtype():
+    """An fp32 weight under fp16 activations (what autocast hands conv2d): cast to fp16 when packed, the
+    output fp16, the weight's gradient fp32; all as torch's fp16 conv of the cast weight, against float64."""
+    x, w, b, r = _inputs(2, 6, 7, 5, 9, 3, 2, 1, True, False, torch.float16, "channels_last")
+    w32 = w.float().requires_grad_()
+    xs = x.clone().requires_grad_()
+    y = conv2d.conv2d(xs, w32, b, 2, 1, activation="relu")
+    assert y.dtype == torch.float16
+    x64, w64 = x.double().requires_grad_(), w32.detach().double().requires_grad_()
+    ref = ref_conv(x64, w64, b.double(), 2, 1) * (y.detach().double() > 0)
+    assert_close(y, functional.relu(ref_conv(x64, w64, b.double(), 2, 1)), torch.float16)
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    y.backward(g.half())
+    ref.backward(g)
+    assert w32.grad.dtype == torch.float32
+    assert_close(w32.grad, w64.grad, torch.float16, name="dweight")
+    assert_close(xs.grad, x64.grad, torch.float16, name="dx")
+
+
 def test_nan_propagates_like_torch():
     x = torch.randn(2, 4, 6, 6, device=DEVICE).contiguous(memory_format=CL)
     x[1, 2, 3, 3] = float("nan")
@@ -206,6 +225,34 @@ def test_resnet_layers_on_the_triton_conv():
         assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), name
 
 
+def test_resnet_triton_convs_under_autocast():
+    """Under fp16 autocast (the CPU's stand-in for the GPU's bf16) the Triton convs compute in fp16 from the
+    fp32 weights (cast when packed) and return fp32 weight gradients: a training step's loss and every
+    gradient are no further from the fp32 step's than the autocast cuDNN model's (2x, with a floor)."""
+    from models.resnet import Conv2d, ResNet
+
+    torch.manual_seed(0)
+    exact, eager, ours = (ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend=b).to(DEVICE).to(memory_format=CL)
+                          for b in ("eager", "eager", "triton"))
+    eager.load_state_dict(exact.state_dict())
+    ours.load_state_dict(exact.state_dict())
+    for m in ours.modules():
+        if isinstance(m, Conv2d):
+            m.impl = "triton"
+    x = torch.randn(4, 3, 8, 8, device=DEVICE).contiguous(memory_format=CL)
+    labels = torch.randint(0, 10, (4,), device=DEVICE)
+    losses = []
+    for model, amp in ((exact, False), (eager, True), (ours, True)):
+        with torch.autocast(torch.device(DEVICE).type, dtype=torch.float16, enabled=amp):
+            loss = functional.cross_entropy(model(x).float(), labels)
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
+    for (name, p32), pe, po in zip(exact.named_parameters(), eager.parameters(), ours.parameters()):
+        assert po.grad.dtype == torch.float32, name
+        assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
+
+
 def test_op_suite_cases_run_through_the_harness():
     """bench/cases/conv2d.py's interpreter cases: every backend checked against float64 and timed (status ok)."""
     from bench.cases import conv2d as cases
@@ -224,7 +271,7 @@ def test_op_suite_cases_run_through_the_harness():
 @pytest.mark.parametrize("bad,match", [
     (lambda x, w: conv2d.conv2d(x[0], w), "x must have 4 dims"),
     (lambda x, w: conv2d.conv2d(x, w[:, :3]), "C_in must equal"),
-    (lambda x, w: conv2d.conv2d(x, w.half()), "weight has dtype"),
+    (lambda x, w: conv2d.conv2d(x, w.int()), "weight has dtype"),
     (lambda x, w: conv2d.conv2d(x, w[0]), "weight must have 4 dims"),
     (lambda x, w: conv2d.conv2d(x, w, torch.ones(3)), "bias has 3 elements"),
     (lambda x, w: conv2d.conv2d(x, w, stride=0), "stride must be"),
@@ -311,6 +358,53 @@ def gpu_tf32_stats_and_compile() -> None:
 @pytest.mark.gpu
 def test_gpu_tf32_stats_and_compile(isolated):
     isolated("tests.test_conv2d:gpu_tf32_stats_and_compile")
+
+
+def gpu_resnet18_triton_convs() -> None:
+    """ResNet-18 (triton backend) with EVERY conv on the Triton conv2d, one bf16-autocast training step from
+    the same weights as an fp32 eager step (tf32 off) and an autocast eager one: loss and gradients no
+    further from fp32 than eager bf16's (2x, with a floor); then the same model under
+    torch.compile(fullgraph=True) gives the same loss and gradients as its eager step."""
+    from models.resnet import Conv2d, resnet
+
+    torch.manual_seed(0)
+    exact, eager, ours = (resnet("resnet18", backend=b).cuda().to(memory_format=CL)
+                          for b in ("eager", "eager", "triton"))
+    eager.load_state_dict(exact.state_dict())
+    ours.load_state_dict(exact.state_dict())
+    for m in ours.modules():
+        if isinstance(m, Conv2d):
+            m.impl = "triton"
+    x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=CL)
+    labels = torch.randint(0, 10, (64,), device="cuda")
+
+    def step(model, amp):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss = functional.cross_entropy(model(x).float(), labels)
+        loss.backward()
+        return loss.item()
+
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        losses = [step(exact, False), step(eager, True), step(ours, True)]
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
+    for (name, p32), pe, po in zip(exact.named_parameters(), eager.parameters(), ours.parameters()):
+        assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
+    grads = [p.grad.clone() for p in ours.parameters()]
+    ours.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, fullgraph=True)
+    assert abs(step(compiled, True) - losses[2]) <= 1e-2 * abs(losses[2])
+    for (name, p), g in zip(ours.named_parameters(), grads):
+        assert rel_err(p.grad, g) <= 2e-2, name
+
+
+@pytest.mark.gpu
+def test_gpu_resnet18_triton_convs(isolated):
+    isolated("tests.test_conv2d:gpu_resnet18_triton_convs")
 
 
 def gpu_autotune_picks_a_config() -> None:

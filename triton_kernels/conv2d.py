@@ -2,7 +2,8 @@
 epilogue and, as a separate variant, the batch-norm statistics of its output; backward through cuDNN.
 
 Shapes: x (B, C_in, H, W) read with its strides (channels_last is the fast layout; a contiguous NCHW x
-works too, its channel loads strided), weight (C_out, C_in, KH, KW) as nn.Conv2d's, bias (C_out,),
+works too, its channel loads strided; one sample under 2**31 elements), weight (C_out, C_in, KH, KW) as
+nn.Conv2d's (any float dtype: cast to x's when packed), bias (C_out,),
 residual (B, C_out, H_out, W_out) any strides, y (B, C_out, H_out, W_out) channels_last in x's dtype, with
 H_out = (H + 2 pad_h - KH) // stride_h + 1 (likewise W_out); dilation 1, one group. Inputs fp32 / fp16 /
 bf16 with fp32 accumulation (fp32: "ieee" or "tf32" dots); the CPU interpreter computes fp32 and fp16 only.
@@ -177,31 +178,34 @@ def _prune(M: int, N: int, C: int, taps: int, elem: int) -> list[Config]:
 # ----------------------------------------------------------------------------------------------------
 # The packed weight, cached per weight tensor
 # ----------------------------------------------------------------------------------------------------
-# weight -> (data_ptr, version, packed): weak keys, so an entry goes when its weight is freed. An entry is
-# used only while the weight's storage (data_ptr) and version counter are unchanged: every in-place write
+# weight -> (data_ptr, version, dtype, packed): weak keys, so an entry goes when its weight is freed. An entry
+# is used only while the weight's storage (data_ptr) and version counter are unchanged: every in-place write
 # through the tensor or a view of it (an optimizer step, load_state_dict, nn.init, `with no_grad(): w.mul_()`)
 # bumps the version, and the next call repacks. A write through `w.data` is NOT seen (`.data` has a
 # version counter of its own): call `clear_packed_weights()` after one.
 _PACKED = WeakTensorKeyDictionary()
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """The (C_out, C_in, KH, KW) weight as a (KH, KW, C_in, C_out) contiguous copy (detached)."""
-    return weight.detach().permute(2, 3, 1, 0).contiguous()
+def pack_weight(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The (C_out, C_in, KH, KW) weight as a (KH, KW, C_in, C_out) contiguous copy in ``dtype`` (default: its
+    own), detached: one copy kernel, the cast included."""
+    view = weight.detach().permute(2, 3, 1, 0)
+    return torch.empty(view.shape, device=weight.device, dtype=dtype or weight.dtype).copy_(view)
 
 
-def packed_weight(weight: torch.Tensor) -> torch.Tensor:
-    """pack_weight(weight), from the cache when the weight is unchanged since it was packed; while
-    torch.compile traces, the packing is traced (it runs, a small copy, in every compiled call), and an
-    inference tensor (made under torch.inference_mode: no version counter) is packed on every call."""
+def packed_weight(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """pack_weight(weight, dtype), from the cache when the weight is unchanged since it was packed (in this
+    dtype); while torch.compile traces, the packing is traced (it runs, a small copy, in every compiled call),
+    and an inference tensor (made under torch.inference_mode: no version counter) is packed on every call."""
+    dtype = dtype or weight.dtype
     if is_fake(weight) or torch.compiler.is_compiling() or weight.is_inference():
-        return pack_weight(weight)
+        return pack_weight(weight, dtype)
     hit = _PACKED.get(weight)
     ptr, version = weight.data_ptr(), weight._version
-    if hit is not None and hit[0] == ptr and hit[1] == version:
-        return hit[2]
-    packed = pack_weight(weight)
-    _PACKED[weight] = (ptr, version, packed)
+    if hit is not None and hit[0] == ptr and hit[1] == version and hit[2] == dtype:
+        return hit[3]
+    packed = pack_weight(weight, dtype)
+    _PACKED[weight] = (ptr, version, dtype, packed)
     return packed
 
 
@@ -304,14 +308,14 @@ def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Te
 def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
                activation: str, precision: str, config: str) -> torch.Tensor:
-    return conv2d_forward(x, packed_weight(weight), bias, residual, (stride_h, stride_w), (pad_h, pad_w), activation,
+    return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w), activation,
                           precision, config=config_from(config))
 
 
 def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
                      activation: str, precision: str, config: str) -> list[torch.Tensor]:
-    y, part = conv2d_forward(x, packed_weight(weight), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
+    y, part = conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
                              activation, precision, stats=True, config=config_from(config))
     mean, var = merge_tile_stats(part, y.shape[0] * y.shape[2] * y.shape[3])
     return [y, mean, var]
@@ -326,15 +330,17 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dy):
-    """dz = dy behind the ReLU mask of the saved output; dx and dw from cuDNN's convolution backward, dbias
-    a sum, dresidual = dz."""
+    """dz = dy behind the ReLU mask of the saved output; dx and dw from cuDNN's convolution backward (in x's
+    dtype, dw then cast to the weight's, as autocast's cast of the weight would give), dbias a sum,
+    dresidual = dz."""
     x, weight, y = ctx.saved_tensors
     need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
     dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
     dx = dw = None
     if need_x or need_w:
-        dx, dw, _ = torch.ops.aten.convolution_backward(dz, x, weight, None, ctx.stride, ctx.padding, [1, 1], False,
-                                                        [0, 0], 1, [bool(need_x), bool(need_w), False])
+        dx, dw, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, ctx.stride, ctx.padding,
+                                                        [1, 1], False, [0, 0], 1, [bool(need_x), bool(need_w), False])
+        dw = dw.to(weight.dtype) if dw is not None else None
     dbias = dz.sum((0, 2, 3), dtype=torch.float32).to(ctx.bias_dtype) if need_b and ctx.bias_dtype else None
     dres = dz.to(ctx.res_dtype) if need_r and ctx.res_dtype else None
     return (dx, dw, dbias, dres) + (None,) * 7
@@ -358,9 +364,7 @@ def _pair(name: str, value, minimum: int) -> tuple[int, int]:
 def validate(x, weight, bias, stride, padding, residual, activation, precision):
     """Raise a ValueError naming the argument; returns (stride pair, padding pair)."""
     check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
-    check_tensor("weight", weight, ndim=4, dtypes=DTYPES, device=x.device, interpreter_dtypes=INTERPRETER_DTYPES)
-    if weight.dtype != x.dtype:
-        raise ValueError(f"weight has dtype {weight.dtype} but x has {x.dtype}")
+    check_tensor("weight", weight, ndim=4, dtypes=DTYPES, device=x.device)
     B, C, H, W = x.shape
     C_out, C_in, KH, KW = weight.shape
     if C_in != C:
@@ -395,8 +399,10 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            config: Config | None = None) -> torch.Tensor:
     """act(conv2d(x, weight, bias, stride, padding) + residual), as functional.conv2d (dilation 1, one
     group) followed by the add and the activation: x (B, C_in, H, W), channels_last preferred (any strides
-    are read as they are); weight (C_out, C_in, KH, KW) as nn.Conv2d's (packed once per version, see
-    `packed_weight`); residual (B, C_out, H_out, W_out); returns y channels_last in x's dtype.
+    are read as they are); weight (C_out, C_in, KH, KW) as nn.Conv2d's, in x's dtype or another (an fp32
+    master weight under bf16 activations, as autocast hands conv2d: it is cast to x's dtype when packed, once
+    per version, see `packed_weight`, and its gradient comes back in its own dtype); residual (B, C_out,
+    H_out, W_out); returns y channels_last in x's dtype.
     Differentiable in x, weight, bias and residual (backward: cuDNN's, behind the ReLU mask).
     precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). config: force a
     launch configuration (tests); default: the tuner's."""
