@@ -10,7 +10,7 @@ bf16 with fp32 accumulation (fp32: "ieee" or "tf32" dots); the CPU interpreter c
 
 Math, for output pixel (b, oh, ow) and output channel n:
     z[b, n, oh, ow] = bias[n] + residual[b, n, oh, ow]
-                      + sum_{kh < KH, kw < KW} sum_{c < C_in} x[b, c, oh*sh - ph + kh, ow*sw - pw + kw] * w[n, c, kh, kw]
+                      + sum_{kh, kw} sum_{c < C_in} x[b, c, oh*sh - ph + kh, ow*sw - pw + kw] * w[n, c, kh, kw]
     y = act(z)    (x outside [0, H) x [0, W) reads as 0: the zero padding)
 The residual is added before the activation, as a ResNet block's relu(bn2(conv2(.)) + identity) does.
 GEMM view: rows m = (b, oh, ow) over M = B * H_out * W_out, columns n over C_out, reduction over
@@ -294,7 +294,7 @@ def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Te
     of two, so T = cdiv(M, BLOCK_M) determines it when T >= 2: the next power of two of cdiv(M, T)."""
     tiles = part.shape[1]
     block_m = 1 << (cdiv(M, tiles) - 1).bit_length() if tiles > 1 else max(M, 1)
-    counts = (M - torch.arange(tiles, device=part.device, dtype=torch.float32) * block_m).clamp(max=block_m)
+    counts = (M - torch.arange(tiles, device=part.device) * block_m).clamp(max=block_m).to(torch.float32)
     sums, m2 = part[0], part[1]
     mean = sums.sum(0) / M
     tile_mean = sums / counts[:, None]
@@ -308,8 +308,8 @@ def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Te
 def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
                activation: str, precision: str, config: str) -> torch.Tensor:
-    return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w), activation,
-                          precision, config=config_from(config))
+    return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
+                          activation, precision, config=config_from(config))
 
 
 def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
