@@ -15,7 +15,7 @@ For every tuned kernel family this module declares
     full("gemm", M=4096, N=1024, K=8704, dtype="bfloat16", tma=True)
     rejected("gemm", config, M=..., ...)   # the names of the rules a config breaks
 
-Kernels: gemm, conv1d, conv1d_dw, softmax (row and looped kernels, by the row length), layernorm_fwd,
+Kernels: gemm, conv1d, conv1d_dw, conv2d, softmax (row and looped kernels, by the row length), layernorm_fwd,
 layernorm_bwd (the row kernels), cross_entropy (row and chunked kernels, by the class count). Every tuner
 candidate lies in the full space of its shape (tests/test_autotune_spaces.py checks it for many shapes).
 """
@@ -432,6 +432,64 @@ CONV1D_DW = _register(Space(
     tuner=lambda ctx: [c for c in DW_CONFIGS if _dw_smem(c, ctx) and _dw_not_too_large(c, ctx)] or [DW_INTERPRET_CONFIG],
     interpret=lambda ctx: DW_INTERPRET_CONFIG,
     doc="dw[n, c, t] = sum over rows of x[row + t, c] dz[row, n]: C = C_in, N = C_out; dtype",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# conv2d (triton_kernels/conv2d.py): the implicit-GEMM forward over NHWC activations
+# ----------------------------------------------------------------------------------------------------
+# best guess first for Hopper, 16-bit: 128 x 128 x 64 on two warpgroups where C_out >= 128, 128 x 64 on one
+# where C_out = 64 (ResNet's first stage), BLOCK_K 16 for the 3-channel stem; the "fits the channels" rule
+# below drops tiles wider than C_out, so each ResNet layer's first candidate is the one listed for its width
+CONV2D_CONFIGS = [
+    _gemm_cfg(128, 128, 64, 8, 3), _gemm_cfg(128, 64, 64, 4, 4), _gemm_cfg(256, 128, 64, 8, 3),
+    _gemm_cfg(128, 256, 64, 8, 3), _gemm_cfg(256, 64, 64, 8, 3), _gemm_cfg(128, 128, 64, 4, 4),
+    _gemm_cfg(64, 128, 64, 4, 4), _gemm_cfg(64, 64, 64, 4, 4), _gemm_cfg(128, 128, 32, 8, 4),
+    _gemm_cfg(128, 64, 32, 4, 4), _gemm_cfg(64, 64, 32, 4, 3), _gemm_cfg(32, 64, 32, 4, 3),
+    _gemm_cfg(128, 64, 16, 4, 4), _gemm_cfg(128, 128, 16, 8, 4), _gemm_cfg(64, 64, 16, 4, 3),
+    _gemm_cfg(32, 32, 32, 4, 3), _gemm_cfg(32, 32, 16, 4, 3), _gemm_cfg(32, 16, 16, 4, 2),
+]
+CONV2D_SMALLEST = CONV2D_CONFIGS[-1]  # valid for every shape: the tuner's list when nothing else fits
+CONV2D_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
+
+
+def _conv2d_context(M: int, N: int, C: int, taps: int = 9, dtype: Any = "float32", stats: bool = False) -> dict:
+    """M = batch x output pixels, N = output channels, C = input channels, taps = KH x KW; stats: the
+    epilogue also reduces per-channel partial statistics (no extra accumulator: the same registers)."""
+    return {"M": int(M), "N": int(N), "K": int(C) * int(taps), "C": int(C), "taps": int(taps),
+            "elem": elem_bytes(dtype), "stats": bool(stats)}
+
+
+def _conv2d_fits_channels(c: Config, ctx: dict) -> bool:
+    """A tile no wider than the (bucketed) output channels, and a K step no longer than the (bucketed)
+    input channels of one tap (the K loop walks C_in per tap: a longer step is only padding)."""
+    return c.kwargs["BLOCK_N"] <= bucket(ctx["N"]) and c.kwargs["BLOCK_K"] <= bucket(ctx["C"])
+
+
+def _conv2d_tuner(ctx: dict) -> list[Config]:
+    """conv2d.py's ``_prune``: shared memory, registers, tiles not far larger than the problem, no tile under
+    64 x 64 on a large one, and fitting the channels."""
+    out = [c for c in CONV2D_CONFIGS if _gemm_smem(c, ctx) and _acc_registers(c, ctx)
+           and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx) and _conv2d_fits_channels(c, ctx)]
+    return out or [CONV2D_SMALLEST]
+
+
+CONV2D = _register(Space(
+    "conv2d",
+    variants=(Variant("implicit_gemm", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES),),
+    rules=(
+        Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (x tile + weight tile) bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _acc_registers, "BLOCK_M x BLOCK_N accumulators <= MAX_ACC_REGS per thread"),
+        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
+             "at least 4 accumulators per thread"),
+        Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem"),
+        Rule("not_too_small", "shape", _gemm_not_too_small, "no tile under 64 x 64 on an M x N >= 2048^2 problem"),
+        Rule("fits_channels", "shape", _conv2d_fits_channels,
+             "BLOCK_N <= bucket(C_out), BLOCK_K <= bucket(C_in) (a tap's channels)"),
+    ),
+    context=_conv2d_context, tuner=_conv2d_tuner, interpret=lambda ctx: CONV2D_INTERPRET_CONFIG,
+    doc="y = act(conv2d(x, w) + bias + residual) on NHWC x: M = B x H_out x W_out, N = C_out, C = C_in, "
+        "taps = KH x KW; dtype; stats",
 ))
 
 

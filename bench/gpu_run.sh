@@ -25,8 +25,12 @@
 #                replayed from CUDA graphs (~500 s)
 #   multi-gpu  on a box of several GPUs (GPUS="1 2 4"): ResNet-18 DDP scaling (eager, synthetic data) and its
 #              report, then Char-CNN data-parallel inference (Triton, batch 512 per rank; needs .data/ag_news) (~6 min)
+#   conv2d     the conv2d GPU tests (two shards in parallel), then bench.ops --op conv2d: the 11 ResNet-18 CIFAR
+#              conv shapes at batch 512 bf16 and the fused conv+bias+residual+ReLU, vs cuDNN (eager, compile)
+#              (tuning a cold cache compiles ~13 configs per shape; if the stage is cut short, rerun it: the
+#              tuned configs and the finished rows are kept)
 #   tests      every GPU test, one process per group shard, all in parallel (TEST_TIMEOUT per process); more than
-#              one 600 s call holds: run TEST_GROUPS="2 3 4" (the view matrices) and TEST_GROUPS="1 5 6 7 8 9 10"
+#              one 600 s call holds: run TEST_GROUPS="2 3 4" (the view matrices) and TEST_GROUPS="1 5 6 7 8 9 10 11"
 #              in two calls (~540 s each)
 # Each stage has its own time limit, so one slow stage cannot eat the rest; the harness saves rows
 # after every case, so a stage cut short keeps what it finished. Ship `.data` (and `.git_commit`, made
@@ -108,6 +112,14 @@ for stage in "$@"; do
         timeout 200 torchrun --nproc-per-node "$g" -m bench.char_cnn_dp --batch 512 --backend triton $(out) 2>&1 \
           | grep -E "inputs_per_s|speedup|predictions_match|Error"
       done ;;
+    conv2d)
+      for k in 1 2; do
+        timeout 280 python3 -m pytest -m gpu -q -rf --tb=line -p no:logging --shard "$k/2" tests/test_conv2d.py \
+          > "/tmp/pytest-conv2d-$k.txt" 2>&1 &
+      done
+      wait
+      for k in 1 2; do grep -E "^(FAILED|ERROR)|passed|failed|Error" "/tmp/pytest-conv2d-$k.txt" | tail -14; done
+      timeout 560 python3 -m bench.ops --op conv2d $(out) 2>&1 | grep -v "^\[" ;;
     resnet-step)
       timeout 500 python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 \
         --backend eager,eager+graph,compile,compile+graph,triton,triton+graph --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
@@ -121,7 +133,8 @@ for stage in "$@"; do
               "tests/test_softmax.py tests/test_cross_entropy.py|5" "tests/test_layernorm.py|3"
               "tests/test_fused_mlp.py|3" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py|2"
               "tests/test_softmax_regression.py tests/test_mnist_data.py|1" "tests/test_conv1d.py tests/test_char_cnn.py|2"
-              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py|1" "tests/test_runtime.py tests/test_harness.py tests/test_autotune_sweep.py tests/test_cost_model.py|1")
+              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py|1" "tests/test_runtime.py tests/test_harness.py tests/test_autotune_sweep.py tests/test_cost_model.py|1"
+              "tests/test_conv2d.py|2")
       sel=${TEST_GROUPS:-$(seq -s " " 1 ${#groups[@]})}
       logs=()
       for i in $sel; do

@@ -8,7 +8,8 @@ Backends (``model.set_backend(name)`` or the ``backend=`` argument; :func:`compi
     triton           BatchNorm + ReLU and BatchNorm + residual add + ReLU are one Triton op each
                      (triton_kernels.batchnorm: a statistics pass and an apply pass forward, a reduction
                      pass and an elementwise pass backward); the pool + linear head is one Triton op
-                     (triton_kernels.pool_head); convolutions run through :data:`CONV_IMPLEMENTATIONS`.
+                     (triton_kernels.pool_head); convolutions run through :data:`CONV_IMPLEMENTATIONS`
+                     ("cudnn", or the Triton implicit GEMM where :func:`choose_conv` names it).
     triton+compile   the triton model under torch.compile (the Triton ops are registered torch ops, so
                      ``fullgraph=True`` holds).
 Parameter and buffer names are torchvision's (conv1, bn1, layer1.0.conv1, ..., layer2.0.downsample.0 / .1,
@@ -25,6 +26,7 @@ from torch.nn import functional
 from torch import nn
 
 from triton_kernels import batchnorm
+from triton_kernels import conv2d as _conv2d
 from triton_kernels import pool_head as _pool_head
 
 BACKENDS = ("eager", "compile", "triton", "triton+compile")
@@ -39,14 +41,48 @@ def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     return functional.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
-# name -> fn(conv module, x). A Triton implicit-GEMM conv2d (3x3 and 1x1, stride 1 and 2) is a later
-# step: it is added here, benchmarked against cuDNN at every ResNet layer shape, and
-# :func:`choose_conv` names it for exactly the shapes where it wins.
-CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor]] = {"cudnn": _conv_cudnn}
+def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """triton_kernels.conv2d's implicit GEMM (the layer must pass :func:`triton_conv_supports`). Under
+    autocast it computes in the autocast dtype, as torch's conv2d does there: x and the bias are cast, the
+    fp32 weight is cast when packed (once per weight version) and its gradient returns in fp32."""
+    if not triton_conv_supports(conv):
+        raise ValueError(f"the Triton conv2d runs zero-padded, undilated, ungrouped convolutions with int padding; "
+                         f"got {conv}")
+    bias = conv.bias
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x = x.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+    return _conv2d.conv2d(x, conv.weight, bias, conv.stride, conv.padding)
+
+
+def triton_conv_supports(conv: nn.Conv2d) -> bool:
+    return (conv.groups == 1 and tuple(conv.dilation) == (1, 1) and conv.padding_mode == "zeros"
+            and not isinstance(conv.padding, str))
+
+
+# name -> fn(conv module, x). "triton" is the implicit-GEMM conv2d (triton_kernels/conv2d.py: 3x3 and 1x1,
+# stride 1 and 2, fused bias; its backward is cuDNN's), benchmarked against cuDNN at every ResNet-18 layer
+# shape by `python -m bench.ops --op conv2d`.
+CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor]] = {
+    "cudnn": _conv_cudnn, "triton": _conv_triton}
+
+# THE place where the convolution choice is made: the (kernel size, stride, C_in, C_out) of the layers that
+# run the Triton conv2d on the triton backends. Empty -- cuDNN everywhere -- until a GPU run of
+# `python -m bench.ops --op conv2d` shows the Triton kernel ahead of cuDNN at a layer's shape; then that
+# shape goes here (and the forward+backward step time of bench.resnet confirms it).
+TRITON_CONV_SHAPES: frozenset[tuple[int, int, int, int]] = frozenset()
+
+
+def conv_shape(conv: nn.Conv2d) -> tuple[int, int, int, int]:
+    return conv.kernel_size[0], conv.stride[0], conv.in_channels, conv.out_channels
 
 
 def choose_conv(conv: nn.Conv2d, backend: str) -> str:
-    """The convolution implementation a layer uses on a backend: cuDNN everywhere for now."""
+    """The convolution implementation a layer uses on a backend: "triton" for the shapes in
+    TRITON_CONV_SHAPES on the triton backends, else "cudnn" (today: cuDNN everywhere)."""
+    if backend.startswith("triton") and conv_shape(conv) in TRITON_CONV_SHAPES and triton_conv_supports(conv):
+        return "triton"
     return "cudnn"
 
 

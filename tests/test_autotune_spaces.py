@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autotune import kernels, spaces, sweep
-from triton_kernels import conv1d, cross_entropy, gemm, layernorm, softmax
+from triton_kernels import conv1d, conv2d, cross_entropy, gemm, layernorm, softmax
 from triton_kernels.runtime import ALL_TUNERS, Config, next_power_of_2
 
 DIMS = (1, 7, 16, 33, 64, 100, 256, 1000, 2048, 4096, 8192)
@@ -39,6 +39,21 @@ def test_conv1d_candidates_are_the_tuners():
         assert spaces.candidates("conv1d_dw", C=C, N=N, dtype=2) == prune_dw(C, N, 2)
 
 
+def test_conv2d_candidates_are_the_tuners():
+    """conv2d's tuner draws from the declared space; at every ResNet-18 CIFAR layer (batch 512, bf16) the
+    first candidate (the untuned choice) fits the layer's channels."""
+    prune = _kernel_list(conv2d, "_prune")
+    for M, N, C, taps in itertools.product(DIMS, (3, 16, 64, 100, 512), (3, 16, 64, 256), (1, 9)):
+        for es in (2, 4):
+            assert spaces.candidates("conv2d", M=M, N=N, C=C, taps=taps, dtype=es) == prune(M, N, C, taps, es)
+    assert ALL_TUNERS["conv2d"].configs == spaces.CONV2D_CONFIGS
+    from bench.cases.conv2d import RESNET18_SHAPES
+
+    for C, H, W, N, k, s in RESNET18_SHAPES:
+        first = prune(512 * (H // s) * (W // s), N, C, k * k, 2)[0].kwargs
+        assert first["BLOCK_N"] <= N and first["BLOCK_K"] <= max(16, C) and first["BLOCK_M"] >= 128, (C, N, first)
+
+
 def test_row_kernel_candidates_are_the_tuners():
     row, looped = _kernel_list(softmax, "_row_configs"), _kernel_list(softmax, "_looped_configs")
     ln_fwd, ln_bwd = _kernel_list(layernorm, "_fwd_configs"), _kernel_list(layernorm, "_bwd_configs")
@@ -60,6 +75,9 @@ SHAPES = {
     "conv1d": [dict(M=M, N=N, C=C, dtype=d, pool=p) for M, N, C in [(4, 16, 3), (5000, 256, 256), (64, 1024, 70)]
                for d in ("float16", "float32") for p in (1, 3)],
     "conv1d_dw": [dict(C=C, N=N, dtype=d) for C, N in [(3, 16), (256, 256), (70, 1024)] for d in ("float16", "float32")],
+    "conv2d": [dict(M=M, N=N, C=C, taps=t, dtype=d) for M, N, C, t in [(4, 16, 3, 9), (524288, 64, 3, 9),
+                                                                      (131072, 128, 64, 1), (8192, 512, 512, 9)]
+               for d in ("bfloat16", "float32")],
     "softmax": [dict(M=M, N=N) for M, N in itertools.product((1, 100, 8192), (10, 1000, 16384, 32000, 200000))],
     "layernorm_fwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],
     "layernorm_bwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],

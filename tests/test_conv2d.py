@@ -1,0 +1,426 @@
+"""conv2d (NHWC implicit GEMM, fused bias / residual / ReLU epilogue, cuDNN backward) against float64:
+kernel 1 and 3, stride 1 and 2, padding 0 / 1 / 2, odd sizes and channel counts, channels_last and NCHW
+inputs, every gradient (x, weight, bias, residual), forced small tiles, a poisoned output, the view/stride
+matrix, the packed-weight cache, the batch-norm statistics variant, the ResNet hook, the op-suite cases and
+bad input (CPU interpreter); on the GPU bf16 at every ResNet-18 CIFAR shape, the views in bf16 / fp16,
+tf32, the tuner and torch.compile(fullgraph=True)."""
+import gc
+
+import pytest
+import torch
+from torch.nn import functional
+
+from triton_kernels import conv2d
+from triton_kernels.runtime import Config
+from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
+
+from .conftest import DEVICE
+from .view_matrix import Arg, check_case, view_cases
+
+SMALL_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2}, 4, 1)
+DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CL = torch.channels_last
+
+
+def ref_conv(x, weight, bias=None, stride=1, padding=0, residual=None, activation="none"):
+    """The float64-able torch reference (residual added before the activation)."""
+    z = functional.conv2d(x, weight, bias, stride, padding)
+    if residual is not None:
+        z = z + residual
+    return functional.relu(z) if activation == "relu" else z
+
+
+def _inputs(B, C, H, W, N, k, stride, pad, bias, residual, dtype, layout, device=DEVICE):
+    x = torch.randn(B, C, H, W, device=device).to(dtype)
+    x = x.contiguous(memory_format=CL) if layout == "channels_last" else x.contiguous()
+    w = (torch.randn(N, C, k, k, device=device) / (C * k * k) ** 0.5).to(dtype)
+    b = torch.randn(N, device=device).to(dtype) if bias else None
+    H_out, W_out = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    r = torch.randn(B, N, H_out, W_out, device=device).to(dtype) if residual else None
+    return x, w, b, r
+
+
+def _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout="channels_last",
+           device=DEVICE, precision="ieee", tf32=False):
+    """Forward and every gradient against float64 (the gradient through OUR output's ReLU mask: where a
+    pre-activation is within rounding of 0 the two masks may differ; the masked product is what counts)."""
+    inputs = _inputs(B, C, H, W, N, k, stride, pad, bias, residual, dtype, layout, device)
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in inputs]
+    y = conv2d.conv2d(leaves[0], leaves[1], leaves[2], stride, pad, residual=leaves[3], activation=activation,
+                      precision=precision)
+    refs = [t.detach().double().cpu().requires_grad_() if t is not None else None for t in inputs]
+    r = ref_conv(refs[0], refs[1], refs[2], stride, pad, refs[3], activation)
+    assert y.shape == r.shape and y.dtype == dtype and y.is_contiguous(memory_format=CL)
+    assert_close(y, r, dtype, tf32=tf32, name="y")
+    if activation == "relu":
+        r = ref_conv(refs[0], refs[1], refs[2], stride, pad, refs[3]) * (y.detach().cpu().double() > 0)
+    g = torch.randn(r.shape, dtype=torch.float64)
+    y.backward(g.to(device, dtype))
+    r.backward(g)
+    for name, t, ref in zip(("dx", "dweight", "dbias", "dresidual"), leaves, refs):
+        if t is not None:
+            assert t.grad.dtype == t.dtype and t.grad.shape == t.shape, name
+            assert_close(t.grad, ref.grad, dtype, tf32=tf32, name=name)
+
+
+@pytest.mark.parametrize("B,C,H,W,N,k,stride,pad,bias,residual,activation,dtype,layout", [
+    (2, 5, 7, 9, 6, 3, 1, 1, True, True, "relu", torch.float32, "channels_last"),
+    (2, 5, 7, 9, 6, 3, 2, 1, False, False, "none", torch.float32, "nchw"),
+    (1, 3, 6, 5, 4, 1, 2, 0, True, False, "relu", torch.float16, "channels_last"),
+    (2, 4, 5, 5, 7, 3, 1, 2, False, True, "relu", torch.float16, "nchw"),
+    (2, 6, 9, 7, 10, 3, 2, 0, True, True, "none", torch.float32, "channels_last"),
+    (1, 37, 5, 6, 33, 1, 1, 0, True, True, "relu", torch.float32, "channels_last"),
+    (2, 3, 8, 8, 16, 3, 1, 1, False, False, "relu", torch.float16, "channels_last"),
+    (2, 7, 6, 6, 5, 1, 2, 1, True, False, "none", torch.float32, "nchw"),
+])
+def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout):
+    _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout)
+
+
+@pytest.mark.parametrize("k,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 2, 0)])
+def test_small_tiles_every_dim(k, stride, pad):
+    """Forced 16 x 16 x 16 tiles: several tiles along the pixels (crossing rows and samples, a ragged last
+    one), the output channels and C_in (two channel blocks per tap), in grouped order; the output buffer
+    poisoned first, so an unwritten element fails."""
+    x, w, b, r = _inputs(2, 20, 7, 6, 18, k, stride, pad, True, True, torch.float32, "channels_last")
+    wp = conv2d.pack_weight(w)
+    out = poison_(torch.empty(r.shape, device=DEVICE).contiguous(memory_format=CL))
+    y = conv2d.conv2d_forward(x, wp, b, r, (stride, stride), (pad, pad), "relu", out=out, config=SMALL_TILES)
+    assert y is out and not torch.isnan(y).any()
+    assert_close(y, ref_conv(x.double(), w.double(), b.double(), stride, pad, r.double(), "relu"), torch.float32)
+
+
+def test_weight_in_another_dtype():
+    """An fp32 weight under fp16 activations (what autocast hands conv2d): cast to fp16 when packed, the
+    output fp16, the weight's gradient fp32; all as torch's fp16 conv of the cast weight, against float64."""
+    x, w, b, r = _inputs(2, 6, 7, 5, 9, 3, 2, 1, True, False, torch.float16, "channels_last")
+    w32 = w.float().requires_grad_()
+    xs = x.clone().requires_grad_()
+    y = conv2d.conv2d(xs, w32, b, 2, 1, activation="relu")
+    assert y.dtype == torch.float16
+    x64, w64 = x.double().requires_grad_(), w32.detach().double().requires_grad_()
+    ref = ref_conv(x64, w64, b.double(), 2, 1) * (y.detach().double() > 0)
+    assert_close(y, functional.relu(ref_conv(x64, w64, b.double(), 2, 1)), torch.float16)
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    y.backward(g.half())
+    ref.backward(g)
+    assert w32.grad.dtype == torch.float32
+    assert_close(w32.grad, w64.grad, torch.float16, name="dweight")
+    assert_close(xs.grad, x64.grad, torch.float16, name="dx")
+
+
+def test_nan_propagates_like_torch():
+    x = torch.randn(2, 4, 6, 6, device=DEVICE).contiguous(memory_format=CL)
+    x[1, 2, 3, 3] = float("nan")
+    w, b = torch.randn(5, 4, 3, 3, device=DEVICE), torch.randn(5, device=DEVICE)
+    with torch.no_grad():
+        y = conv2d.conv2d(x, w, b, 1, 1, activation="relu")
+    assert torch.equal(torch.isnan(y), torch.isnan(ref_conv(x, w, b, 1, 1, None, "relu")))
+
+
+# ------------------------------------------------------------------------------------------ view matrix
+VIEW_ARGS = {"x": Arg((2, 3, 5, 4)), "weight": Arg((4, 3, 3, 3)), "bias": Arg((4,), broadcast=(0,)),
+             "residual": Arg((2, 4, 5, 4), broadcast=(0, 2))}
+
+
+def view_case(arg: str, layout: str, dtype_name: str, device: str = DEVICE) -> None:
+    """One (argument, layout) case of the matrix: output and every base's gradient vs float64."""
+    case = next(c for c in view_cases(VIEW_ARGS) if (c.arg, c.layout) == (arg, layout))
+    check_case(case, VIEW_ARGS, lambda x, weight, bias, residual: conv2d.conv2d(x, weight, bias, 1, 1, residual),
+               lambda x, weight, bias, residual: ref_conv(x, weight, bias, 1, 1, residual),
+               dtype=DTYPE_NAMES[dtype_name], device=device)
+
+
+@pytest.mark.parametrize("case", view_cases(VIEW_ARGS), ids=str)
+def test_views(case):
+    view_case(case.arg, case.layout, "float32")
+
+
+# ------------------------------------------------------------------------------------------ weight cache
+def test_packed_weight_is_cached_until_the_weight_changes():
+    """One pack per weight version: repeated calls reuse it; an optimizer step (in place: a new version)
+    repacks; a write through .data is not seen until clear_packed_weights(); a freed weight's entry goes;
+    an inference tensor is packed on every call."""
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1, device=DEVICE)
+    first = conv2d.packed_weight(conv.weight)
+    assert conv2d.packed_weight(conv.weight) is first
+    assert torch.equal(first, conv.weight.detach().permute(2, 3, 1, 0)) and first.is_contiguous()
+    x = torch.randn(2, 4, 5, 5, device=DEVICE).contiguous(memory_format=CL)
+    conv2d.conv2d(x, conv.weight, conv.bias, 1, 1).square().sum().backward()
+    torch.optim.SGD(conv.parameters(), lr=0.5).step()
+    second = conv2d.packed_weight(conv.weight)
+    assert second is not first and torch.equal(second, conv.weight.detach().permute(2, 3, 1, 0))
+    with torch.no_grad():
+        assert_close(conv2d.conv2d(x, conv.weight, conv.bias, 1, 1),
+                     ref_conv(x.double(), conv.weight.double(), conv.bias.double(), 1, 1), torch.float32)
+    conv.weight.data.mul_(2)  # .data has a version counter of its own: the cache cannot see this write
+    assert conv2d.packed_weight(conv.weight) is second
+    conv2d.clear_packed_weights()
+    assert torch.equal(conv2d.packed_weight(conv.weight), conv.weight.detach().permute(2, 3, 1, 0))
+    before = len(conv2d._PACKED)
+    del conv
+    gc.collect()
+    assert len(conv2d._PACKED) == before - 1
+    with torch.inference_mode():  # an inference tensor has no version counter: packed on every call, uncached
+        w = torch.randn(6, 4, 3, 3, device=DEVICE)
+        y = conv2d.conv2d(x, w, None, 1, 1)
+    assert_close(y, ref_conv(x.double(), w.double(), None, 1, 1), torch.float32)
+    assert len(conv2d._PACKED) == before - 1
+
+
+# ------------------------------------------------------------------------------------------ BN statistics
+@pytest.mark.parametrize("config,offset", [(SMALL_TILES, 0.0), (None, 0.0), (SMALL_TILES, 100.0)])
+def test_bn_statistics_variant(config, offset):
+    """The STATS epilogue: per-tile partials (sum and M2 about the tile mean, rows past M excluded) and their
+    merge equal float64's batch mean and biased variance of the pre-activation; the output is unchanged.
+    offset 100: a mean 100 times the spread, where E[z^2] - E[z]^2 in fp32 loses most digits (checked) and
+    the centred partials still hold fp32's tolerance."""
+    x, w, b, r = _inputs(2, 6, 7, 5, 20, 3, 1, 1, True, True, torch.float32, "channels_last")
+    b = b + offset
+    z = ref_conv(x.double(), w.double(), b.double(), 1, 1, r.double())
+    with torch.no_grad():
+        y, mean, var = conv2d.conv2d_bn_stats(x, w, b, 1, 1, r, activation="relu", config=config)
+    assert_close(y, functional.relu(z), torch.float32)
+    z_rows = z.permute(0, 2, 3, 1).reshape(-1, 20)
+    assert_close(mean, z_rows.mean(0), torch.float32, name="mean")
+    assert_close(var, z_rows.var(0, unbiased=False), torch.float32, name="var")
+    if offset:
+        z32 = z_rows.float()
+        naive = z32.square().mean(0) - z32.mean(0).square()
+        assert rel_err(naive, z_rows.var(0, unbiased=False)) > 10 * tolerance(torch.float32)
+    if config is not None:
+        _, part = conv2d.conv2d_forward(x, conv2d.pack_weight(w), b, r, (1, 1), (1, 1), stats=True, config=config)
+        assert part.shape == (2, 5, 20)  # 70 pixels in tiles of 16: the last one holds 6
+        for t, rows in enumerate(z_rows.split(16)):
+            assert_close(part[0, t], rows.sum(0), torch.float32, name=f"sum of tile {t}")
+            assert_close(part[1, t], (rows - rows.mean(0)).square().sum(0), torch.float32, name=f"M2 of tile {t}")
+
+
+# ------------------------------------------------------------------------------------------ model, suite
+def test_resnet_layers_on_the_triton_conv():
+    """A tiny ResNet whose every conv runs CONV_IMPLEMENTATIONS["triton"] (3x3 and 1x1, stride 1 and 2):
+    forward and every parameter gradient as the cuDNN one's in float64 (within 4x of torch's own error);
+    choose_conv keeps cuDNN until GPU measurements list a shape."""
+    from models.resnet import Conv2d, ResNet, choose_conv
+
+    torch.manual_seed(0)
+    ref = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16)).to(DEVICE)
+    ours = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend="triton").to(DEVICE)
+    ours.load_state_dict(ref.state_dict())
+    convs = [m for m in ours.modules() if isinstance(m, Conv2d)]
+    assert all(choose_conv(m, "triton") == "cudnn" for m in convs)
+    for m in convs:
+        m.impl = "triton"
+    ref64 = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16)).double().to(DEVICE)  # eager: cuDNN + torch's BN
+    ref64.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 8, 8, device=DEVICE).contiguous(memory_format=CL)
+    base = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend="triton").to(DEVICE)
+    base.load_state_dict(ref.state_dict())
+    outs = {"ours": ours(x), "base": base(x), "ref": ref64(x.double())}
+    assert rel_err(outs["ours"], outs["ref"]) <= max(4 * rel_err(outs["base"], outs["ref"]), 1e-5)
+    g = torch.randn_like(outs["ref"])
+    for out in outs.values():
+        out.backward(g.to(out.dtype))
+    for (name, p64), p, pb in zip(ref64.named_parameters(), ours.parameters(), base.parameters()):
+        assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), name
+
+
+def test_resnet_triton_convs_under_autocast():
+    """Under fp16 autocast (the CPU's stand-in for the GPU's bf16) the Triton convs compute in fp16 from the
+    fp32 weights (cast when packed) and return fp32 weight gradients: a training step's loss and every
+    gradient are no further from the fp32 step's than the autocast cuDNN model's (2x, with a floor)."""
+    from models.resnet import Conv2d, ResNet
+
+    torch.manual_seed(0)
+    exact, eager, ours = (ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend=b).to(DEVICE).to(memory_format=CL)
+                          for b in ("eager", "eager", "triton"))
+    eager.load_state_dict(exact.state_dict())
+    ours.load_state_dict(exact.state_dict())
+    for m in ours.modules():
+        if isinstance(m, Conv2d):
+            m.impl = "triton"
+    x = torch.randn(4, 3, 8, 8, device=DEVICE).contiguous(memory_format=CL)
+    labels = torch.randint(0, 10, (4,), device=DEVICE)
+    losses = []
+    for model, amp in ((exact, False), (eager, True), (ours, True)):
+        with torch.autocast(torch.device(DEVICE).type, dtype=torch.float16, enabled=amp):
+            loss = functional.cross_entropy(model(x).float(), labels)
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
+    for (name, p32), pe, po in zip(exact.named_parameters(), eager.parameters(), ours.parameters()):
+        assert po.grad.dtype == torch.float32, name
+        assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
+
+
+def test_op_suite_cases_run_through_the_harness():
+    """bench/cases/conv2d.py's interpreter cases: every backend checked against float64 and timed (status ok)."""
+    from bench.cases import conv2d as cases
+    from bench.harness import RunConfig, run_cases
+
+    built = cases.cases(tiny=True)
+    assert all(c.flops > 0 and c.bytes > 0 for c in built)
+    assert len(cases.cases(tiny=False)) == 11 + 4 and len(cases.RESNET18_SHAPES) == 11
+    rows = run_cases(built, RunConfig(backends=["eager", "triton"], rounds=1, rep=1), progress=False)
+    timed = [r for r in rows if r["metric"] == "time_ms"]
+    assert len(timed) == 2 * len(built) and all(r["status"] == "ok" for r in timed), \
+        [(r["case"], r["backend"], r["status"], r["note"]) for r in timed if r["status"] != "ok"]
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("bad,match", [
+    (lambda x, w: conv2d.conv2d(x[0], w), "x must have 4 dims"),
+    (lambda x, w: conv2d.conv2d(x, w[:, :3]), "C_in must equal"),
+    (lambda x, w: conv2d.conv2d(x, w.int()), "weight has dtype"),
+    (lambda x, w: conv2d.conv2d(x, w[0]), "weight must have 4 dims"),
+    (lambda x, w: conv2d.conv2d(x, w, torch.ones(3)), "bias has 3 elements"),
+    (lambda x, w: conv2d.conv2d(x, w, stride=0), "stride must be"),
+    (lambda x, w: conv2d.conv2d(x, w, stride=(1, 2, 1)), "stride must be"),
+    (lambda x, w: conv2d.conv2d(x, w, padding=-1), "padding must be"),
+    (lambda x, w: conv2d.conv2d(x, w, padding=1.5), "padding must be"),
+    (lambda x, w: conv2d.conv2d(x[:, :, :2], w), "output would be empty"),
+    (lambda x, w: conv2d.conv2d(x, w, residual=torch.ones(2, 5, 6, 5)), "residual has shape"),
+    (lambda x, w: conv2d.conv2d(x, w, residual=torch.ones(2, 5, 6, 6, dtype=torch.int32)), "residual has dtype"),
+    (lambda x, w: conv2d.conv2d(x, w, activation="gelu"), "activation must be"),
+    (lambda x, w: conv2d.conv2d(x, w, precision="fp8"), "precision must be"),
+    (lambda x, w: conv2d.conv2d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
+    (lambda x, w: conv2d.conv2d(x, w.to("meta")), "weight is on meta"),
+    (lambda x, w: conv2d.conv2d_bn_stats(x, w.requires_grad_()), "not differentiable"),
+    (lambda x, w: conv2d.conv2d_forward(x, conv2d.pack_weight(w), out=torch.empty(2, 5, 6, 6)), "out must be"),
+])
+def test_bad_input_raises(bad, match):
+    if "meta" in match and DEVICE != "cpu":
+        pytest.skip("the meta check runs on any device; the interpreter-dtype check only on the CPU")
+    if "interpreter" in match and DEVICE != "cpu":
+        pytest.skip("bf16 is computed on the GPU")
+    x = torch.randn(2, 4, 8, 8, device=DEVICE)
+    w = torch.randn(5, 4, 3, 3, device=DEVICE)
+    with pytest.raises(ValueError, match=match):
+        bad(x, w)
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", view_cases(VIEW_ARGS), ids=str)
+def test_gpu_views(case, dtype_name, isolated):
+    isolated("tests.test_conv2d:view_case", case.arg, case.layout, dtype_name, "cuda")
+
+
+def gpu_resnet_shapes(batch: int, backward: bool, dtype_name: str = "bfloat16", device: str = "cuda") -> None:
+    """Every ResNet-18 CIFAR conv shape (bench/cases/conv2d.py) vs float64: forward at ``batch`` (and
+    every gradient when ``backward``); the fused epilogue (bias, residual, ReLU) at each stage's 3x3."""
+    from bench.cases.conv2d import RESNET18_SHAPES
+
+    dtype = DTYPE_NAMES[dtype_name]
+    for C, H, W, N, k, s in RESNET18_SHAPES:
+        if backward:
+            _check(batch, C, H, W, N, k, s, k // 2, False, False, "none", dtype, device=device)
+            if k == 3 and s == 1 and C == N:
+                _check(batch, C, H, W, N, k, s, 1, True, True, "relu", dtype, device=device)
+            continue
+        x, w, _, _ = _inputs(batch, C, H, W, N, k, s, k // 2, False, False, dtype, "channels_last", device)
+        with torch.no_grad():
+            y = conv2d.conv2d(x, w, None, s, k // 2)
+        assert_close(y, ref_conv(x.double(), w.double(), None, s, k // 2), dtype, name=str((C, H, W, N, k, s)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,backward", [(512, False), (32, True)])
+def test_gpu_resnet18_shapes_bf16(batch, backward, isolated):
+    isolated("tests.test_conv2d:gpu_resnet_shapes", batch, backward)
+
+
+def gpu_tf32_stats_and_compile() -> None:
+    """fp32 with tf32 dots; the statistics variant at a ResNet shape; torch.compile(fullgraph=True) over
+    the op (forward and every gradient) equals the eager call."""
+    _check(16, 64, 16, 16, 96, 3, 1, 1, True, True, "relu", torch.float32, device="cuda", precision="tf32",
+           tf32=True)
+    x, w, b, r = _inputs(64, 128, 16, 16, 128, 3, 1, 1, True, True, torch.bfloat16, "channels_last", "cuda")
+    with torch.no_grad():
+        y, mean, var = conv2d.conv2d_bn_stats(x, w, b, 1, 1, r)
+    z = ref_conv(x.double(), w.double(), b.double(), 1, 1, r.double()).permute(0, 2, 3, 1).reshape(-1, 128)
+    assert_close(mean, z.mean(0), torch.bfloat16, name="mean")
+    assert_close(var, z.var(0, unbiased=False), torch.bfloat16, name="var")
+    leaves = [t.detach().requires_grad_() for t in (x, w, b, r)]
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w, b, r: conv2d.conv2d(x, w, b, 1, 1, r, "relu").float().square().sum(),
+                       fullgraph=True)
+    fn(*leaves).backward()
+    grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], "relu").float().square().sum().backward()
+    for name, g1, t in zip(("dx", "dw", "dbias", "dresidual"), grads, leaves):
+        assert rel_err(g1, t.grad) < 1e-2, name
+
+
+@pytest.mark.gpu
+def test_gpu_tf32_stats_and_compile(isolated):
+    isolated("tests.test_conv2d:gpu_tf32_stats_and_compile")
+
+
+def gpu_resnet18_triton_convs() -> None:
+    """ResNet-18 (triton backend) with EVERY conv on the Triton conv2d, one bf16-autocast training step from
+    the same weights as an fp32 eager step (tf32 off) and an autocast eager one: loss and gradients no
+    further from fp32 than eager bf16's (2x, with a floor); then the same model under
+    torch.compile(fullgraph=True) gives the same loss and gradients as its eager step."""
+    from models.resnet import Conv2d, resnet
+
+    torch.manual_seed(0)
+    exact, eager, ours = (resnet("resnet18", backend=b).cuda().to(memory_format=CL)
+                          for b in ("eager", "eager", "triton"))
+    eager.load_state_dict(exact.state_dict())
+    ours.load_state_dict(exact.state_dict())
+    for m in ours.modules():
+        if isinstance(m, Conv2d):
+            m.impl = "triton"
+    x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=CL)
+    labels = torch.randint(0, 10, (64,), device="cuda")
+
+    def step(model, amp):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss = functional.cross_entropy(model(x).float(), labels)
+        loss.backward()
+        return loss.item()
+
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        losses = [step(exact, False), step(eager, True), step(ours, True)]
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
+    for (name, p32), pe, po in zip(exact.named_parameters(), eager.parameters(), ours.parameters()):
+        assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
+    grads = [p.grad.clone() for p in ours.parameters()]
+    ours.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, fullgraph=True)
+    assert abs(step(compiled, True) - losses[2]) <= 1e-2 * abs(losses[2])
+    for (name, p), g in zip(ours.named_parameters(), grads):
+        assert rel_err(p.grad, g) <= 2e-2, name
+
+
+@pytest.mark.gpu
+def test_gpu_resnet18_triton_convs(isolated):
+    isolated("tests.test_conv2d:gpu_resnet18_triton_convs")
+
+
+def gpu_autotune_picks_a_config() -> None:
+    import os
+
+    os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "1"
+    try:
+        x, w, _, _ = _inputs(128, 128, 16, 16, 128, 3, 1, 1, False, False, torch.bfloat16, "channels_last", "cuda")
+        with torch.no_grad():
+            y = conv2d.conv2d(x, w, None, 1, 1)
+        assert_close(y, ref_conv(x.double(), w.double(), None, 1, 1), torch.bfloat16)
+        assert any(what in ("tuned", "hit") for _, what in conv2d._tuner.events)
+    finally:
+        os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "0"
+
+
+@pytest.mark.gpu
+def test_gpu_autotune(isolated):
+    isolated("tests.test_conv2d:gpu_autotune_picks_a_config")

@@ -1,0 +1,426 @@
+"""Conv2d as an implicit GEMM on NHWC (channels_last) activations, with a fused bias + residual + ReLU
+epilogue and, as a separate variant, the batch-norm statistics of its output; backward through cuDNN.
+
+Shapes: x (B, C_in, H, W) read with its strides (channels_last is the fast layout; a contiguous NCHW x
+works too, its channel loads strided; one sample under 2**31 elements), weight (C_out, C_in, KH, KW) as
+nn.Conv2d's (any float dtype: cast to x's when packed), bias (C_out,),
+residual (B, C_out, H_out, W_out) any strides, y (B, C_out, H_out, W_out) channels_last in x's dtype, with
+H_out = (H + 2 pad_h - KH) // stride_h + 1 (likewise W_out); dilation 1, one group. Inputs fp32 / fp16 /
+bf16 with fp32 accumulation (fp32: "ieee" or "tf32" dots); the CPU interpreter computes fp32 and fp16 only.
+
+Math, for output pixel (b, oh, ow) and output channel n:
+    z[b, n, oh, ow] = bias[n] + residual[b, n, oh, ow]
+                      + sum_{kh, kw} sum_{c < C_in} x[b, c, oh*sh - ph + kh, ow*sw - pw + kw] * w[n, c, kh, kw]
+    y = act(z)    (x outside [0, H) x [0, W) reads as 0: the zero padding)
+The residual is added before the activation, as a ResNet block's relu(bn2(conv2(.)) + identity) does.
+GEMM view: rows m = (b, oh, ow) over M = B * H_out * W_out, columns n over C_out, reduction over
+K = KH * KW * C_in walked as (tap (kh, kw), block of C_in). For tap (kh, kw) the A tile is the NHWC row of
+the input pixel under that tap for every output pixel of the tile (a gather of BLOCK_M rows, each
+BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight packed once as
+(KH, KW, C_in, C_out) contiguous, so it is a plain (K, C_out) row-major matrix read coalesced.
+
+Backward is cuDNN's (``aten.convolution_backward``, the kernels torch's own conv2d backward runs):
+    dz = dy * (y > 0)    (relu; the mask from the saved output, as torch's relu backward takes it)
+    dx, dw = convolution_backward(dz, x, w)      dbias = sum_{b, oh, ow} dz      dresidual = dz
+so training time is this forward against cuDNN's forward; a Triton dgrad / wgrad is a later step.
+
+Statistics variant (STATS): the epilogue also writes, per M-tile t and channel n, the fp32 sum of z over
+the tile's rows and M2 = sum (z - tile mean)^2 (centred in the tile: no cancellation when the mean is
+large against the spread); :func:`merge_tile_stats` combines them (Chan's formula) into the batch mean
+and biased variance a training batch norm of y needs, without its reduction pass over y.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch.utils.weak import WeakTensorKeyDictionary
+
+from autotune import spaces
+
+from .gemm_kernels import _apply_act, _tile_coords
+from .launcher import BoundKernel, bind
+from .runtime import (cdiv, Autotuner, Config, bucket, check_tensor, config_from, config_str, is_fake,
+                      register_op, register_tuner)
+
+ACTIVATIONS = ("none", "relu")
+PRECISIONS = ("ieee", "tf32")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 tl.dot in the interpreter
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernel
+# ----------------------------------------------------------------------------------------------------
+# One program computes a BLOCK_M x BLOCK_N tile of y: BLOCK_M output pixels (consecutive in (b, oh, ow)
+# order, crossing rows and samples) x BLOCK_N output channels. Its K loop is flat, KH * KW * cdiv(C_in,
+# BLOCK_K) steps, so Triton software-pipelines it as one loop over num_stages shared-memory buffers:
+#
+#     step kk -> tap = kk // n_cb, (kh, kw) = divmod(tap, KW), channels c0 = (kk % n_cb) * BLOCK_K
+#     A = x[b, c0:c0+BLOCK_K, oh*sh - ph + kh, ow*sw - pw + kw]  per row: BLOCK_K contiguous NHWC values,
+#                                                                  0 where the pixel is in the padding
+#     B = w_packed[kh, kw, c0:c0+BLOCK_K, n-block]               BLOCK_K x BLOCK_N, row-major
+#     acc += A @ B                                               tensor cores, fp32 accumulator
+#
+# Neighbouring taps read overlapping pixels (a 3x3 window re-reads each input pixel up to 9 times), which
+# come from L1/L2, not HBM. Tiles are visited in grouped order (GROUP_M tile-rows at a time, see
+# `_tile_coords`) so tiles running together share weight columns and input rows in L2.
+@triton.jit
+def _conv2d_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
+    M, N, C, H, W, H_out, W_out,
+    stride_xb, stride_xc, stride_xh, stride_xw,
+    stride_wh, stride_ww, stride_wc, stride_wn, stride_bias,
+    stride_rb, stride_rn, stride_rh, stride_rw,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """y[m, n] (channels_last: offset m * N + n) = act(z), z = sum_k A[m, k] B[k, n] + bias + residual.
+
+    x: (B, C, H, W) by strides; w: packed (KH, KW, C, N) by strides; bias (N,); res (B, N, H_out, W_out) by
+    strides; y dense channels_last. STATS: part (2, cdiv(M, BLOCK_M), N) fp32 receives each tile's
+    per-channel sum of z and sum of (z - tile mean)^2 over its valid rows (z before the activation).
+    """
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    rows = tl.where(m_ok, offs_m, 0)
+    ow = rows % W_out
+    oh = (rows // W_out) % H_out
+    b = (rows // W_out) // H_out
+    ih0 = oh * STRIDE_H - PAD_H  # input pixel under tap (0, 0)
+    iw0 = ow * STRIDE_W - PAD_W
+    x_rows = x_ptr + b.to(tl.int64) * stride_xb + ih0 * stride_xh + iw0 * stride_xw
+    w_cols = w_ptr + offs_n * stride_wn
+    n_cb = tl.cdiv(C, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, KH * KW * n_cb):
+        tap = kk // n_cb
+        cc = (kk - tap * n_cb) * BLOCK_K + offs_k
+        kh = tap // KW
+        kw = tap - kh * KW
+        ih = ih0 + kh
+        iw = iw0 + kw
+        row_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        c_ok = cc < C
+        a = tl.load(x_rows[:, None] + (kh * stride_xh + kw * stride_xw) + cc[None, :] * stride_xc,
+                    mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        wt = tl.load(w_cols[None, :] + (kh * stride_wh + kw * stride_ww) + cc[:, None] * stride_wc,
+                     mask=c_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, wt, acc, input_precision=PRECISION)
+
+    mask = m_ok[:, None] & n_ok[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RES:
+        r_rows = res_ptr + b.to(tl.int64) * stride_rb + oh * stride_rh + ow * stride_rw
+        acc += tl.load(r_rows[:, None] + offs_n[None, :] * stride_rn, mask=mask, other=0.0).to(tl.float32)
+    if STATS:
+        count = tl.minimum(M - pid_m * BLOCK_M, BLOCK_M).to(tl.float32)
+        total = tl.sum(tl.where(m_ok[:, None], acc, 0.0), axis=0)
+        dev = tl.where(m_ok[:, None], acc - (total / count)[None, :], 0.0)
+        part = part_ptr + pid_m * N + offs_n
+        tl.store(part, total, mask=n_ok)
+        tl.store(part + tl.cdiv(M, BLOCK_M) * N, tl.sum(dev * dev, axis=0), mask=n_ok)
+    acc = _apply_act(acc, ACT)
+    y_ptrs = y_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tuning: candidates from the declared conv2d space (autotune/spaces.py), one launch plan per key
+# ----------------------------------------------------------------------------------------------------
+class Conv2dKey(NamedTuple):
+    """What a tuned conv2d config depends on (the cache entry's fields)."""
+    m: int  # output pixels B x H_out x W_out, bucketed (next power of two)
+    n: int  # output channels
+    c: int  # input channels
+    kh: int
+    kw: int
+    stride_h: int
+    stride_w: int
+    dtype: torch.dtype
+    precision: str  # "ieee" | "tf32" (fp32 inputs; 16-bit inputs are always "ieee")
+    activation: str
+    has_bias: bool
+    has_residual: bool
+    stats: bool  # the epilogue also writes the batch-norm partial statistics
+
+
+class _Conv2dPlan(NamedTuple):
+    """A key's tuned config bound to its compiled kernel (the launch path of every later call)."""
+    kernel: BoundKernel
+    block_m: int
+    block_n: int
+
+
+# (Conv2dKey, padding, device) -> _Conv2dPlan, made at a key's first eager call
+_PLANS: dict[tuple, _Conv2dPlan] = {}
+
+_tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _tile_coords, _apply_act], spaces.CONV2D_CONFIGS,
+                                  interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
+
+
+def _prune(M: int, N: int, C: int, taps: int, elem: int) -> list[Config]:
+    """The declared conv2d space's candidates for this shape, best guess first: shared memory, registers,
+    tiles not far larger than the problem, no wider than C_out, a K step no longer than C_in."""
+    return spaces.candidates("conv2d", M=M, N=N, C=C, taps=taps, dtype=elem)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The packed weight, cached per weight tensor
+# ----------------------------------------------------------------------------------------------------
+# weight -> (data_ptr, version, dtype, packed): weak keys, so an entry goes when its weight is freed. An entry
+# is used only while the weight's storage (data_ptr) and version counter are unchanged: every in-place write
+# through the tensor or a view of it (an optimizer step, load_state_dict, nn.init, `with no_grad(): w.mul_()`)
+# bumps the version, and the next call repacks. A write through `w.data` is NOT seen (`.data` has a
+# version counter of its own): call `clear_packed_weights()` after one.
+_PACKED = WeakTensorKeyDictionary()
+
+
+def pack_weight(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The (C_out, C_in, KH, KW) weight as a (KH, KW, C_in, C_out) contiguous copy in ``dtype`` (default: its
+    own), detached: one copy kernel, the cast included."""
+    view = weight.detach().permute(2, 3, 1, 0)
+    return torch.empty(view.shape, device=weight.device, dtype=dtype or weight.dtype).copy_(view)
+
+
+def packed_weight(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """pack_weight(weight, dtype), from the cache when the weight is unchanged since it was packed (in this
+    dtype); while torch.compile traces, the packing is traced (it runs, a small copy, in every compiled call),
+    and an inference tensor (made under torch.inference_mode: no version counter) is packed on every call."""
+    dtype = dtype or weight.dtype
+    if is_fake(weight) or torch.compiler.is_compiling() or weight.is_inference():
+        return pack_weight(weight, dtype)
+    hit = _PACKED.get(weight)
+    ptr, version = weight.data_ptr(), weight._version
+    if hit is not None and hit[0] == ptr and hit[1] == version and hit[2] == dtype:
+        return hit[3]
+    packed = pack_weight(weight, dtype)
+    _PACKED[weight] = (ptr, version, dtype, packed)
+    return packed
+
+
+def clear_packed_weights() -> None:
+    """Forget every cached packed weight (after writes the version counter does not see: ``w.data``)."""
+    _PACKED.clear()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Launcher
+# ----------------------------------------------------------------------------------------------------
+def out_size(size: int, k: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - k) // stride + 1
+
+
+def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding=(0, 0), activation="none",
+                   precision="ieee", *, stats=False, out=None, config: Config | None = None):
+    """y (B, C_out, H_out, W_out) channels_last in x's dtype, from x and the PACKED weight (KH, KW, C_in,
+    C_out) (see `_conv2d_kernel`); with ``stats``, (y, part): part (2, cdiv(M, BLOCK_M), C_out) fp32, each
+    M-tile's per-channel sum and centred M2 of z (see :func:`merge_tile_stats`).
+
+    out: the buffer y is written to (dense channels_last, x's dtype; tests poison it). config: force a
+    launch configuration (tests); default: the tuner's (persistent cache, launch plan)."""
+    B, C, H, W = x.shape
+    KH, KW, _, N = w_packed.shape
+    (sh, sw), (ph, pw) = stride, padding
+    H_out, W_out = out_size(H, KH, sh, ph), out_size(W, KW, sw, pw)
+    if out is None:
+        y = torch.empty((B, N, H_out, W_out), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    elif (tuple(out.shape) != (B, N, H_out, W_out) or out.dtype != x.dtype
+          or not out.is_contiguous(memory_format=torch.channels_last)):
+        raise ValueError(f"out must be a dense channels_last {x.dtype} tensor of shape {(B, N, H_out, W_out)}")
+    else:
+        y = out
+    M = B * H_out * W_out
+    prec = precision if x.dtype == torch.float32 else "ieee"
+    has_bias, has_res = bias is not None, residual is not None
+    key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=prec,
+                    activation=activation, has_bias=has_bias, has_residual=has_res, stats=bool(stats))
+    fake = is_fake(x, w_packed)
+    plan = _PLANS.get((key, ph, pw, x.device)) if config is None else None
+    if plan is None:
+        flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, HAS_BIAS=has_bias,
+                     HAS_RES=has_res, ACT=activation, STATS=bool(stats), PRECISION=prec)
+
+        def bound(cfg: Config) -> _Conv2dPlan:
+            return _Conv2dPlan(bind(_conv2d_kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
+                                    num_stages=cfg.num_stages), cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+
+        if config is None:
+            config = _tuner.pick(key, lambda cfg: _launch(bound(cfg), x, w_packed, bias, residual, y, stats, M),
+                                 lambda: _prune(M, N, C, KH * KW, x.element_size()), tracing=fake)
+            plan = bound(config)
+            if not fake:
+                _PLANS[(key, ph, pw, x.device)] = plan
+        else:
+            plan = bound(config)
+    part = _launch(plan, x, w_packed, bias, residual, y, stats, M)
+    return (y, part) if stats else y
+
+
+def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
+    """One launch of a plan (the tuner times its candidates through it); returns the statistics partials
+    (or None). Absent bias / residual / partials point at y, unread."""
+    B, C, H, W = x.shape
+    N, H_out, W_out = y.shape[1], y.shape[2], y.shape[3]
+    tiles_m = cdiv(M, plan.block_m)
+    part = torch.empty((2, tiles_m, N), device=x.device, dtype=torch.float32) if stats else None
+    if M == 0 or N == 0:
+        return part
+    sxb, sxc, sxh, sxw = x.stride()
+    swh, sww, swc, swn = w.stride()
+    srb, srn, srh, srw = residual.stride() if residual is not None else (0, 0, 0, 0)
+    plan.kernel.launch((tiles_m * cdiv(N, plan.block_n),), x_ptr=x, w_ptr=w,
+                       bias_ptr=bias if bias is not None else y, res_ptr=residual if residual is not None else y,
+                       y_ptr=y, part_ptr=part if stats else y, M=M, N=N, C=C, H=H, W=W, H_out=H_out, W_out=W_out,
+                       stride_xb=sxb, stride_xc=sxc, stride_xh=sxh, stride_xw=sxw, stride_wh=swh, stride_ww=sww,
+                       stride_wc=swc, stride_wn=swn, stride_bias=bias.stride(0) if bias is not None else 0,
+                       stride_rb=srb, stride_rn=srn, stride_rh=srh, stride_rw=srw)
+    return part
+
+
+def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, biased variance) per channel, fp32, from the kernel's per-tile partials part (2, T, N) over
+    M rows: Chan's merge, M2 = sum_t M2_t + sum_t count_t (mean_t - mean)^2. The tiles' BLOCK_M is a power
+    of two, so T = cdiv(M, BLOCK_M) determines it when T >= 2: the next power of two of cdiv(M, T)."""
+    tiles = part.shape[1]
+    block_m = 1 << (cdiv(M, tiles) - 1).bit_length() if tiles > 1 else max(M, 1)
+    counts = (M - torch.arange(tiles, device=part.device) * block_m).clamp(max=block_m).to(torch.float32)
+    sums, m2 = part[0], part[1]
+    mean = sums.sum(0) / M
+    tile_mean = sums / counts[:, None]
+    var = (m2.sum(0) + (counts[:, None] * (tile_mean - mean).square()).sum(0)) / M
+    return mean, var
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch ops + autograd (the backward is cuDNN's, see the module docstring)
+# ----------------------------------------------------------------------------------------------------
+def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+               residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
+               activation: str, precision: str, config: str) -> torch.Tensor:
+    return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
+                          activation, precision, config=config_from(config))
+
+
+def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
+                     activation: str, precision: str, config: str) -> list[torch.Tensor]:
+    y, part = conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
+                             activation, precision, stats=True, config=config_from(config))
+    mean, var = merge_tile_stats(part, y.shape[0] * y.shape[2] * y.shape[3])
+    return [y, mean, var]
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, residual, stride_h, stride_w, pad_h, pad_w, activation = inputs[:9]
+    ctx.stride, ctx.padding, ctx.activation = [stride_h, stride_w], [pad_h, pad_w], activation
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+    ctx.res_dtype = residual.dtype if residual is not None else None
+    ctx.save_for_backward(x, weight, output if activation == "relu" else None)
+
+
+def _backward(ctx, dy):
+    """dz = dy behind the ReLU mask of the saved output; dx and dw from cuDNN's convolution backward (in x's
+    dtype, dw then cast to the weight's, as autocast's cast of the weight would give), dbias a sum,
+    dresidual = dz."""
+    x, weight, y = ctx.saved_tensors
+    need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
+    dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
+    dx = dw = None
+    if need_x or need_w:
+        dx, dw, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, ctx.stride, ctx.padding,
+                                                        [1, 1], False, [0, 0], 1, [bool(need_x), bool(need_w), False])
+        dw = dw.to(weight.dtype) if dw is not None else None
+    dbias = dz.sum((0, 2, 3), dtype=torch.float32).to(ctx.bias_dtype) if need_b and ctx.bias_dtype else None
+    dres = dz.to(ctx.res_dtype) if need_r and ctx.res_dtype else None
+    return (dx, dw, dbias, dres) + (None,) * 7
+
+
+_conv2d_call = register_op("tk::conv2d", _conv2d_op, setup_context=_setup_context, backward=_backward)
+_conv2d_stats_call = register_op("tk::conv2d_stats", _conv2d_stats_op)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public functions
+# ----------------------------------------------------------------------------------------------------
+def _pair(name: str, value, minimum: int) -> tuple[int, int]:
+    """An int or a pair of ints, each >= minimum, as a pair; else a ValueError naming the argument."""
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in pair):
+        raise ValueError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
+    return pair
+
+
+def validate(x, weight, bias, stride, padding, residual, activation, precision):
+    """Raise a ValueError naming the argument; returns (stride pair, padding pair)."""
+    check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    check_tensor("weight", weight, ndim=4, dtypes=DTYPES, device=x.device)
+    B, C, H, W = x.shape
+    C_out, C_in, KH, KW = weight.shape
+    if C_in != C:
+        raise ValueError(f"weight has shape {tuple(weight.shape)} (C_out, C_in, KH, KW): C_in must equal x's {C} "
+                         f"channels (x is (B, C_in, H, W))")
+    if min(C_out, KH, KW) < 1:
+        raise ValueError(f"weight has shape {tuple(weight.shape)}: C_out, KH and KW must be >= 1")
+    sh, sw = _pair("stride", stride, 1)
+    ph, pw = _pair("padding", padding, 0)
+    H_out, W_out = out_size(H, KH, sh, ph), out_size(W, KW, sw, pw)
+    if H_out < 1 or W_out < 1:
+        raise ValueError(f"x has spatial size {H} x {W}: with kernel {KH} x {KW}, stride {(sh, sw)} and padding "
+                         f"{(ph, pw)} the output would be empty")
+    if bias is not None:
+        check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=x.device)
+        if bias.shape[0] != C_out:
+            raise ValueError(f"bias has {bias.shape[0]} elements, expected C_out={C_out}")
+    if residual is not None:
+        check_tensor("residual", residual, ndim=4, dtypes=DTYPES, device=x.device)
+        if tuple(residual.shape) != (B, C_out, H_out, W_out):
+            raise ValueError(f"residual has shape {tuple(residual.shape)}, expected the output's "
+                             f"{(B, C_out, H_out, W_out)}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return (sh, sw), (ph, pw)
+
+
+def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
+           residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
+           config: Config | None = None) -> torch.Tensor:
+    """act(conv2d(x, weight, bias, stride, padding) + residual), as functional.conv2d (dilation 1, one
+    group) followed by the add and the activation: x (B, C_in, H, W), channels_last preferred (any strides
+    are read as they are); weight (C_out, C_in, KH, KW) as nn.Conv2d's, in x's dtype or another (an fp32
+    master weight under bf16 activations, as autocast hands conv2d: it is cast to x's dtype when packed, once
+    per version, see `packed_weight`, and its gradient comes back in its own dtype); residual (B, C_out,
+    H_out, W_out); returns y channels_last in x's dtype.
+    Differentiable in x, weight, bias and residual (backward: cuDNN's, behind the ReLU mask).
+    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). config: force a
+    launch configuration (tests); default: the tuner's."""
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision)
+    return _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision,
+                        config_str(config) if config is not None else "")
+
+
+def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
+                    residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
+                    config: Config | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, mean, var): :func:`conv2d`'s output and the per-channel batch mean and biased variance (fp32) of
+    its pre-activation z over (B, H_out, W_out), from the statistics the kernel's epilogue writes (the
+    STATS variant) -- what a training BatchNorm2d of y needs, without a reduction pass over y. Not
+    differentiable (call it under torch.no_grad()); not yet used by the ResNet model."""
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
+        raise ValueError("conv2d_bn_stats is not differentiable: call it under torch.no_grad()")
+    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision,
+                                      config_str(config) if config is not None else "")
+    return y, mean, var
