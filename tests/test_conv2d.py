@@ -391,15 +391,18 @@ def gpu_resnet18_triton_convs() -> None:
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
-    for (name, p32), pe, po in zip(exact.named_parameters(), eager.parameters(), ours.parameters()):
-        assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
-    grads = [p.grad.clone() for p in ours.parameters()]
+    # every bf16 gradient against the fp32 one, within twice eager bf16's own error (two bf16 runs differ
+    # from each other by up to the sum of their errors, so they are not compared with each other)
+    bounds = {name: max(2 * rel_err(pe.grad, p32.grad), 2e-2)
+              for (name, p32), pe in zip(exact.named_parameters(), eager.parameters())}
+    for (name, p32), po in zip(exact.named_parameters(), ours.parameters()):
+        assert rel_err(po.grad, p32.grad) <= bounds[name], (name, rel_err(po.grad, p32.grad), bounds[name])
     ours.zero_grad(set_to_none=True)
     torch._dynamo.reset()
     compiled = torch.compile(ours, fullgraph=True)
-    assert abs(step(compiled, True) - losses[2]) <= 1e-2 * abs(losses[2])
-    for (name, p), g in zip(ours.named_parameters(), grads):
-        assert rel_err(p.grad, g) <= 2e-2, name
+    assert abs(step(compiled, True) - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
+    for (name, p32), po in zip(exact.named_parameters(), ours.parameters()):
+        assert rel_err(po.grad, p32.grad) <= bounds[name], (name, rel_err(po.grad, p32.grad), bounds[name])
 
 
 @pytest.mark.gpu
