@@ -604,7 +604,8 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
 
     ``eager``: what an eager call without autograd runs instead of ``impl`` (same arguments, same
     outputs, except None where the op must return a placeholder tensor it does not compute): the
-    launcher itself, with nothing allocated for outputs nobody reads.
+    launcher itself, with nothing allocated for outputs nobody reads. An op without ``backward`` called in grad
+    mode on a tensor needing a gradient (a double backward) gives outputs whose backward raises, never detached.
     """
     torch.library.triton_op(name, mutates_args=())(impl)
     if backward is not None:
@@ -634,8 +635,9 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
         # while torch.compile traces, every tensor input is fake or functional: the first one tells
         if is_compiling() or isinstance(args[0], tracing_types):
             return op(*args)
-        if fn is not None and grad_enabled() and any(
-                a.requires_grad for a in args if isinstance(a, tensor)):
+        if grad_enabled() and any(a.requires_grad for a in args if isinstance(a, tensor)):
+            if fn is None:  # no derivative: outputs whose backward raises
+                return without_derivative(name, direct, *args)
             out = fn.apply(*args)
             return list(out) if isinstance(out, tuple) else out
         return direct(*args)
@@ -691,4 +693,5 @@ def remember_call(calls: dict, key: Any, call: Any) -> Any:
     return call
 
 
+from .double_backward import without_derivative  # noqa: E402
 from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)

@@ -1,0 +1,40 @@
+"""A double backward: a gradient of a gradient (``torch.autograd.grad(..., create_graph=True)``, then a
+gradient of the result). The first backward then runs in grad mode, and what it computes must be
+differentiable again. The kernels' backward launches are not. An op without a derivative (a registered op
+with no ``backward``, runtime.register_op) gives outputs whose own backward raises a RuntimeError naming the
+op (``without_derivative``), never outputs detached from the graph, which would make a second derivative
+silently zero.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+
+def unsupported(name: str, reason: str) -> RuntimeError:
+    """The error of a double backward through ``name``, which cannot differentiate its backward again."""
+    return RuntimeError(f"double backward is not supported by {name}: {reason}")
+
+
+class _NoDerivative(torch.autograd.Function):
+    """The outputs of an op that has no derivative: the forward runs the op, the backward raises."""
+
+    @staticmethod
+    def forward(ctx, name, compute, *inputs):
+        ctx.name = name
+        out = compute(*inputs)
+        return tuple(out) if isinstance(out, list) else out
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise unsupported(ctx.name, "it has no derivative, so a gradient computed with create_graph=True cannot be "
+                                    "differentiated again through it")
+
+
+def without_derivative(name: str, compute: Callable, *inputs: Any) -> Any:
+    """``compute(*inputs)`` (a tensor, or a list of tensors and None) with outputs that raise a RuntimeError
+    naming ``name`` when a gradient flows back through them; nothing raises where none does (no input
+    requires a gradient, or the second derivative is taken through other paths only)."""
+    out = _NoDerivative.apply(name, compute, *inputs)
+    return list(out) if isinstance(out, tuple) else out
