@@ -3,7 +3,7 @@ gradient of the result). The first backward then runs in grad mode, and what it 
 differentiable again. The kernels' backward launches are not. An op without a derivative (a registered op
 with no ``backward``, runtime.register_op) gives outputs whose own backward raises a RuntimeError naming the
 op (``without_derivative``), never outputs detached from the graph, which would make a second derivative
-silently zero.
+silently zero. Cross-entropy, whose gradient the forward kernel writes, raises at once (``unsupported``).
 """
 from __future__ import annotations
 

@@ -134,13 +134,17 @@ class _Call:
         ctx.save_for_backward(a, b, saved)
         return c
 
+    def general_backward(self, ctx, dc) -> tuple:
+        """The general path's backward (gemm.backward_ops): a double backward."""
+        a, b, saved = ctx.saved_tensors
+        operand = b.t() if self.weight else b
+        da, db, dbias, dres = backward_ops(dc, a, operand, saved, self.needs, self.activation, self.precision,
+                                           self.bias_dtype)
+        return da, (db.t() if self.weight and db is not None else db), dbias, dres
+
     def backward(self, ctx, dc) -> tuple:
         a, b, saved = ctx.saved_tensors
         operand = b.t() if self.weight else b
-        if torch.is_grad_enabled():  # create_graph: the general path's differentiable ops
-            da, db, dbias, dres = backward_ops(dc, a, operand, saved, self.needs, self.activation, self.precision,
-                                               self.bias_dtype)
-            return da, (db.t() if self.weight and db is not None else db), dbias, dres
         need_a, need_b, need_bias, need_res = self.needs
         fixed = self.backward_launches.get((dc.stride(), dc.dtype))
         if fixed is None:

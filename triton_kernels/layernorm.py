@@ -495,16 +495,23 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, weight, mean, rstd)
 
 
+def backward_ops(dy, x2, weight, mean, rstd, needs: tuple, config: str, dtypes: tuple) -> tuple:
+    """(dx, dw, db) over rows x2 (M, D), None where ``needs`` (dx, dw, db) wants none, dw / db in ``dtypes``: the
+    registered op from the saved statistics (no derivative: in a double backward, create_graph=True, its
+    outputs raise when differentiated again)."""
+    need_x, need_w, need_b = needs
+    if mean.numel() != x2.shape[0]:
+        raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
+    dx, dw, db = _ln_backward_call(dy, x2, weight, mean, rstd, need_x, need_w, need_b, config)
+    return (dx if need_x else None, dw.to(dtypes[0]) if need_w else None, db.to(dtypes[1]) if need_b else None)
+
+
 def _backward(ctx, grads):
-    dy = grads[0]
     x, weight, mean, rstd = ctx.saved_tensors
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
-    if mean.numel() != x.shape[0]:
-        raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
-    return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
-            db.to(ctx.b_dtype) if need_b else None, None, None, None)
+    needs = (bool(need_x), bool(need_w and ctx.has_w), bool(need_b and ctx.has_b))
+    return (*backward_ops(grads[0], x, weight, mean, rstd, needs, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
+            None, None, None)
 
 
 # torch.compile calls these ops; eager calls go through layernorm_eager._Call

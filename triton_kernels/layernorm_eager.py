@@ -1,7 +1,8 @@
 """The eager calls of LayerNorm (triton_kernels/layernorm.py's ``layer_norm``): one prepared call per call
 signature, validated once by layer_norm. Its first call finds the plans; later calls allocate the outputs and
 launch the row kernels with every other argument fixed (launcher.BoundKernel.fix), the backward in ``_Node``
-(a runtime.EagerNode). torch.compile traces the registered ops instead.
+(a runtime.EagerNode; a double backward runs layernorm.backward_ops, as the registered op). torch.compile
+traces the registered ops instead.
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Optional
 import torch
 
 from .layernorm import (_RowBackward, _RowForward, _backward_plan, _forward_plan, _launch_forward, _rows,
-                        layer_norm_backward)
-from .runtime import Config, EagerNode, cdiv
+                        backward_ops, layer_norm_backward)
+from .runtime import Config, EagerNode, cdiv, config_str
 
 class _Node(EagerNode):
     """The autograd node of an eager layer_norm call: y from (x2, w, b); the statistics are saved only."""
@@ -61,6 +62,13 @@ class _Call:
         y, mean, rstd = self.run(x2, w, b)
         ctx.save_for_backward(x2, w, mean, rstd)  # w: x2 when there is no weight
         return y
+
+    def general_backward(self, ctx, dy):
+        """The registered op's backward (layernorm.backward_ops): a double backward."""
+        x2, w, mean, rstd = ctx.saved_tensors
+        dtypes = [dtype or torch.float32 for dtype in self.param_dtypes]
+        return backward_ops(dy, x2, w if self.has[0] else None, mean, rstd, self.needs, config_str(self.config),
+                            dtypes)
 
     def backward(self, ctx, dy):
         x2, w, mean, rstd = ctx.saved_tensors

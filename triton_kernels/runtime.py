@@ -651,10 +651,11 @@ _FUNCTION_APPLY = torch._C._FunctionBase.__dict__.get("apply")  # autograd.Funct
 
 
 class EagerNode(torch.autograd.Function):
-    """The autograd node of an eager call through a cached call signature (layernorm, softmax,
-    cross-entropy): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its backward is
-    ``call.backward(ctx, *grads)``, one gradient (or None) per input. Each op subclasses it (the node's
-    name in a profile). Under torch.compile the ops' registered autograd runs instead."""
+    """The autograd node of an eager call through a cached call signature (softmax, layernorm, cross-entropy,
+    gemm, batch norm): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its backward is
+    ``call.backward(ctx, *grads)``, one gradient (or None) per input, or in a double backward (create_graph)
+    ``call.general_backward(ctx, *grads)``: the general path's, differentiable again or raising as that is.
+    Each op subclasses it (the node's name in a profile). Under torch.compile the registered autograd runs."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -677,6 +678,8 @@ class EagerNode(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if torch.is_grad_enabled():  # create_graph: as the general path
+            return None, *ctx.call.general_backward(ctx, *grads)
         return None, *ctx.call.backward(ctx, *grads)
 
 

@@ -348,11 +348,17 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(output)
 
 
+def backward_ops(dy: torch.Tensor, y: torch.Tensor, log: bool, config: str) -> torch.Tensor:
+    """dx from dy and the saved output y through the registered backward op (no derivative: in a double
+    backward, create_graph=True, its output raises when differentiated again)."""
+    return _softmax_backward_call(dy, y, log, config)
+
+
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return None, None, None
-    return _softmax_backward_call(dy, y, ctx.log, ctx.config), None, None
+    return backward_ops(dy, y, ctx.log, ctx.config), None, None
 
 
 _softmax_backward_call = register_op("tk::softmax_backward", _softmax_backward_op)
@@ -415,6 +421,11 @@ class _Call:
         y = self.run(x2)
         ctx.save_for_backward(y)
         return y
+
+    def general_backward(self, ctx, dy: torch.Tensor) -> tuple:
+        """The registered op's backward (backward_ops): a double backward."""
+        (y,) = ctx.saved_tensors
+        return (backward_ops(dy, y, self.log, config_str(self.config)),)
 
     def backward(self, ctx, dy: torch.Tensor) -> tuple:
         (y,) = ctx.saved_tensors
