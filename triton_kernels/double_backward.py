@@ -1,9 +1,12 @@
 """A double backward: a gradient of a gradient (``torch.autograd.grad(..., create_graph=True)``, then a
 gradient of the result). The first backward then runs in grad mode, and what it computes must be
-differentiable again. The kernels' backward launches are not. An op without a derivative (a registered op
-with no ``backward``, runtime.register_op) gives outputs whose own backward raises a RuntimeError naming the
-op (``without_derivative``), never outputs detached from the graph, which would make a second derivative
-silently zero. Cross-entropy, whose gradient the forward kernel writes, raises at once (``unsupported``).
+differentiable again. The kernels' backward launches are not, so in grad mode the ops' backwards run:
+* softmax / log-softmax: the same formulas in torch's ops (fp32 math, below), whose derivatives torch
+  knows -- second and higher derivatives are right;
+* an op without a derivative (a registered op with no ``backward``, runtime.register_op): outputs whose
+  own backward raises a RuntimeError naming the op (``without_derivative``), never outputs detached from
+  the graph, which would make a second derivative silently zero;
+* cross-entropy, whose gradient the forward kernel writes: a RuntimeError (``unsupported``) at once.
 """
 from __future__ import annotations
 
@@ -38,3 +41,14 @@ def without_derivative(name: str, compute: Callable, *inputs: Any) -> Any:
     requires a gradient, or the second derivative is taken through other paths only)."""
     out = _NoDerivative.apply(name, compute, *inputs)
     return list(out) if isinstance(out, tuple) else out
+
+
+def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tensor:
+    """dx of (log-)softmax over the last dim from dy and the saved output y, in y's dtype:
+    softmax: y * (dy - sum(dy * y)); log-softmax: dy - exp(y) * sum(dy)."""
+    dy32, y32 = dy.float(), y.float()
+    if log:
+        dx = dy32 - y32.exp() * dy32.sum(-1, keepdim=True)
+    else:
+        dx = y32 * (dy32 - (dy32 * y32).sum(-1, keepdim=True))
+    return dx.to(y.dtype)
