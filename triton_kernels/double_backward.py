@@ -1,8 +1,8 @@
 """A double backward: a gradient of a gradient (``torch.autograd.grad(..., create_graph=True)``, then a
 gradient of the result). The first backward then runs in grad mode, and what it computes must be
 differentiable again. The kernels' backward launches are not, so in grad mode the ops' backwards run:
-* softmax / log-softmax: the same formulas in torch's ops (fp32 math, below), whose derivatives torch
-  knows -- second and higher derivatives are right;
+* softmax / log-softmax and LayerNorm: the same formulas in torch's ops (fp32 math, below), whose
+  derivatives torch knows -- second and higher derivatives are right;
 * an op without a derivative (a registered op with no ``backward``, runtime.register_op): outputs whose
   own backward raises a RuntimeError naming the op (``without_derivative``), never outputs detached from
   the graph, which would make a second derivative silently zero;
@@ -52,3 +52,20 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tens
     else:
         dx = y32 * (dy32 - (dy32 * y32).sum(-1, keepdim=True))
     return dx.to(y.dtype)
+
+
+def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight, eps: float, needs: tuple) -> tuple:
+    """(dx in x2's dtype, dw fp32, db fp32) of LayerNorm over rows x2 (M, D), None where ``needs`` (dx, dw,
+    db) wants none. The statistics are recomputed from x2 (each row shifted by its first value, as the
+    forward), so the result is differentiable in x2 too; with g = dy * weight:
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dw = sum_rows(dy * xhat), db = sum_rows(dy)."""
+    need_x, need_w, need_b = needs
+    x32, dy32 = x2.float(), dy.float()
+    shifted = x32 - x32[:, :1].detach()
+    centered = shifted - shifted.mean(1, keepdim=True)
+    rstd = torch.rsqrt((centered * centered).mean(1, keepdim=True) + eps)
+    xhat = centered * rstd
+    g = dy32 * weight.float() if weight is not None else dy32
+    dx = rstd * (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True)) if need_x else None
+    return (dx.to(x2.dtype) if need_x else None, (dy32 * xhat).sum(0) if need_w else None,
+            dy32.sum(0) if need_b else None)

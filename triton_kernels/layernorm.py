@@ -11,6 +11,8 @@ is x0 + mean_s), so the backward recomputes xhat = ((x - x0) - mean_s) * rstd ex
 did, re-reading x0 from x. Backward, with g = dy * w:
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (per row)
     dw = sum_rows(dy * xhat),  db = sum_rows(dy)             (per column)
+In a double backward (create_graph=True) these formulas run in torch's ops on statistics recomputed from
+x, so second (and higher) derivatives are right.
 
 Tilings:
 * Rows that fit a block (next_pow2(D) <= MAX_ROW_D): the forward holds BLOCK_M whole rows in registers
@@ -50,6 +52,7 @@ from torch.compiler import is_compiling
 
 from autotune import spaces
 
+from . import double_backward
 from .launcher import BoundKernel, bind
 from .layernorm_kernels import (_ln_bwd_row_kernel, _ln_bwd_stats_kernel, _ln_bwd_tile_kernel, _ln_fwd_apply_kernel,
                                 _ln_fwd_row_kernel, _ln_relu_pool_kernel, _ln_stats_kernel, _sum_rows_kernel)
@@ -491,18 +494,21 @@ def _setup_context(ctx, inputs, output):
     ctx.has_w, ctx.has_b = weight is not None, bias is not None
     ctx.w_dtype = weight.dtype if weight is not None else None
     ctx.b_dtype = bias.dtype if bias is not None else None
-    ctx.config = config
+    ctx.eps, ctx.config = eps, config
     ctx.save_for_backward(x, weight, mean, rstd)
 
 
-def backward_ops(dy, x2, weight, mean, rstd, needs: tuple, config: str, dtypes: tuple) -> tuple:
+def backward_ops(dy, x2, weight, mean, rstd, needs: tuple, eps: float, config: str, dtypes: tuple) -> tuple:
     """(dx, dw, db) over rows x2 (M, D), None where ``needs`` (dx, dw, db) wants none, dw / db in ``dtypes``: the
-    registered op from the saved statistics (no derivative: in a double backward, create_graph=True, its
-    outputs raise when differentiated again)."""
+    registered op from the saved statistics, or in grad mode (a double backward, create_graph=True) torch's
+    ops on statistics recomputed from x2 (double_backward.layer_norm_backward), differentiable again."""
     need_x, need_w, need_b = needs
-    if mean.numel() != x2.shape[0]:
+    if torch.is_grad_enabled():
+        dx, dw, db = double_backward.layer_norm_backward(dy, x2, weight, eps, needs)
+    elif mean.numel() != x2.shape[0]:
         raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    dx, dw, db = _ln_backward_call(dy, x2, weight, mean, rstd, need_x, need_w, need_b, config)
+    else:
+        dx, dw, db = _ln_backward_call(dy, x2, weight, mean, rstd, need_x, need_w, need_b, config)
     return (dx if need_x else None, dw.to(dtypes[0]) if need_w else None, db.to(dtypes[1]) if need_b else None)
 
 
@@ -510,7 +516,7 @@ def _backward(ctx, grads):
     x, weight, mean, rstd = ctx.saved_tensors
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     needs = (bool(need_x), bool(need_w and ctx.has_w), bool(need_b and ctx.has_b))
-    return (*backward_ops(grads[0], x, weight, mean, rstd, needs, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
+    return (*backward_ops(grads[0], x, weight, mean, rstd, needs, ctx.eps, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
             None, None, None)
 
 

@@ -67,8 +67,8 @@ class _Call:
         """The registered op's backward (layernorm.backward_ops): a double backward."""
         x2, w, mean, rstd = ctx.saved_tensors
         dtypes = [dtype or torch.float32 for dtype in self.param_dtypes]
-        return backward_ops(dy, x2, w if self.has[0] else None, mean, rstd, self.needs, config_str(self.config),
-                            dtypes)
+        return backward_ops(dy, x2, w if self.has[0] else None, mean, rstd, self.needs, self.eps,
+                            config_str(self.config), dtypes)
 
     def backward(self, ctx, dy):
         x2, w, mean, rstd = ctx.saved_tensors
