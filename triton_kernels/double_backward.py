@@ -1,8 +1,8 @@
 """A double backward: a gradient of a gradient (``torch.autograd.grad(..., create_graph=True)``, then a
 gradient of the result). The first backward then runs in grad mode, and what it computes must be
 differentiable again. The kernels' backward launches are not, so in grad mode the ops' backwards run:
-* softmax / log-softmax and LayerNorm: the same formulas in torch's ops (fp32 math, below), whose
-  derivatives torch knows -- second and higher derivatives are right;
+* softmax / log-softmax, LayerNorm and the GEMM's activation / bias pass: the same formulas in torch's
+  ops (fp32 math, below), whose derivatives torch knows -- second and higher derivatives are right;
 * an op without a derivative (a registered op with no ``backward``, runtime.register_op): outputs whose
   own backward raises a RuntimeError naming the op (``without_derivative``), never outputs detached from
   the graph, which would make a second derivative silently zero;
@@ -69,3 +69,21 @@ def layer_norm_backward(dy: torch.Tensor, x2: torch.Tensor, weight, eps: float, 
     dx = rstd * (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True)) if need_x else None
     return (dx.to(x2.dtype) if need_x else None, (dy32 * xhat).sum(0) if need_w else None,
             dy32.sum(0) if need_b else None)
+
+
+def act_backward(dc: torch.Tensor, z, activation: str, need_dbias: bool, bias_dtype: torch.dtype) -> tuple:
+    """(dZ = dC * act'(Z) in dC's dtype, dbias = colsum(dZ) in ``bias_dtype`` or None) as the GEMM's
+    activation-backward kernel computes them (relu reads the sign of Z, or of relu's output)."""
+    dz = dc
+    if activation == "relu":  # torch's threshold_backward: the gradient passes unless z <= 0
+        dz = torch.where(z <= 0, torch.zeros_like(dc), dc)
+    elif activation != "none":
+        z32 = z.float()
+        if activation == "gelu":  # d/dz z Phi(z) = Phi(z) + z phi(z)
+            cdf = 0.5 * (1.0 + torch.erf(z32 * 0.7071067811865476))
+            slope = cdf + z32 * torch.exp(-0.5 * z32 * z32) * 0.3989422804014327
+        else:  # gelu_tanh: d/dz z s(z), s = sigmoid(2u): s + z s (1 - s) 2u', 2u' = 2 sqrt(2/pi) (1 + 3 0.044715 z^2)
+            s = torch.sigmoid(z32 * (1.5957691216057308 + 0.07135481627260025 * z32 * z32))
+            slope = s + z32 * s * (1.0 - s) * (1.5957691216057308 + 0.21406444881780076 * z32 * z32)
+        dz = (dc.float() * slope).to(dc.dtype)
+    return dz, (dz.float().sum(0).to(bias_dtype) if need_dbias else None)
