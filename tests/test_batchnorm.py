@@ -162,6 +162,47 @@ def test_repeated_signature_takes_the_fast_path(relu, use_res, fmt):
         assert_close(second, functional.relu(ref) if relu else ref, torch.float32, name="inference y")
 
 
+@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
+def test_double_backward_is_refused(relu, use_res):
+    """The backward kernels have no derivative: with create_graph=True the gradients are the plain
+    backward's, and differentiating them again raises a RuntimeError naming the backward op -- on the
+    first (general) call of a signature and its fast-path calls alike -- never a silently detached
+    gradient."""
+    shape, C = (2, 3, 3, 3), 3
+    x = torch.randn(shape, device=DEVICE).to(memory_format=torch.channels_last)
+    w, b = torch.rand(C, device=DEVICE) + 0.5, torch.randn(C, device=DEVICE)
+    res = torch.randn_like(x) if use_res else None
+    out_weight = torch.randn(shape, device=DEVICE)
+    nodes = []
+    for _ in range(3):
+        leaves = [t.clone().requires_grad_() for t in (x, w, b, res) if t is not None]
+        y = batchnorm.batch_norm(leaves[0], None, None, leaves[1], leaves[2], True, residual=leaves[3] if use_res
+                                 else None, relu=relu)
+        nodes.append(type(y.grad_fn).__name__)
+        plain = torch.autograd.grad((out_weight * y * y).sum(), leaves, retain_graph=True)
+        grads = torch.autograd.grad((out_weight * y * y).sum(), leaves, create_graph=True)
+        for i, (g, p) in enumerate(zip(grads, plain)):
+            assert torch.equal(g, p), f"gradient {i} with create_graph differs from the plain one"
+        with pytest.raises(RuntimeError, match="double backward is not supported by tk::batch_norm_act_backward"):
+            torch.autograd.grad(sum((g * g).sum() for g in grads), leaves)
+    assert nodes[0] != nodes[1] == nodes[2] == "_NodeBackward"  # the general path, then the fast path
+
+
+def test_inference_mode_double_backward_is_torchs():
+    """Inference mode with a gradient runs torch's ops: second derivatives are torch's."""
+    C = 3
+    x = torch.randn(2, C, 3, 3, device=DEVICE)
+    rm, rv = torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.5
+    w = torch.randn(C, device=DEVICE).requires_grad_()
+    y = batchnorm.batch_norm(x.requires_grad_(), rm, rv, w, None, training=False, relu=True)
+    gx, = torch.autograd.grad((y * y).sum(), x, create_graph=True)
+    second, = torch.autograd.grad(gx.sum(), w)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = functional.relu(functional.batch_norm(x64, rm.double(), rv.double(), w64, None, False))
+    gx64, = torch.autograd.grad((y64 * y64).sum(), x64, create_graph=True)
+    assert_close(second, torch.autograd.grad(gx64.sum(), w64)[0], torch.float32)
+
+
 def test_large_mean_small_variance():
     """Shifted sums: a mean of 1e3 with std 1e-2 loses nothing a two-pass torch BN keeps."""
     x = torch.randn(4, 8, 6, 6, device=DEVICE) * 1e-2 + 1e3

@@ -233,6 +233,30 @@ def test_backward_twice_is_refused():
         loss.backward()
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_double_backward_is_refused(reduction):
+    """The gradient is written by the forward kernel, so create_graph=True raises a RuntimeError saying so
+    -- on the first call of a signature, its prepared calls and the registered op torch.compile traces
+    alike -- instead of returning a gradient detached from the graph; a plain backward of the same
+    signature still gives torch's gradient."""
+    logits, target = _inputs(4, 6, ignore_frac=0.0)
+
+    def registered_op(x):
+        loss = cross_entropy._cross_entropy_call(x, target, None, -100, reduction, 0.0, True, "")[0]
+        return loss.sum()
+
+    calls = [lambda x: cross_entropy.cross_entropy(x, target, reduction=reduction).sum()] * 3 + [registered_op]
+    for call in calls:
+        x = logits.clone().requires_grad_()
+        with pytest.raises(RuntimeError, match="double backward is not supported by cross_entropy"):
+            torch.autograd.grad(call(x), x, create_graph=True)
+    x = logits.clone().requires_grad_()
+    grad, = torch.autograd.grad(cross_entropy.cross_entropy(x, target, reduction=reduction).sum(), x)
+    x64 = logits.double().requires_grad_()
+    expect, = torch.autograd.grad(functional.cross_entropy(x64, target, reduction=reduction).sum(), x64)
+    assert_close(grad, expect, torch.float32)
+
+
 def test_module_matches_nn_and_trains():
     torch.manual_seed(0)
     w = torch.rand(4) + 0.5

@@ -8,10 +8,10 @@ import torch
 
 from models.layers import Linear
 from triton_kernels import gemm, gemm_eager, runtime
-from triton_kernels.testing import assert_close
+from triton_kernels.testing import assert_close, second_derivatives
 
 from .conftest import DEVICE
-from .test_gemm import SPLITK_SMALL, TMA_SMALL, _reference
+from .test_gemm import REF_ACT, SPLITK_SMALL, TMA_SMALL, _reference
 
 DTYPES_CPU = [torch.float32, torch.float16]
 FAST_NODE = "_NodeBackward"  # the autograd node of a prepared call (gemm_eager._Node)
@@ -291,20 +291,47 @@ def test_forced_tma_config_on_a_misaligned_operand_raises_as_the_general_path():
         gemm.linear(shifted, w, config=TMA_SMALL)
 
 
-def test_double_backward_takes_the_general_ops():
-    """create_graph=True: the prepared call's backward runs the registered (differentiable) ops, so a
-    second derivative equals the general path's."""
-    x, weight, bias = _leaf(9, 12), _leaf(5, 12), _leaf(5)
-    results = []
-    for _ in range(2):
-        y = gemm.linear(x, weight, bias)
-        dx, = torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)
-        results.append(torch.autograd.grad((dx * dx).sum(), weight))
-    assert type(y.grad_fn).__name__ == FAST_NODE
-    torch.testing.assert_close(results[0], results[1])
-    x64, w64 = x.detach().double(), weight.detach().double().requires_grad_()
-    dx64 = torch.ones(9, 5, dtype=torch.float64) @ w64
-    assert_close(results[1][0], torch.autograd.grad((dx64 * dx64).sum(), w64)[0], torch.float32)
+@pytest.mark.parametrize("has_bias,has_res", [(True, False), (False, False), (True, True)],
+                         ids=["bias", "plain", "bias_residual"])
+@pytest.mark.parametrize("act", gemm.ACTIVATIONS)
+@pytest.mark.parametrize("op", ["linear", "gemm"])
+def test_double_backward_matches_float64(op, act, has_bias, has_res):
+    """create_graph=True: the prepared call's backward runs the general path's (gemm.backward_ops:
+    the differentiable GEMM op, the activation and bias pass in torch's ops), so gradients and second
+    derivatives in every input (incoming gradient depending on all of them) of the three calls equal
+    float64 torch's, and each other bit for bit."""
+    a = torch.randn(4, 5, device=DEVICE)
+    b = torch.randn((6, 5) if op == "linear" else (5, 6), device=DEVICE)
+    leaves = [a, b] + ([torch.randn(6, device=DEVICE)] if has_bias else [])
+    leaves += [torch.randn(4, 6, device=DEVICE)] if has_res else []
+    out_weight = torch.randn(4, 6, device=DEVICE, dtype=torch.float64)
+    directions = [torch.randn(t.shape, device=DEVICE, dtype=torch.float64) for t in leaves]
+
+    def unpack(args):
+        return args[0], args[1], args[2] if has_bias else None, args[-1] if has_res else None
+
+    def ours(*args):
+        a, b, bias, residual = unpack(args)
+        if op == "linear":
+            return gemm.linear(a, b, bias, act, residual)
+        return gemm.gemm(a, b, bias, residual, act)
+
+    def reference(*args):
+        a, b, bias, residual = unpack(args)
+        z = a @ (b.t() if op == "linear" else b) + (bias if has_bias else 0)
+        return REF_ACT[act](z) + (residual if has_res else 0)
+
+    assert _prepared(op, *unpack([t.requires_grad_() for t in leaves]), act) is None
+    expect = second_derivatives(reference, [t.detach().double().requires_grad_() for t in leaves], out_weight,
+                                directions)
+    runs = [second_derivatives(ours, [t.detach().clone().requires_grad_() for t in leaves], out_weight, directions)
+            for _ in range(3)]
+    assert _prepared(op, *unpack(leaves), act) is not None
+    for run, (grads, second) in enumerate(runs):
+        for i, leaf in enumerate(leaves):
+            assert_close(grads[i], expect[0][i], torch.float32, name=f"run {run}: gradient {i}")
+            assert_close(second[i], expect[1][i], torch.float32, name=f"run {run}: second derivative {i}")
+            assert torch.equal(second[i], runs[0][1][i]), f"run {run}: second derivative {i} differs"
 
 
 # ------------------------------------------------------------------------------------------ GPU

@@ -14,7 +14,7 @@ from models.layers import LayerNorm, LayerNormReLUMaxPool
 from triton_kernels import layernorm
 from triton_kernels import runtime
 from triton_kernels.runtime import Config
-from triton_kernels.testing import assert_close, rel_err, tolerance
+from triton_kernels.testing import assert_close, rel_err, second_derivatives, tolerance
 
 from .conftest import DEVICE
 from .view_matrix import Arg, ViewCase, check_case, view_cases
@@ -147,6 +147,72 @@ def test_fused_module_state_dict_and_training_path():
     y.sum().backward()
     assert m.weight.grad is not None and torch.isfinite(m.weight.grad).all()
     assert "pool=3" in repr(m)
+
+
+def _double_backward_runs(fn, leaves, out_weight, directions, calls=3):
+    """second_derivatives of ``calls`` calls of fn, each on fresh copies of the leaves."""
+    return [second_derivatives(fn, [t.clone().requires_grad_() for t in leaves], out_weight, directions)
+            for _ in range(calls)]
+
+
+@pytest.mark.parametrize("affine", ["weight_bias", "weight", "none"])
+@pytest.mark.parametrize("shape", [(8,), (3, 4)], ids=["1d", "2d"])
+def test_double_backward_matches_float64(shape, affine):
+    """create_graph=True: gradients and second derivatives in x, weight and bias (incoming gradient
+    depending on all of them) of three calls of one signature -- the first call's and the prepared call's
+    backward -- and of the registered op torch.compile traces equal float64 torch's, bit for bit alike."""
+    x = torch.randn(5, *shape, device=DEVICE) * 2 + 1
+    params = [torch.randn(shape, device=DEVICE) * 0.5 + 1, torch.randn(shape, device=DEVICE)]
+    params = params[:{"weight_bias": 2, "weight": 1, "none": 0}[affine]]
+    leaves = [x, *params]
+    out_weight = torch.randn(x.shape, device=DEVICE, dtype=torch.float64)
+    directions = [torch.randn(t.shape, device=DEVICE, dtype=torch.float64) for t in leaves]
+
+    def ours(x, *params):
+        return layernorm.layer_norm(x, shape, *params)
+
+    def registered_op(x, *params):
+        D = math.prod(shape)
+        flat = [t.reshape(D) for t in params] + [None] * (2 - len(params))
+        return layernorm._ln_call(x.reshape(-1, D), *flat, 1e-5, True, "")[0].reshape(x.shape)
+
+    reference = second_derivatives(lambda x, *params: functional.layer_norm(x, shape, *params),
+                                   [t.double().requires_grad_() for t in leaves], out_weight, directions)
+    runs = _double_backward_runs(ours, leaves, out_weight, directions)
+    runs += _double_backward_runs(registered_op, leaves, out_weight, directions, calls=1)
+    for run, (grads, second) in enumerate(runs):
+        for i, name in enumerate(("x", "weight", "bias")[:len(leaves)]):
+            assert_close(grads[i], reference[0][i], torch.float32, name=f"run {run}: gradient in {name}")
+            assert_close(second[i], reference[1][i], torch.float32, name=f"run {run}: second derivative in {name}")
+            assert torch.equal(second[i], runs[0][1][i]), f"run {run}: second derivative in {name} differs"
+
+
+def test_fused_module_training_path_double_backward():
+    """LayerNormReLUMaxPool trains through layer_norm + relu + max_pool1d: its second derivatives (three
+    calls: the first call's and the prepared call's backward) equal float64 torch's. The fused inference
+    kernel itself refuses inputs that need a gradient."""
+    module = LayerNormReLUMaxPool([4, 6]).to(DEVICE)
+    with torch.no_grad():
+        module.weight.normal_()
+        module.bias.normal_()
+    x = torch.randn(2, 4, 6, device=DEVICE)
+    out_weight = torch.randn(2, 4, 2, device=DEVICE, dtype=torch.float64)
+    directions = [torch.randn(t.shape, device=DEVICE, dtype=torch.float64) for t in (x, module.weight, module.bias)]
+
+    def reference(x, weight, bias):
+        return functional.max_pool1d(functional.relu(functional.layer_norm(x, (4, 6), weight, bias)), 3, 3)
+
+    leaves64 = [t.detach().double().requires_grad_() for t in (x, module.weight, module.bias)]
+    expect = second_derivatives(reference, leaves64, out_weight, directions)
+    for run in range(3):
+        grads, second = second_derivatives(lambda x, weight, bias: module(x),
+                                           [x.clone().requires_grad_(), module.weight, module.bias], out_weight,
+                                           directions)
+        for i, name in enumerate(("x", "weight", "bias")):
+            assert_close(grads[i], expect[0][i], torch.float32, name=f"run {run}: gradient in {name}")
+            assert_close(second[i], expect[1][i], torch.float32, name=f"run {run}: second derivative in {name}")
+    with pytest.raises(ValueError, match="inference kernel"):
+        layernorm.layer_norm_relu_maxpool(x.requires_grad_(), module.weight, module.bias, pool=3)
 
 
 def test_layernorm_module_matches_nn():

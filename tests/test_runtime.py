@@ -232,3 +232,27 @@ def test_config_strings_and_the_call_signature_cache_bound():
         assert runtime.remember_call(calls, i, f"call {i}") == f"call {i}"
     assert len(calls) == 3
     assert runtime.remember_call(calls, None, "once") == "once" and len(calls) == 3
+
+
+def _twice_and_sum(x: torch.Tensor) -> list[torch.Tensor]:
+    return [x * 2, x.sum()]
+
+
+_TWICE_AND_SUM = runtime.register_op("tk_test::twice_and_sum", _twice_and_sum)
+
+
+def test_an_op_without_derivative_never_detaches():
+    """A registered op without a backward, called in grad mode on a tensor that needs a gradient (a backward
+    op inside a double backward), gives outputs whose backward raises a RuntimeError naming the op, as the
+    dispatcher's op does; without grad mode (a plain backward) or a gradient to track, plain outputs."""
+    x = torch.randn(5, requires_grad=True)
+    twice, total = _TWICE_AND_SUM(x)
+    assert torch.equal(twice, x.detach() * 2) and twice.requires_grad and total.requires_grad
+    for out in (twice.sum(), total):
+        with pytest.raises(RuntimeError, match="double backward is not supported by tk_test::twice_and_sum"):
+            torch.autograd.grad(out, x, retain_graph=True)
+    with pytest.raises(RuntimeError, match="no autograd formula"):  # the dispatcher's op raises too
+        torch.autograd.grad(_TWICE_AND_SUM.op(x)[0].sum(), x)
+    with torch.no_grad():
+        assert not any(t.requires_grad for t in _TWICE_AND_SUM(x))
+    assert not any(t.requires_grad for t in _TWICE_AND_SUM(x.detach()))

@@ -11,7 +11,7 @@ import torch
 from models.layers import LogSoftmax, Softmax
 from triton_kernels import softmax
 from triton_kernels.runtime import Config
-from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
+from triton_kernels.testing import assert_close, poison_, rel_err, second_derivatives, tolerance
 
 from .conftest import DEVICE
 from .view_matrix import Arg, ViewCase, check_case, view_cases
@@ -252,6 +252,29 @@ def test_modules_dim_none_as_torch(ndim, ours, theirs):
 def test_bad_input_raises(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()
+
+
+@pytest.mark.parametrize("shape,dim", [((3, 8), -1), ((4, 2, 3), 0)], ids=["rows", "dim0"])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_double_backward_matches_float64(log, shape, dim):
+    """create_graph=True: gradients and second derivatives (incoming gradient depending on x too) of three
+    calls of one signature -- the first call's and the prepared call's backward -- and of the registered
+    op torch.compile traces equal float64 torch's, the three calls bit for bit."""
+    x = torch.randn(shape, device=DEVICE)
+    out_weight, direction = (torch.randn(shape, device=DEVICE, dtype=torch.float64) for _ in range(2))
+    x64 = x.double().requires_grad_()
+    reference = second_derivatives(lambda t: REF[log](t, dim), [x64], out_weight, [direction])
+    runs = []
+    for _ in range(3):
+        runs.append(second_derivatives(lambda t: FN[log](t, dim), [x.clone().requires_grad_()], out_weight,
+                                       [direction]))
+    if dim == -1:  # the registered op (rows)
+        runs.append(second_derivatives(lambda t: softmax._softmax_call(t, log, ""), [x.clone().requires_grad_()],
+                                       out_weight, [direction]))
+    for run, (grads, second) in enumerate(runs):
+        assert_close(grads[0], reference[0][0], torch.float32, name=f"run {run}: gradient")
+        assert_close(second[0], reference[1][0], torch.float32, name=f"run {run}: second derivative")
+        assert torch.equal(second[0], runs[0][1][0]), f"run {run}: differs from the first call"
 
 
 # ---------------------------------------------------------------------------------------------- GPU

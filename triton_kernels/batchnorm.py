@@ -453,15 +453,22 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, y if (relu and residual is not None) else None, stats)
 
 
-def _backward(ctx, grads):
-    dy = grads[0]
-    x, y, stats = ctx.saved_tensors
-    need_x, need_w, need_b, need_res = (bool(n) for n in ctx.needs_input_grad[:4])
-    store_g = need_res and ctx.relu
-    dx, g, dwb = _bn_backward_call(dy, x, y, stats, ctx.relu, need_x, store_g, ctx.config)
+def backward_ops(dy, x, y, stats, relu: bool, needs: tuple, config: str, dtypes: tuple) -> tuple:
+    """(dx, dweight, dbias, dresidual), None where ``needs`` (x, weight, bias, residual) wants none; dweight /
+    dbias in ``dtypes``. Through the registered backward op, which has no derivative: in a double backward
+    (create_graph=True) its outputs raise a RuntimeError when differentiated again."""
+    need_x, need_w, need_b, need_res = needs
+    store_g = need_res and relu
+    dx, g, dwb = _bn_backward_call(dy, x, y, stats, relu, need_x, store_g, config)
     dres = (g if store_g else dy) if need_res else None
-    return (dx if need_x else None, dwb[0].to(ctx.w_dtype) if need_w and ctx.w_dtype else None,
-            dwb[1].to(ctx.b_dtype) if need_b and ctx.b_dtype else None, dres,
+    return (dx if need_x else None, dwb[0].to(dtypes[0]) if need_w else None,
+            dwb[1].to(dtypes[1]) if need_b else None, dres)
+
+
+def _backward(ctx, grads):
+    x, y, stats = ctx.saved_tensors
+    needs = tuple(bool(n) for n in ctx.needs_input_grad[:4])
+    return (*backward_ops(grads[0], x, y, stats, ctx.relu, needs, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
             None, None, None, None, None, None, None)
 
 

@@ -1,10 +1,11 @@
 """The eager fast path of the fused batch norm (triton_kernels/batchnorm.py): a call whose signature (every
 tensor's shape, strides, dtype and device; relu) was seen before skips validation, layout analysis and plan
 lookups. Training runs as two allocations + two launches forward and four allocations + two launches
-backward through a light autograd.Function; inference as one allocation + one launch. The first call of
-a signature takes the general path (which validates, tunes and makes the plans) and is remembered here
-when its layout is the simple one: x dense, the residual in x's strides, contiguous parameters and
-running statistics. torch.compile always traces the registered ops.
+backward through ``_Node`` (a runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the
+registered op); inference as one allocation + one launch. The first call of a signature takes the general
+path (which validates, tunes and makes the plans) and is remembered here when its layout is the simple one:
+x dense, the residual in x's strides, contiguous parameters and running statistics. torch.compile always
+traces the registered ops.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
-                        _reduce_flags, _stats_flags, batch_norm_train_backward, plan_key, stream_counters)
-from .runtime import is_fake as _is_fake, is_tracing, remember_call
+                        _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, stream_counters)
+from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
 
 def _signature(t: Optional[torch.Tensor]):
@@ -48,7 +49,8 @@ class _FastTrain:
         self.geo_args = (C, geo.HW, *geo.strides)
         self.backward_plans: dict[tuple, tuple] = {}
 
-    def forward(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
+    def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
+        """(y, stats (5, C) fp32) of a training call; the running statistics are updated in place."""
         geo, stats_plan, apply_plan = self.geo, self.stats, self.apply
         stats = torch.empty((5, geo.C), device=x.device, dtype=torch.float32)
         part = torch.empty((3, stats_plan.groups, geo.C), device=x.device, dtype=torch.float32)
@@ -62,7 +64,7 @@ class _FastTrain:
                                  *self.geo_args, *apply_plan.scalars, stats, stats, stats, stats, 0.0)
         return y, stats
 
-    def backward(self, dy, x, y, stats, need_dx: bool, store_g: bool):
+    def run_backward(self, dy, x, y, stats, need_dx: bool, store_g: bool):
         """(dx or None, g or None, dwb (2, C) fp32)."""
         if dy.stride() != self.out_strides:
             dy = dy.contiguous(memory_format=self.fmt)
@@ -92,29 +94,35 @@ class _FastTrain:
         return dx, g, dwb
 
 
-class _FastBatchNormAct(torch.autograd.Function):
-    """The eager training op of a known signature (torch.compile traces the registered op instead)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, residual, running_mean, running_var, fast, momentum, eps):
-        y, stats = fast.forward(x, weight, bias, residual, running_mean, running_var, momentum, eps)
-        ctx.fast = fast
-        ctx.save_for_backward(x, y if fast.mask_from_y else None, stats)
+    # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
+    # running_mean, running_var, momentum, eps)
+    def forward(self, ctx, x, weight, bias, residual, running_mean, running_var, momentum, eps):
+        y, stats = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
+        ctx.save_for_backward(x, y if self.mask_from_y else None, stats)
         return y
 
-    @staticmethod
-    def backward(ctx, dy):
+    def backward(self, ctx, dy):
         x, y, stats = ctx.saved_tensors
-        fast = ctx.fast
-        need_x, need_w, need_b, need_res = ctx.needs_input_grad[:4]
-        store_g = bool(need_res and fast.relu)
-        dx, g, dwb = fast.backward(dy, x, y, stats, bool(need_x), store_g)
+        need_x, need_w, need_b, need_res = ctx.needs_input_grad[1:5]
+        store_g = bool(need_res and self.relu)
+        dx, g, dwb = self.run_backward(dy, x, y, stats, bool(need_x), store_g)
         dw = db = None
         if need_w:
-            dw = dwb[0] if fast.w_dtype is None else dwb[0].to(fast.w_dtype)
+            dw = dwb[0] if self.w_dtype is None else dwb[0].to(self.w_dtype)
         if need_b:
-            db = dwb[1] if fast.b_dtype is None else dwb[1].to(fast.b_dtype)
-        return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None, None
+            db = dwb[1] if self.b_dtype is None else dwb[1].to(self.b_dtype)
+        return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None
+
+    def general_backward(self, ctx, dy):
+        """The registered op's backward (batchnorm.backward_ops): a double backward."""
+        x, y, stats = ctx.saved_tensors
+        needs = tuple(bool(n) for n in ctx.needs_input_grad[1:5])
+        dtypes = (self.w_dtype or torch.float32, self.b_dtype or torch.float32)
+        return *backward_ops(dy, x, y, stats, self.relu, needs, "", dtypes), None, None, None, None
+
+
+class _Node(EagerNode):
+    """The autograd node of an eager training call of a known signature."""
 
 
 _FAST: dict[tuple, _FastTrain] = {}
@@ -133,8 +141,8 @@ def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residu
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
-        return _FastBatchNormAct.apply(x, weight, bias, residual, running_mean, running_var, fast, momentum, eps)
-    return fast.forward(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
+        return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps)
+    return fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
 
 
 def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:

@@ -16,7 +16,8 @@ scale = 1 / denominator for "mean", 1 otherwise:
 It is written DURING the forward (from registers, or for long rows by reading the logits once more from
 the same program, usually from L2), so the backward is only a multiplication by the incoming gradient --
 done in place, and skipped on the device (no host sync) when that gradient is 1, as it is after
-`loss.backward()`.
+`loss.backward()`. Hence no double backward: a backward in grad mode (create_graph=True) raises a
+RuntimeError.
 The same sweep counts the rows whose argmax (first maximal index, as torch.argmax) equals the target.
 
 Tiling: a persistent grid of P programs (a few per SM) walks the rows (row = pid, pid + P, ...), with one
@@ -42,6 +43,7 @@ from torch.compiler import is_compiling
 
 from autotune import spaces
 
+from . import double_backward
 from .cross_entropy_kernels import LOG2E  # noqa: F401  (public name, kept importable from here)
 from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel, _ce_fwd_chunked_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
@@ -289,6 +291,11 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
+def _double_backward_error() -> RuntimeError:
+    return double_backward.unsupported("cross_entropy", "its gradient is written by the forward kernel and only "
+                                       "scaled in the backward, so it cannot be differentiated again")
+
+
 def _backward(ctx, grads):
     dloss = grads[0]
     (grad,) = ctx.saved_tensors
@@ -298,6 +305,8 @@ def _backward(ctx, grads):
         raise RuntimeError("cross_entropy ran without computing its gradient (compute_grad=False)")
     if dloss is None:
         return (None,) * 8
+    if torch.is_grad_enabled():
+        raise _double_backward_error()
     go = dloss if ctx.reduction != "none" else dloss.reshape(-1)
     if _is_fake(grad, dloss):
         # traced (torch.compile): a functional multiply, fused by the compiler
@@ -398,6 +407,12 @@ class _Call:
         # n_correct gets no incoming gradient: none is materialized
         ctx.set_materialize_grads(False)
         return loss, correct
+
+    def general_backward(self, ctx, dloss, dcorrect):
+        """A double backward: refused, as by the registered op."""
+        if dloss is None:
+            return None, None, None
+        raise _double_backward_error()
 
     def backward(self, ctx, dloss, dcorrect):
         if dloss is None:

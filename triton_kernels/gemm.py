@@ -35,6 +35,7 @@ import triton
 
 from autotune import spaces
 
+from . import double_backward
 from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
                            _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
                            _transpose_kernel)
@@ -55,6 +56,7 @@ from .runtime import (
 )
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
+CURVED = ("gelu", "gelu_tanh")  # activations with a second derivative: a double backward recomputes Z
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -536,7 +538,7 @@ def _setup_context(ctx, inputs, output):
         saved = z
     else:  # relu with no residual: the output carries the sign of Z
         saved = c
-    ctx.save_for_backward(a, b, saved)
+    ctx.save_for_backward(a, b, saved, bias if activation in CURVED else None)
 
 
 def grad_b_transposed(b: torch.Tensor) -> bool:
@@ -546,14 +548,21 @@ def grad_b_transposed(b: torch.Tensor) -> bool:
     return b.stride(0) == 1 and b.stride(1) != 1
 
 
-def backward_ops(dc, a, b, saved, needs, activation: str, precision: str, bias_dtype) -> tuple:
+def backward_ops(dc, a, b, saved, needs, activation: str, precision: str, bias_dtype, bias=None) -> tuple:
     """(dA, dB, dbias, dresidual) of C = act(A @ B + bias) (+ residual) through the registered ops (traced
-    by torch.compile, differentiable again for a double backward); ``needs``: which of the four are
-    wanted; ``saved``: Z, or relu's output, or None for no activation."""
+    by torch.compile); in grad mode (a double backward, create_graph=True) the activation's backward and
+    dbias run in torch's ops and the GEMMs through the differentiable GEMM op -- for a CURVED activation
+    on Z = A @ B + bias recomputed by that op (``bias`` is needed then) -- so the result is differentiable
+    again. ``needs``: which of the four are wanted; ``saved``: Z, or relu's output, or None for no
+    activation."""
     need_a, need_b, need_bias, need_res = needs
     dz = dc
     dbias = None
-    if activation != "none" or need_bias:
+    if torch.is_grad_enabled():
+        if activation in CURVED:  # Z as a function of A, B and bias: none flows back through the saved Z
+            saved = _gemm_call(a, b, bias, None, "none", precision, False, "")[0]
+        dz, dbias = double_backward.act_backward(dc, saved, activation, bool(need_bias), bias_dtype or torch.float32)
+    elif activation != "none" or need_bias:
         dz_, db = _act_backward_call(dc, saved if saved is not None else dc.new_empty((0,)), activation,
                                      activation != "none", bool(need_bias), bias_dtype or torch.float32)
         if activation != "none":
@@ -569,10 +578,10 @@ def backward_ops(dc, a, b, saved, needs, activation: str, precision: str, bias_d
 
 
 def _backward(ctx, grads):
-    a, b, saved = ctx.saved_tensors
+    a, b, saved, bias = ctx.saved_tensors
     need_a, need_b, need_bias, need_res = ctx.needs_input_grad[:4]
     needs = (need_a, need_b, need_bias and ctx.has_bias, need_res and ctx.has_res)
-    return (*backward_ops(grads[0], a, b, saved, needs, ctx.activation, ctx.precision, ctx.bias_dtype),
+    return (*backward_ops(grads[0], a, b, saved, needs, ctx.activation, ctx.precision, ctx.bias_dtype, bias),
             None, None, None, None)
 
 

@@ -23,8 +23,9 @@ from typing import Optional
 import torch
 from torch.compiler import is_compiling
 
-from .gemm import (_ensure_allocator, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_launch,
-                   backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
+from .gemm import (CURVED, _ensure_allocator, _flags, _forced_plan, _launch_plan, act_backward_buffers,
+                   act_backward_launch, backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches,
+                   relayout)
 from .runtime import INTERPRET, EagerNode, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
@@ -131,16 +132,20 @@ class _Call:
         c, z = self.run(a, b, bias, residual)
         # what the activation's backward reads: Z, or relu's sign off the output (no residual), or nothing
         saved = None if self.activation == "none" else z if self.save_preact else c
-        ctx.save_for_backward(a, b, saved)
+        ctx.save_for_backward(a, b, saved, bias if self.activation in CURVED else None)
         return c
 
-    def backward(self, ctx, dc) -> tuple:
-        a, b, saved = ctx.saved_tensors
+    def general_backward(self, ctx, dc) -> tuple:
+        """The general path's backward (gemm.backward_ops): a double backward."""
+        a, b, saved, bias = ctx.saved_tensors
         operand = b.t() if self.weight else b
-        if torch.is_grad_enabled():  # create_graph: the general path's differentiable ops
-            da, db, dbias, dres = backward_ops(dc, a, operand, saved, self.needs, self.activation, self.precision,
-                                               self.bias_dtype)
-            return da, (db.t() if self.weight and db is not None else db), dbias, dres
+        da, db, dbias, dres = backward_ops(dc, a, operand, saved, self.needs, self.activation, self.precision,
+                                           self.bias_dtype, bias)
+        return da, (db.t() if self.weight and db is not None else db), dbias, dres
+
+    def backward(self, ctx, dc) -> tuple:
+        a, b, saved, _ = ctx.saved_tensors
+        operand = b.t() if self.weight else b
         need_a, need_b, need_bias, need_res = self.needs
         fixed = self.backward_launches.get((dc.stride(), dc.dtype))
         if fixed is None:

@@ -11,6 +11,8 @@ is x0 + mean_s), so the backward recomputes xhat = ((x - x0) - mean_s) * rstd ex
 did, re-reading x0 from x. Backward, with g = dy * w:
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (per row)
     dw = sum_rows(dy * xhat),  db = sum_rows(dy)             (per column)
+In a double backward (create_graph=True) these formulas run in torch's ops on statistics recomputed from
+x, so second (and higher) derivatives are right.
 
 Tilings:
 * Rows that fit a block (next_pow2(D) <= MAX_ROW_D): the forward holds BLOCK_M whole rows in registers
@@ -29,8 +31,8 @@ Tilings:
   and the ReLU keep NaN, as torch's max_pool1d and relu do.
 A ``config`` chooses the path explicitly (``check_config``): BLOCK_D runs the long-row kernels with chunks
 of BLOCK_D, BLOCK_M / PER_SM the row kernels. The kernels are in ``layernorm_kernels.py``; this file holds
-their tuners (candidates from autotune/spaces.py), launch plans, launchers, torch ops, the eager calls
-(one prepared call per call signature, ``_Call``) and the public functions.
+their tuners (candidates from autotune/spaces.py), launch plans, launchers, torch ops and the public
+functions; the eager calls (one prepared call per call signature) are in ``layernorm_eager.py``.
 
 Inputs fp32 / fp16 / bf16; weight and bias any of those (or None); outputs in the input dtype, dw / db in
 the parameters' dtype. Strides: weight and bias are indexed with their stride (any, 0 included) once
@@ -42,7 +44,6 @@ saved statistics are contiguous buffers. Empty inputs give empty results (zero /
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple, Optional, Sequence
 
@@ -51,11 +52,12 @@ from torch.compiler import is_compiling
 
 from autotune import spaces
 
+from . import double_backward
 from .launcher import BoundKernel, bind
 from .layernorm_kernels import (_ln_bwd_row_kernel, _ln_bwd_stats_kernel, _ln_bwd_tile_kernel, _ln_fwd_apply_kernel,
                                 _ln_fwd_row_kernel, _ln_relu_pool_kernel, _ln_stats_kernel, _sum_rows_kernel)
 from .runtime import cdiv, is_fake as _is_fake
-from .runtime import (INTERPRET, Autotuner, Config, EagerNode, bucket, check_tensor, config_from, config_str,
+from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, config_from, config_str,
                       next_power_of_2, register_op, register_tuner, remember_call, sm_count)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -492,119 +494,36 @@ def _setup_context(ctx, inputs, output):
     ctx.has_w, ctx.has_b = weight is not None, bias is not None
     ctx.w_dtype = weight.dtype if weight is not None else None
     ctx.b_dtype = bias.dtype if bias is not None else None
-    ctx.config = config
+    ctx.eps, ctx.config = eps, config
     ctx.save_for_backward(x, weight, mean, rstd)
 
 
+def backward_ops(dy, x2, weight, mean, rstd, needs: tuple, eps: float, config: str, dtypes: tuple) -> tuple:
+    """(dx, dw, db) over rows x2 (M, D), None where ``needs`` (dx, dw, db) wants none, dw / db in ``dtypes``: the
+    registered op from the saved statistics, or in grad mode (a double backward, create_graph=True) torch's
+    ops on statistics recomputed from x2 (double_backward.layer_norm_backward), differentiable again."""
+    need_x, need_w, need_b = needs
+    if torch.is_grad_enabled():
+        dx, dw, db = double_backward.layer_norm_backward(dy, x2, weight, eps, needs)
+    elif mean.numel() != x2.shape[0]:
+        raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
+    else:
+        dx, dw, db = _ln_backward_call(dy, x2, weight, mean, rstd, need_x, need_w, need_b, config)
+    return (dx if need_x else None, dw.to(dtypes[0]) if need_w else None, db.to(dtypes[1]) if need_b else None)
+
+
 def _backward(ctx, grads):
-    dy = grads[0]
     x, weight, mean, rstd = ctx.saved_tensors
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    need_w, need_b = bool(need_w and ctx.has_w), bool(need_b and ctx.has_b)
-    if mean.numel() != x.shape[0]:
-        raise RuntimeError("layer_norm ran without saving its statistics (save_stats=False)")
-    dx, dw, db = _ln_backward_call(dy, x, weight, mean, rstd, bool(need_x), need_w, need_b, ctx.config)
-    return (dx if need_x else None, dw.to(ctx.w_dtype) if need_w else None,
-            db.to(ctx.b_dtype) if need_b else None, None, None, None)
+    needs = (bool(need_x), bool(need_w and ctx.has_w), bool(need_b and ctx.has_b))
+    return (*backward_ops(grads[0], x, weight, mean, rstd, needs, ctx.eps, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
+            None, None, None)
 
 
-# torch.compile calls these ops; eager calls go through _Call (below)
+# torch.compile calls these ops; eager calls go through layernorm_eager._Call
 _ln_backward_call = register_op("tk::layer_norm_backward", _layer_norm_backward_op)
 _ln_call = register_op("tk::layer_norm", _layer_norm_op, setup_context=_setup_context, backward=_backward)
 _ln_relu_pool_call = register_op("tk::layer_norm_relu_maxpool", _ln_relu_pool_op)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Eager calls: one prepared call per call signature, validated once
-# ----------------------------------------------------------------------------------------------------
-class _Node(EagerNode):
-    """The autograd node of an eager layer_norm call: y from (x2, w, b); the statistics are saved only."""
-
-
-class _Call:
-    """One layer_norm call signature (shape, strides, dtype, device of x, weight, bias; normalized_shape,
-    eps, config; which inputs need a gradient), validated once. Its first call finds the plans; later calls
-    allocate the outputs and launch the row kernels with every other argument fixed (BoundKernel.fix). x2
-    stands in for an absent weight / bias and an unneeded dx."""
-
-    def __init__(self, x, shape: tuple, weight, bias, eps: float, config: Optional[Config], needs) -> None:
-        self.D, self.M = math.prod(shape), math.prod(x.shape[: x.ndim - len(shape)])
-        self.rows = len(shape) == 1 and x.ndim == 2 and (shape[0] <= 1 or x.stride(1) == 1)  # x is (M, D) rows
-        self.flat = len(shape) == 1  # weight and bias are (D,)
-        self.eps, self.config, self.has = float(eps), config, (weight is not None, bias is not None)
-        self.needs = needs  # (dx, dw, db) needed; None: no autograd (no statistics saved)
-        self.param_dtypes = [t.dtype if t is not None and t.dtype != torch.float32 else None for t in (weight, bias)]
-        self.forward_launch, self.backward_launches = None, {}  # the latter by dy's row stride
-
-    def __call__(self, x, weight, bias):
-        x2 = x if self.rows else _rows(x, self.M, self.D)
-        w, b = (weight if weight is not None else x2), (bias if bias is not None else x2)
-        if not self.flat:
-            w, b = (w.reshape(self.D) if weight is not None else x2), (b.reshape(self.D) if bias is not None else x2)
-        y = self.run(x2, w, b)[0] if self.needs is None else _Node.run(self, x2, w, b)
-        return y if self.rows else y.reshape(x.shape)
-
-    def run(self, x2, w, b):
-        (M, D), stats = (self.M, self.D), self.needs is not None  # without statistics, y stands in for them
-        y = torch.empty_like(x2, memory_format=torch.contiguous_format)
-        mean = torch.empty((M,), device=y.device, dtype=torch.float32) if stats else y
-        rstd = torch.empty((M,), device=y.device, dtype=torch.float32) if stats else y
-        if self.forward_launch is None:
-            sw, sb, eps = (w.stride(0) if self.has[0] else 0), (b.stride(0) if self.has[1] else 0), self.eps
-            plan = _forward_plan(self.config, x2, w, b, y, mean, rstd, sw, sb, eps, *self.has, stats) if M * D else 0
-            self.forward_launch = (
-                plan.kernel.fix((cdiv(M, plan.rows),), x2, w, b, y, mean, rstd, M, D, x2.stride(0), D, sw, sb, eps)
-                if type(plan) is _RowForward else (lambda *tensors: None) if not plan  # empty: nothing to launch
-                else functools.partial(_launch_forward, plan, stride_w=sw, stride_b=sb, eps=eps))
-        self.forward_launch(x2, w, b, y, mean, rstd)
-        return y, mean, rstd
-
-    def forward(self, ctx, x2, w, b):
-        y, mean, rstd = self.run(x2, w, b)
-        ctx.save_for_backward(x2, w, mean, rstd)  # w: x2 when there is no weight
-        return y
-
-    def backward(self, ctx, dy):
-        x2, w, mean, rstd = ctx.saved_tensors
-        (M, D), (need_dx, need_dw, need_db) = (self.M, self.D), self.needs
-        if D > 1 and dy.stride(1) != 1:
-            dy = dy.contiguous()
-        dx = torch.empty_like(x2, memory_format=torch.contiguous_format) if need_dx else None
-        fixed = self.backward_launches.get(dy.stride(0))
-        if fixed is None:
-            fixed = self.backward_launches[dy.stride(0)] = self._fix_backward(x2, w, dy, dx, mean, rstd)
-        dw = db = None
-        if not fixed:  # empty, or long rows: the launcher, kernel arguments computed per call
-            dx, dw, db = layer_norm_backward(dy, x2, w if self.has[0] else None, mean, rstd, need_dx, need_dw, need_db,
-                                             self.config)
-        elif not (need_dw or need_db):
-            fixed[0](x2, w, dy, dx, mean, rstd, x2)
-        else:  # per-program partial sums, then their sums: dw | db
-            parts = torch.empty((fixed[2], 2, D), device=x2.device, dtype=torch.float32)
-            sums = torch.empty((2, D), device=x2.device, dtype=torch.float32)
-            fixed[0](x2, w, dy, dx if need_dx else x2, mean, rstd, parts)
-            fixed[1](parts, sums)
-            dw, db = sums.unbind(0)
-        wd, bd = self.param_dtypes  # dw / db in the parameters' dtypes (None: fp32 already)
-        return (dx, (dw.to(wd) if wd else dw) if need_dw else None, (db.to(bd) if bd else db) if need_db else None)
-
-    def _fix_backward(self, x2, w, dy, dx, mean, rstd):
-        """(row kernel, partial-sum kernel, programs) with their arguments fixed; False for other plans."""
-        (M, D), need_dx, need_sums = (self.M, self.D), self.needs[0], self.needs[1] or self.needs[2]
-        sw = w.stride(0) if self.has[0] else 0
-        plan = _backward_plan(self.config, x2, w, dy, dx, mean, rstd, sw, self.has[0], need_dx, need_sums) \
-            if M * D else None
-        if type(plan) is not _RowBackward:
-            return False
-        P = max(1, min(M, plan.programs))
-        parts = torch.empty((P, 2, D), device=x2.device, dtype=torch.float32) if need_sums else x2
-        sums = torch.empty((2, D), device=x2.device, dtype=torch.float32)
-        return (plan.kernel.fix((P,), x2, w, dy, dx if need_dx else x2, mean, rstd, parts, M, D, x2.stride(0),
-                                dy.stride(0), D if need_dx else 0, sw),
-                plan.sum_rows.fix(plan.sum_grid, parts, sums, P, 2 * D), P)
-
-
-_CALLS: dict[tuple, _Call] = {}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -698,3 +617,6 @@ def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None,
                          "(or use layer_norm + relu + max_pool1d for training)")
     check_config(config, fused_pool=True)
     return _ln_relu_pool_call(x, weight, bias, float(eps), int(pool), config_str(config))
+
+
+from .layernorm_eager import _CALLS, _Call  # noqa: E402  (it builds on this module's plans and launchers)

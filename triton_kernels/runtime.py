@@ -604,7 +604,8 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
 
     ``eager``: what an eager call without autograd runs instead of ``impl`` (same arguments, same
     outputs, except None where the op must return a placeholder tensor it does not compute): the
-    launcher itself, with nothing allocated for outputs nobody reads.
+    launcher itself, with nothing allocated for outputs nobody reads. An op without ``backward`` called in grad
+    mode on a tensor needing a gradient (a double backward) gives outputs whose backward raises, never detached.
     """
     torch.library.triton_op(name, mutates_args=())(impl)
     if backward is not None:
@@ -634,8 +635,9 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
         # while torch.compile traces, every tensor input is fake or functional: the first one tells
         if is_compiling() or isinstance(args[0], tracing_types):
             return op(*args)
-        if fn is not None and grad_enabled() and any(
-                a.requires_grad for a in args if isinstance(a, tensor)):
+        if grad_enabled() and any(a.requires_grad for a in args if isinstance(a, tensor)):
+            if fn is None:  # no derivative: outputs whose backward raises
+                return without_derivative(name, direct, *args)
             out = fn.apply(*args)
             return list(out) if isinstance(out, tuple) else out
         return direct(*args)
@@ -649,10 +651,11 @@ _FUNCTION_APPLY = torch._C._FunctionBase.__dict__.get("apply")  # autograd.Funct
 
 
 class EagerNode(torch.autograd.Function):
-    """The autograd node of an eager call through a cached call signature (layernorm, softmax,
-    cross-entropy): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its backward is
-    ``call.backward(ctx, *grads)``, one gradient (or None) per input. Each op subclasses it (the node's
-    name in a profile). Under torch.compile the ops' registered autograd runs instead."""
+    """The autograd node of an eager call through a cached call signature (softmax, layernorm, cross-entropy,
+    gemm, batch norm): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its backward is
+    ``call.backward(ctx, *grads)``, one gradient (or None) per input, or in a double backward (create_graph)
+    ``call.general_backward(ctx, *grads)``: the general path's, differentiable again or raising as that is.
+    Each op subclasses it (the node's name in a profile). Under torch.compile the registered autograd runs."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -675,6 +678,8 @@ class EagerNode(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if torch.is_grad_enabled():  # create_graph: as the general path
+            return None, *ctx.call.general_backward(ctx, *grads)
         return None, *ctx.call.backward(ctx, *grads)
 
 
@@ -691,4 +696,5 @@ def remember_call(calls: dict, key: Any, call: Any) -> Any:
     return call
 
 
+from .double_backward import without_derivative  # noqa: E402
 from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)

@@ -7,6 +7,8 @@ For a row x of length N (math in fp32 whatever the input dtype):
 Backward, from the saved output y and the incoming gradient dy:
     softmax:      dx_j = y_j * (dy_j - sum_k dy_k y_k)
     log-softmax:  dx_j = dy_j - exp(y_j) * sum_k dy_k
+In a double backward (create_graph=True) dx is this formula in torch's ops instead of the kernels, so
+second (and higher) derivatives are right.
 
 Two tilings, chosen by the row length:
 * "row" kernels (next_pow2(N) <= MAX_FUSED_N): a program holds BLOCK_M whole rows in registers
@@ -42,6 +44,7 @@ from torch.compiler import is_compiling
 
 from autotune import spaces
 
+from . import double_backward
 from .launcher import BoundKernel, bind
 from .runtime import cdiv, is_fake as _is_fake
 from .runtime import (Autotuner, Config, EagerNode, bucket, check_tensor, config_from, config_str, next_power_of_2,
@@ -348,11 +351,19 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(output)
 
 
+def backward_ops(dy: torch.Tensor, y: torch.Tensor, log: bool, config: str) -> torch.Tensor:
+    """dx from dy and the saved output y: the registered backward op, or in grad mode (a double backward,
+    create_graph=True) the same formula in torch's ops, differentiable again in dy and y."""
+    if torch.is_grad_enabled():
+        return double_backward.softmax_backward(dy, y, log)
+    return _softmax_backward_call(dy, y, log, config)
+
+
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
         return None, None, None
-    return _softmax_backward_call(dy, y, ctx.log, ctx.config), None, None
+    return backward_ops(dy, y, ctx.log, ctx.config), None, None
 
 
 _softmax_backward_call = register_op("tk::softmax_backward", _softmax_backward_op)
@@ -415,6 +426,11 @@ class _Call:
         y = self.run(x2)
         ctx.save_for_backward(y)
         return y
+
+    def general_backward(self, ctx, dy: torch.Tensor) -> tuple:
+        """The registered op's backward (backward_ops): a double backward."""
+        (y,) = ctx.saved_tensors
+        return (backward_ops(dy, y, self.log, config_str(self.config)),)
 
     def backward(self, ctx, dy: torch.Tensor) -> tuple:
         (y,) = ctx.saved_tensors

@@ -54,3 +54,16 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point():
         return t.fill_(float("nan"))
     return t.fill_(-1)
+
+
+def second_derivatives(fn, inputs: list, out_weight: torch.Tensor, directions: list) -> tuple:
+    """(gradients, second derivatives) of ``fn`` at ``inputs`` (tensors requiring a gradient): with
+    L = sum(out_weight * fn(*inputs)^2) -- so the incoming gradient depends on the inputs too -- the
+    gradients g = dL/d inputs are taken with create_graph=True, then the second derivatives are the
+    gradients of sum_i <g_i, directions_i> with respect to every input (zeros where one is not reached).
+    The sums are taken in float64 (``out_weight`` and ``directions`` are float64)."""
+    y = fn(*inputs)
+    loss = (out_weight * y.double() ** 2).sum()
+    grads = torch.autograd.grad(loss, inputs, create_graph=True)
+    total = sum((g.double() * d).sum() for g, d in zip(grads, directions))
+    return grads, torch.autograd.grad(total, inputs, allow_unused=True, materialize_grads=True)
