@@ -374,37 +374,6 @@ def test_relayout_copies_b_into_the_other_layout(layout):
     assert out.stride(0) == 1 if b.stride(1) == 1 else out.stride(1) == 1
 
 
-def test_tail_split_fills_whole_waves():
-    """The backward's GEMMs of the 4096 x 8704 -> 1024 Linear on 132 SMs: dW (1024 x 8704, tiles of 128 x
-    128) and dX (4096 x 8704, 128 x 256) both keep 66 / 33 column bands in full waves; shapes whose
-    last wave is more than half full, or that fit in one wave, are not cut."""
-    def plan(bm, bn, split_k=1):
-        return gemm._Plan(None, bm, bn, 132, False, False, False, split_k)
-
-    assert gemm.tail_split(plan(128, 128), 1024, 8704, 132) == (1, 8448)
-    assert gemm.tail_split(plan(128, 256), 4096, 8704, 132) == (1, 8448)
-    assert gemm.tail_split(plan(128, 128), 8704, 1024, 132) == (0, 8448)
-    assert gemm.tail_split(plan(128, 256), 4096, 1024, 132) is None      # 128 tiles: one wave
-    assert gemm.tail_split(plan(128, 256), 4096, 4096, 132) is None      # 512 tiles: the 4th wave 88 % full
-    assert gemm.tail_split(plan(128, 128, split_k=4), 1024, 8704, 132) is None
-
-
-@pytest.mark.parametrize("axis", [0, 1])
-@pytest.mark.parametrize("act", ["relu", "gelu"])
-def test_plan_with_tail_equals_float64(axis, act):
-    """A plan whose C is cut into whole waves (5 tiles of 32 x 32 on the interpreter's 4 stand-in SMs: 4
-    in the plan's kernel, the 22-wide rest by the plan of its own shape): C and Z with bias and residual."""
-    M, N, K = (32, 150, 40) if axis == 1 else (150, 20, 40)
-    a, b, bias, res = torch.randn(M, K), torch.randn(K, N), torch.randn(N), torch.randn(M, N)
-    c, z = poison_(torch.empty(M, N)), poison_(torch.empty(M, N))
-    plan = gemm.find_plan(a, b, c, bias, res, z, act, "ieee", False)._replace(tail=(act, "ieee", False))
-    assert gemm.tail_split(plan, M, N, 4) == (axis, 128)
-    gemm._launch_plan(plan, a, b, c, bias, res, z, M, N, K)
-    zref = a.double() @ b.double() + bias.double()
-    assert_close(z, zref, torch.float32, name="Z")
-    assert_close(c, REF_ACT[act](zref) + res.double(), torch.float32)
-
-
 WIDE_TILES = {"pointer": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 1}, 4, 1),
               "tma": gemm.Config({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1}, 4, 1)}
 

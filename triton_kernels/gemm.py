@@ -28,7 +28,6 @@ no plan lookup, launches with their arguments fixed; torch.compile traces the re
 from __future__ import annotations
 
 import contextvars
-import statistics
 from typing import NamedTuple, Optional
 
 import torch
@@ -43,7 +42,6 @@ from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, 
 from .launcher import BoundKernel, bind
 from .runtime import (
     cdiv,
-    cuda_time_ms,
     INTERPRET,
     num_sms,
     register_op,
@@ -239,9 +237,6 @@ class _Plan(NamedTuple):
     split_k: int = 1  # split-K: `kernel` writes SPLIT_K fp32 partials of C, `reduce` adds them (epilogue)
     block_k: int = 0
     reduce: Optional[BoundKernel] = None
-    # (activation, precision, index_64): C is cut where its tiles fill whole waves (tail_split) and the
-    # rest computed by a second GEMM, the plan of its own shape; None: one GEMM
-    tail: Optional[tuple] = None
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -286,54 +281,11 @@ def relayout(b: torch.Tensor) -> torch.Tensor:
     return out.t() if b.stride(1) == 1 else out
 
 
-def tail_split(plan: _Plan, M: int, N: int, sms: int) -> Optional[tuple[int, int]]:
-    """Where to cut C so that its tiles fill whole waves of ``sms`` programs: (axis, start), or None.
-
-    When C's tiles leave the last wave less than half full (the backward's dW of the 4096 x 8704 -> 1024
-    Linear: 544 tiles of 128 x 128 on 132 SMs, a fifth wave of 16 tiles), the plan's kernel computes the
-    whole column bands (axis 1) or row bands (axis 0) that fit in the full waves and a second GEMM, tuned
-    for its own thin shape (usually split-K), computes the rest. Returns the cut that keeps more tiles in
-    the full waves."""
-    tiles_m, tiles_n = cdiv(M, plan.block_m), cdiv(N, plan.block_n)
-    waves, rest = divmod(tiles_m * tiles_n, sms)
-    if plan.split_k > 1 or waves == 0 or rest == 0 or 2 * rest > sms:
-        return None
-    full = waves * sms
-    bands_n, bands_m = full // tiles_m, full // tiles_n  # whole bands inside the full waves
-    if max(bands_n * tiles_m, bands_m * tiles_n) == 0:
-        return None
-    if bands_n * tiles_m >= bands_m * tiles_n:
-        return 1, bands_n * plan.block_n
-    return 0, bands_m * plan.block_m
-
-
-def _split_operands(axis: int, start: int, a, b, c, bias, residual, z) -> tuple[tuple, tuple]:
-    """The operands of C's head (before ``start`` along ``axis``) and of its tail, as views."""
-    def cut(t, dim):
-        return (None, None) if t is None else (t.narrow(dim, 0, start), t.narrow(dim, start, t.shape[dim] - start))
-
-    if axis == 1:
-        parts = [(a, a), cut(b, 1), cut(c, 1), cut(bias, 0), cut(residual, 1), cut(z, 1)]
-    else:
-        parts = [cut(a, 0), (b, b), cut(c, 0), (bias, bias), cut(residual, 0), cut(z, 0)]
-    return tuple(p[0] for p in parts), tuple(p[1] for p in parts)
-
-
 def plan_launches(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> list[tuple]:
     """The launches of one call of a plan, in order: (bound kernel, grid, runtime arguments by name). C (and
     Z) from A, B, bias, residual; bias and residual are read with their strides (stride 0 = expanded), never
     copied; absent ones (and Z) point at C, unread. Split-K allocates its fp32 partials here; a TMA plan
-    with ``relayout`` reads a copy of B made here (relayout); a plan with a ``tail`` launches on views of
-    the operands, its own kernel on C's head and the tail's plan on the rest."""
-    if plan.tail is not None:
-        cut = tail_split(plan, M, N, plan.programs or _sm_count(a))
-        plan = plan._replace(tail=None) if cut is None else plan
-    if plan.tail is not None:
-        axis, start = cut
-        head, rest = _split_operands(axis, start, a, b, c, bias, residual, z)
-        head_mn, rest_mn = ((M, start), (M, N - start)) if axis == 1 else ((start, N), (M - start, N))
-        return (plan_launches(plan._replace(tail=None), *head, *head_mn, K)
-                + plan_launches(find_plan(*rest, *plan.tail), *rest, *rest_mn, K))
+    with ``relayout`` reads a copy of B made here (relayout)."""
     tiles = ((M + plan.block_m - 1) // plan.block_m) * ((N + plan.block_n - 1) // plan.block_n)
     stride_cm, stride_cn = c.stride()
     stride_rm, stride_rn = residual.stride() if residual is not None else (0, 0)
@@ -447,25 +399,8 @@ def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: 
         flags = _flags(has_bias, has_res, save_preact, activation, prec, index_64)
         plan = _make_plan(key, flags, a, b, c, bias, residual, z, M, N, K)
         if not _is_fake(a, b):
-            plan = _with_tail(plan, a, b, c, bias, residual, z, activation, prec, index_64)
             _PLANS[key] = plan
     return plan
-
-
-def _with_tail(plan: _Plan, a, b, c, bias, residual, z, activation: str, prec: str, index_64: bool) -> _Plan:
-    """The plan, or the plan with the tail of :func:`tail_split` as a second GEMM where that measured
-    faster on this call's operands (CUDA events, L2 flushed, median of 5; never in the interpreter)."""
-    M, K = a.shape
-    N = b.shape[1]
-    if INTERPRET or torch.cuda.is_current_stream_capturing():
-        return plan
-    cut = tail_split(plan, M, N, plan.programs or _sm_count(a))
-    if cut is None:
-        return plan
-    split = plan._replace(tail=(activation, prec, index_64))
-    times = [statistics.median(cuda_time_ms(lambda p=p: _launch_plan(p, a, b, c, bias, residual, z, M, N, K), rep=5))
-             for p in (plan, split)]
-    return split if times[1] < times[0] else plan
 
 
 def gemm_forward(a, b, bias=None, residual=None, activation="none", precision="ieee", save_preact=False,

@@ -51,12 +51,6 @@ class _FixedGemm:
         self.precision = precision if a.dtype == torch.float32 else "ieee"  # as gemm.gemm_forward runs it
         self.index_64 = index_64_needed(a, b, bias, residual, None, M, N)
         plan, b_read = self._plan(a, b, c, bias, residual, z)
-        # a plan with a tail launches on views of the operands: through the general launcher on every call
-        self.split_plan = plan if plan.tail is not None else None
-        if self.split_plan is not None:
-            _launch_plan(plan, a, b_read, c, bias, residual, z, M, N, K)
-            self.launches, self.partials, self.tma, self.relayout = [], None, False, False
-            return
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
         self.launches = [_launched_and_fixed(kernel, grid, args) for kernel, grid, args in steps]
         self.partials = steps[0][2]["part_ptr"].shape if plan.split_k > 1 else None  # split-K's fp32 buffer
@@ -72,9 +66,6 @@ class _FixedGemm:
         return _forced_plan(self.config, flags, a, b)
 
     def __call__(self, a, b, c, bias, residual, z) -> None:
-        if self.split_plan is not None:
-            _launch_plan(self.split_plan, a, b, c, bias, residual, z, *self.shape)
-            return
         bias_ptr = bias if bias is not None else c  # absent tensors point at C, unread (as plan_launches)
         res_ptr = residual if residual is not None else c
         z_ptr = z if z is not None else c
