@@ -333,6 +333,18 @@ _GEMM_TILES = (("BLOCK_M", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)), ("BLOCK
 _GEMM_WARPS, _GEMM_STAGES = (2, 4, 8, 16), (1, 2, 3, 4, 5)
 _GEMM_TMA_STAGES = _GEMM_STAGES + (6, 8, 10, 12)  # the copy engine can run far ahead of the math
 
+# rules every output-tile space (GEMM, conv1d, conv2d) applies alike
+_THREADS_RULE = Rule("threads", "hardware",
+                     lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
+                     "at least 4 accumulators per thread (smaller tiles leave warps idle)")
+_CONV_SMEM_RULE = Rule("shared_memory", "hardware", _gemm_smem,
+                       "num_stages x (x tile + weight tile) bytes <= SMEM_LIMIT")
+_NOT_TOO_LARGE_RULE = Rule("not_too_large", "shape", _gemm_not_too_large,
+                           "tiles at most twice the problem (power-of-two bucket)")
+_NOT_TOO_SMALL_RULE = Rule("not_too_small", "shape", _gemm_not_too_small,
+                           "no tile under 64 x 64 on an M x N >= 2048^2 problem")
+
+
 GEMM = _register(Space(
     "gemm",
     variants=(
@@ -348,10 +360,7 @@ GEMM = _register(Space(
         Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (A tile + B tile) bytes <= SMEM_LIMIT"),
         Rule("registers", "hardware", _acc_registers,
              "BLOCK_M x BLOCK_N fp32 accumulators <= MAX_ACC_REGS per thread"),
-        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
-             "at least 4 accumulators per thread (smaller tiles leave warps idle)"),
-        Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem (power-of-two bucket)"),
-        Rule("not_too_small", "shape", _gemm_not_too_small, "no tile under 64 x 64 on an M x N >= 2048^2 problem"),
+        _THREADS_RULE, _NOT_TOO_LARGE_RULE, _NOT_TOO_SMALL_RULE,
         Rule("split_k_slices", "shape", _splitk_slices, "split-K: every K slice at least two BLOCK_K steps"),
     ),
     context=_gemm_context,
@@ -398,11 +407,9 @@ CONV1D = _register(Space(
     "conv1d",
     variants=(Variant("implicit_gemm", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES),),
     rules=(
-        Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (x tile + weight tile) bytes <= SMEM_LIMIT"),
+        _CONV_SMEM_RULE,
         Rule("registers", "hardware", _conv_registers, "accumulators (two when pooling) <= MAX_ACC_REGS per thread"),
-        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
-             "at least 4 accumulators per thread"),
-        Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem"),
+        _THREADS_RULE, _NOT_TOO_LARGE_RULE,
     ),
     context=_conv_context, tuner=_conv_tuner, interpret=lambda ctx: CONV_INTERPRET_CONFIG,
     doc="y = act(conv1d(x, w) + bias) (+ max-pool): M = B x L_out / pool, N = C_out, C = C_in; dtype; pool",
@@ -485,12 +492,9 @@ CONV2D = _register(Space(
     "conv2d",
     variants=(Variant("implicit_gemm", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES),),
     rules=(
-        Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (x tile + weight tile) bytes <= SMEM_LIMIT"),
+        _CONV_SMEM_RULE,
         Rule("registers", "hardware", _acc_registers, "BLOCK_M x BLOCK_N accumulators <= MAX_ACC_REGS per thread"),
-        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
-             "at least 4 accumulators per thread"),
-        Rule("not_too_large", "shape", _gemm_not_too_large, "tiles at most twice the problem"),
-        Rule("not_too_small", "shape", _gemm_not_too_small, "no tile under 64 x 64 on an M x N >= 2048^2 problem"),
+        _THREADS_RULE, _NOT_TOO_LARGE_RULE, _NOT_TOO_SMALL_RULE,
         Rule("fits_channels", "shape", _conv2d_fits_channels,
              "BLOCK_N <= bucket(C_out), BLOCK_K <= bucket(C_in) (a tap's channels)"),
     ),
