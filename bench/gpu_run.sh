@@ -113,12 +113,7 @@ for stage in "$@"; do
           | grep -E "inputs_per_s|speedup|predictions_match|Error"
       done ;;
     conv2d)
-      for k in 1 2; do
-        timeout 280 python3 -m pytest -m gpu -q -rf --tb=line -p no:logging --shard "$k/2" tests/test_conv2d.py \
-          > "/tmp/pytest-conv2d-$k.txt" 2>&1 &
-      done
-      wait
-      for k in 1 2; do grep -E "^(FAILED|ERROR)|passed|failed|Error" "/tmp/pytest-conv2d-$k.txt" | tail -14; done
+      TEST_GROUPS=11 TEST_TIMEOUT=${TEST_TIMEOUT:-280} bash "$0" tests  # test_conv2d.py's group, two shards
       timeout 560 python3 -m bench.ops --op conv2d $(out) 2>&1 | grep -v "^\[" ;;
     resnet-step)
       timeout 500 python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 \

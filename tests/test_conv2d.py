@@ -225,20 +225,29 @@ def test_resnet_layers_on_the_triton_conv():
         assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), name
 
 
-def test_resnet_triton_convs_under_autocast():
-    """Under fp16 autocast (the CPU's stand-in for the GPU's bf16) the Triton convs compute in fp16 from the
-    fp32 weights (cast when packed) and return fp32 weight gradients: a training step's loss and every
-    gradient are no further from the fp32 step's than the autocast cuDNN model's (2x, with a floor)."""
-    from models.resnet import Conv2d, ResNet
+def _with_triton_convs(make):
+    """Three models with the same (seeded) weights: ``make("eager")`` twice -- the fp32 reference and the
+    autocast eager one -- and ``make("triton")`` with every conv on the Triton conv2d."""
+    from models.resnet import Conv2d
 
     torch.manual_seed(0)
-    exact, eager, ours = (ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend=b).to(DEVICE).to(memory_format=CL)
-                          for b in ("eager", "eager", "triton"))
+    exact, eager, ours = (make(backend) for backend in ("eager", "eager", "triton"))
     eager.load_state_dict(exact.state_dict())
     ours.load_state_dict(exact.state_dict())
     for m in ours.modules():
         if isinstance(m, Conv2d):
             m.impl = "triton"
+    return exact, eager, ours
+
+
+def test_resnet_triton_convs_under_autocast():
+    """Under fp16 autocast (the CPU's stand-in for the GPU's bf16) the Triton convs compute in fp16 from the
+    fp32 weights (cast when packed) and return fp32 weight gradients: a training step's loss and every
+    gradient are no further from the fp32 step's than the autocast cuDNN model's (2x, with a floor)."""
+    from models.resnet import ResNet
+
+    exact, eager, ours = _with_triton_convs(
+        lambda backend: ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend=backend).to(DEVICE).to(memory_format=CL))
     x = torch.randn(4, 3, 8, 8, device=DEVICE).contiguous(memory_format=CL)
     labels = torch.randint(0, 10, (4,), device=DEVICE)
     losses = []
@@ -364,17 +373,11 @@ def gpu_resnet18_triton_convs() -> None:
     """ResNet-18 (triton backend) with EVERY conv on the Triton conv2d, one bf16-autocast training step from
     the same weights as an fp32 eager step (tf32 off) and an autocast eager one: loss and gradients no
     further from fp32 than eager bf16's (2x, with a floor); then the same model under
-    torch.compile(fullgraph=True) gives the same loss and gradients as its eager step."""
-    from models.resnet import Conv2d, resnet
+    torch.compile(fullgraph=True) is held to the same bounds."""
+    from models.resnet import resnet
 
-    torch.manual_seed(0)
-    exact, eager, ours = (resnet("resnet18", backend=b).cuda().to(memory_format=CL)
-                          for b in ("eager", "eager", "triton"))
-    eager.load_state_dict(exact.state_dict())
-    ours.load_state_dict(exact.state_dict())
-    for m in ours.modules():
-        if isinstance(m, Conv2d):
-            m.impl = "triton"
+    exact, eager, ours = _with_triton_convs(
+        lambda backend: resnet("resnet18", backend=backend).cuda().to(memory_format=CL))
     x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=CL)
     labels = torch.randint(0, 10, (64,), device="cuda")
 

@@ -42,8 +42,8 @@ from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, 
 from .launcher import BoundKernel, bind
 from .runtime import (
     cdiv,
+    sm_count,
     INTERPRET,
-    num_sms,
     register_op,
     Autotuner,
     Config,
@@ -175,8 +175,8 @@ def _ensure_allocator() -> None:
         _ALLOCATOR_SET.set(True)
 
 
+_INTERPRETER_SMS = 4  # the stand-in machine the interpreter sizes the persistent TMA kernel's grid for
 _TMA_DEVICES: dict[int, bool] = {}  # device index -> runs the TMA kernel (asked once per device)
-_SM_COUNTS: dict[int, int] = {}     # device index -> streaming multiprocessors (asked once per device)
 
 
 def _tma_device(t: torch.Tensor) -> bool:
@@ -188,15 +188,6 @@ def _tma_device(t: torch.Tensor) -> bool:
         capable = _TMA_DEVICES[index] = (not INTERPRET and t.device.type == "cuda"
                                          and torch.cuda.get_device_capability(t.device)[0] >= 9)
     return capable
-
-
-def _sm_count(t: torch.Tensor) -> int:
-    """SMs of t's device (4 in the interpreter: the TMA kernel's grid is sized for a stand-in machine)."""
-    index = t.get_device()
-    count = _SM_COUNTS.get(index)
-    if count is None:
-        count = _SM_COUNTS[index] = num_sms(t.device, default=4)
-    return count
 
 
 def _tma_eligible(a, b, M, N, K) -> bool:
@@ -335,7 +326,7 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
     """The tuner's config for this call's tuning key (unchanged: the persistent cache stays valid), bound.
     The arguments are this call's (the tuner times its candidates on them)."""
     prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z = key[4:13]
-    sms = _sm_count(a)
+    sms = sm_count(a, default=_INTERPRETER_SMS)
 
     def plan_for(cfg: Config) -> _Plan:
         # a B_RELAYOUT config tuned on a shape whose copy of B stays TMA-aligned, met on one of the
@@ -367,7 +358,7 @@ def _forced_plan(config: Config, flags: dict, a, b):
         raise ValueError(f"config {config} asks for the TMA kernel, but {'a' if layout_a is None else 'b'} "
                          "cannot be read through a TMA descriptor (it needs a unit stride, the other "
                          "stride and the base address 16-byte aligned)")
-    return _bind(config, flags, layout_a[0], layout_b[0], False, _sm_count(a)), b
+    return _bind(config, flags, layout_a[0], layout_b[0], False, sm_count(a, default=_INTERPRETER_SMS)), b
 
 
 def index_64_needed(a, b, bias, residual, out, M: int, N: int) -> bool:

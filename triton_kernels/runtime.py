@@ -89,16 +89,15 @@ def num_sms(device: torch.device | str | None = None, default: int = 1) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-_SM_COUNTS: dict[int, int] = {}  # device index -> streaming multiprocessors (asked once per device)
+_SM_COUNTS: dict[tuple, int] = {}  # (device index, stand-in count) -> streaming multiprocessors
 
 
 def sm_count(t: torch.Tensor, default: int = 2) -> int:
-    """num_sms of t's device, asked once per device (``default`` in the interpreter)."""
-    index = t.get_device()
-    count = _SM_COUNTS.get(index)
-    if count is None:
-        count = _SM_COUNTS[index] = num_sms(t.device, default=default)
-    return count
+    """num_sms of t's device, asked once per device; ``default`` (a launcher's stand-in) off the GPU."""
+    key = (t.get_device(), default)
+    if key not in _SM_COUNTS:
+        _SM_COUNTS[key] = num_sms(t.device, default=default)
+    return _SM_COUNTS[key]
 
 
 def cdiv(a: int, b: int) -> int:
