@@ -89,7 +89,6 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
         fns={"eager": eager, "triton": triton_fn}, reference=reference,
         flops=2.0 * M * N * K * (3 if backward else 1),
         bytes=float(es * (io * (3 if backward else 1))), tf32=tf32, backward=backward,
-        graph_ok=not backward,
     )
 
 
