@@ -15,7 +15,7 @@ For every tuned kernel family this module declares
     full("gemm", M=4096, N=1024, K=8704, dtype="bfloat16", tma=True)
     rejected("gemm", config, M=..., ...)   # the names of the rules a config breaks
 
-Kernels: gemm, conv1d, conv1d_dw, conv2d, softmax (row and looped kernels, by the row length), layernorm_fwd,
+Kernels: gemm, gemm_backward, conv1d, conv1d_dw, conv2d, softmax (row and looped kernels, by the row length), layernorm_fwd,
 layernorm_bwd (the row kernels), cross_entropy (row and chunked kernels, by the class count). Every tuner
 candidate lies in the full space of its shape (tests/test_autotune_spaces.py checks it for many shapes).
 """
@@ -501,6 +501,63 @@ CONV2D = _register(Space(
     context=_conv2d_context, tuner=_conv2d_tuner, interpret=lambda ctx: CONV2D_INTERPRET_CONFIG,
     doc="y = act(conv2d(x, w) + bias + residual) on NHWC x: M = B x H_out x W_out, N = C_out, C = C_in, "
         "taps = KH x KW; dtype; stats",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# the fused backward of a short GEMM (triton_kernels/gemm_backward.py): dA and dB tiles in one grid
+# ----------------------------------------------------------------------------------------------------
+# small tiles first: the shapes it serves have few tiles of either product (MNIST's 128 x 784 -> 10:
+# 2 x 13 + 13 x 1 tiles of 64 x 64)
+GEMM_BACKWARD_CONFIGS = [
+    _gemm_cfg(64, 64, 64, 4, 3), _gemm_cfg(32, 64, 64, 4, 3), _gemm_cfg(64, 32, 64, 4, 3),
+    _gemm_cfg(32, 32, 64, 4, 2), _gemm_cfg(128, 64, 64, 4, 3), _gemm_cfg(64, 128, 64, 4, 3),
+    _gemm_cfg(128, 128, 64, 8, 3), _gemm_cfg(128, 128, 32, 8, 4), _gemm_cfg(64, 64, 128, 4, 2),
+]
+GEMM_BACKWARD_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
+
+
+def _gemm_backward_context(M: int, N: int, K: int, dtype: Any = "float32") -> dict:
+    """The forward's M, N, K: dA is M x K summed over N, dB is K x N summed over M."""
+    return {"M": int(M), "N": int(N), "K": int(K), "elem": elem_bytes(dtype)}
+
+
+def _gemm_backward_smem(c: Config, ctx: dict) -> bool:
+    """num_stages x (dC + saved + operand tile) per step: at most 3 BLOCK_K-long tiles of the larger side."""
+    bm, bn, bk = _tiles(c)
+    return c.num_stages * 3 * max(bm, bn) * bk * ctx["elem"] <= SMEM_LIMIT
+
+
+def _gemm_backward_not_too_large(c: Config, ctx: dict) -> bool:
+    """Rows (M of dA, K of dB), columns (K of dA, N of dB) and the sum's step (N of dA, M of dB) at most
+    twice the larger of the two problems' sizes (power-of-two bucket)."""
+    bm, bn, bk = _tiles(c)
+    M, N, K = ctx["M"], ctx["N"], ctx["K"]
+    return bm <= 2 * bucket(max(M, K)) and bn <= 2 * bucket(max(K, N)) and bk <= 2 * bucket(max(M, N))
+
+
+def _gemm_backward_tuner(ctx: dict) -> list[Config]:
+    """gemm_backward.py's candidates: the list above, minus what overflows shared memory or registers and
+    tiles far larger than either product."""
+    out = [c for c in GEMM_BACKWARD_CONFIGS if _gemm_backward_smem(c, ctx) and _acc_registers(c, ctx)
+           and _gemm_backward_not_too_large(c, ctx)]
+    return out or [GEMM_BACKWARD_INTERPRET_CONFIG]
+
+
+GEMM_BACKWARD = _register(Space(
+    "gemm_backward",
+    variants=(Variant("grouped", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES),),
+    rules=(
+        Rule("shared_memory", "hardware", _gemm_backward_smem, "num_stages x 3 x max(BLOCK_M, BLOCK_N) x BLOCK_K "
+             "bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _acc_registers, "BLOCK_M x BLOCK_N accumulators <= MAX_ACC_REGS per thread"),
+        _THREADS_RULE,
+        Rule("not_too_large", "shape", _gemm_backward_not_too_large,
+             "tiles and the sum's step at most twice the problems (power-of-two bucket)"),
+    ),
+    context=_gemm_backward_context, tuner=_gemm_backward_tuner,
+    interpret=lambda ctx: GEMM_BACKWARD_INTERPRET_CONFIG,
+    doc="dA = dZ B^T, dB = A^T dZ, dbias of C = act(A @ B + bias), act none / relu: the forward's M, N, K; dtype",
 ))
 
 

@@ -72,6 +72,8 @@ SHAPES = {
     "gemm": [dict(M=M, N=N, K=K, dtype=d, tma=t, relayout=r) for M, N, K in
              [(16, 16, 16), (128, 10, 784), (1024, 16, 16), (4096, 1024, 8704), (8192, 8192, 8192), (100, 3000, 33)]
              for d in ("bfloat16", "float32") for t, r in ((False, False), (True, False), (True, True))],
+    "gemm_backward": [dict(M=M, N=N, K=K, dtype=d) for M, N, K in [(128, 10, 784), (1024, 16, 16), (512, 1024, 8704),
+                                                                   (1, 1, 1)] for d in ("bfloat16", "float32")],
     "conv1d": [dict(M=M, N=N, C=C, dtype=d, pool=p) for M, N, C in [(4, 16, 3), (5000, 256, 256), (64, 1024, 70)]
                for d in ("float16", "float32") for p in (1, 3)],
     "conv1d_dw": [dict(C=C, N=N, dtype=d) for C, N in [(3, 16), (256, 256), (70, 1024)] for d in ("float16", "float32")],

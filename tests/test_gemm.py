@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from models.layers import MLP, Linear
-from triton_kernels import gemm, runtime
+from triton_kernels import gemm, gemm_backward, runtime
 from triton_kernels.testing import assert_close, poison_, rel_err
 
 from .conftest import DEVICE, GPU
@@ -203,17 +203,19 @@ def _picks() -> int:
 
 def test_steady_state_asks_no_tuner(monkeypatch):
     """The first call of a GEMM shape finds its config through the tuner (one lookup per GEMM: forward,
-    dA and dB); repeated calls, training and inference, reuse the launch plans and ask no tuner."""
-    monkeypatch.setattr(gemm, "_PLANS", {}, raising=False)  # empty plan cache: this test's calls come first
+    and the fused backward or dA and dB); repeated calls, training and inference, reuse the launch plans and
+    ask no tuner."""
+    monkeypatch.setattr(gemm, "_PLANS", {}, raising=False)  # empty plan caches: this test's calls come first
+    monkeypatch.setattr(gemm_backward, "_PLANS", {}, raising=False)
     relu, gelu = Linear(12, 8, activation="relu").to(DEVICE), Linear(12, 8, activation="gelu").to(DEVICE)
     x = torch.randn(5, 12, device=DEVICE, requires_grad=True)
     g = torch.randn(5, 8, device=DEVICE)
     before = _picks()
     relu(x).backward(g)
-    assert _picks() - before == 3  # forward, dA = dZ @ W, dW^T = X^T @ dZ
+    assert _picks() - before == 2  # forward, the fused backward (gemm_backward.py)
     before = _picks()
-    gelu(x).backward(g)            # gelu saves its pre-activation: another forward kernel; dA, dB as relu's
-    assert _picks() - before == 1
+    gelu(x).backward(g)            # gelu saves its pre-activation: another forward kernel; dA = dZ @ W, dW^T
+    assert _picks() - before == 3
     before = _picks()
     for _ in range(3):
         relu(x).backward(g)

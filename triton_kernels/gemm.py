@@ -13,7 +13,8 @@ Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dB = A^T @ dZ      (the same GEMM kernel; for a K-major B, e.g. nn.Linear's weight.t(), computed as
                         (dZ^T @ A)^T, so dW is written in the weight's own layout)
     dbias = sum_rows(dZ), dresidual = dC
-dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`).
+dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`). A short GEMM with relu or no
+activation runs all of it in one launch instead (gemm_backward.py; ``backward_ops``' ``fused``).
 
 Kernels, chosen per shape by the tuner: the pointer kernel (one program per C tile), the persistent TMA
 kernel on Hopper (programs loop over the tiles), and split-K for outputs of few tiles with a long K
@@ -35,7 +36,7 @@ import triton
 
 from autotune import spaces
 
-from . import double_backward
+from . import double_backward, gemm_backward
 from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
                            _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
                            _transpose_kernel)
@@ -539,14 +540,23 @@ def grad_b_transposed(b: torch.Tensor) -> bool:
     return b.stride(0) == 1 and b.stride(1) != 1
 
 
-def backward_ops(dc, a, b, saved, needs, activation: str, precision: str, bias_dtype, bias=None) -> tuple:
+def backward_ops(dc, a, b, saved, needs, activation: str, precision: str, bias_dtype, bias=None,
+                 fused: Optional[bool] = None) -> tuple:
     """(dA, dB, dbias, dresidual) of C = act(A @ B + bias) (+ residual) through the registered ops (traced
     by torch.compile); in grad mode (a double backward, create_graph=True) the activation's backward and
     dbias run in torch's ops and the GEMMs through the differentiable GEMM op -- for a CURVED activation
     on Z = A @ B + bias recomputed by that op (``bias`` is needed then) -- so the result is differentiable
     again. ``needs``: which of the four are wanted; ``saved``: Z, or relu's output, or None for no
-    activation."""
+    activation. ``fused``: the one-launch backward (gemm_backward.py) where it can run (True) or never
+    (False); default: where gemm_backward.applies."""
     need_a, need_b, need_bias, need_res = needs
+    (M, K), N = a.shape, b.shape[1]
+    if (not torch.is_grad_enabled() and M and N and K
+            and (gemm_backward.applies(M, N, K, activation, needs) if fused is None
+                 else fused and gemm_backward.can_run(activation, needs))):
+        da, db_, dbias = gemm_backward.backward(dc, a, b, saved, need_a, need_bias, activation, precision,
+                                                bias_dtype or torch.float32, grad_b_transposed(b))
+        return da, db_, dbias, dc if need_res else None
     dz = dc
     dbias = None
     if torch.is_grad_enabled():

@@ -6,7 +6,8 @@ lookups and the kernel-argument arithmetic: it allocates its outputs and launche
 have every non-tensor kernel argument fixed (launcher.BoundKernel.fix), for whichever plan the general path
 chose (the pointer kernel, split-K partials + reduction, or the persistent TMA kernel). Its backward runs
 in ``_Node`` (a runtime.EagerNode): the activation-backward / dbias pass, dA = dZ @ B^T and dB, each
-launched the same way, with the same plans and the same formulas as gemm.py's backward, so both paths give
+launched the same way (or, where gemm_backward.applies, its one launch), with the same plans and the same
+formulas as gemm.py's backward, so both paths give
 the same gradients (dW of nn.Linear's weight written in the weight's own layout, see
 gemm.grad_b_transposed).
 
@@ -26,6 +27,7 @@ from torch.compiler import is_compiling
 from .gemm import (CURVED, _ensure_allocator, _flags, _forced_plan, _launch_plan, act_backward_buffers,
                    act_backward_launch, backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches,
                    relayout)
+from . import gemm_backward
 from .runtime import INTERPRET, EagerNode, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
@@ -106,6 +108,8 @@ class _Call:
         self.weight, self.out_shape = weight, out_shape
         self.bias_dtype = bias.dtype if bias is not None else None
         self.b_transposed = grad_b_transposed(b)  # dB written as (dZ^T A)^T, in B's layout
+        # the one-launch backward, by gemm.backward_ops' rule
+        self.fused = needs is not None and gemm_backward.applies(self.M, self.N, self.K, activation, needs)
         self.forward_gemm: Optional[_FixedGemm] = None
         self.backward_launches: dict[tuple, list] = {}  # (dC's strides, dtype) -> [act pass, dA GEMM, dB GEMM]
 
@@ -147,6 +151,8 @@ class _Call:
         a, b, saved, _ = ctx.saved_tensors
         operand = b.t() if self.weight else b
         need_a, need_b, need_bias, need_res = self.needs
+        if self.fused:
+            return self._fused_backward(dc, a, operand, saved)
         fixed = self.backward_launches.get((dc.stride(), dc.dtype))
         if fixed is None:
             fixed = self.backward_launches[(dc.stride(), dc.dtype)] = [None, None, None]
@@ -174,6 +180,20 @@ class _Call:
             fixed[2] = self._gemm(fixed[2], a.t(), dz, db)
             db = db.t() if self.weight else db
         return da, db, dbias, dc if need_res else None
+
+    def _fused_backward(self, dc, a, b, saved) -> tuple:
+        """The one-launch backward (gemm_backward.py) on B as the GEMM read it."""
+        need_a, _, need_bias, need_res = self.needs
+        da, db, dbias = gemm_backward.buffers(dc, a, b, need_a, need_bias, self.bias_dtype, self.b_transposed)
+        key = (dc.stride(), dc.dtype)
+        fixed = self.backward_launches.get(key)
+        if fixed is None:
+            self.backward_launches[key] = _launched_and_fixed(*gemm_backward.launch_args(
+                dc, saved, a, b, da, db, dbias, self.activation, self.precision))
+        else:
+            fixed(dc, saved if saved is not None else dc, a, b, da if da is not None else dc, db,
+                  dbias if dbias is not None else dc)
+        return da, (db.t() if self.weight else db), dbias, dc if need_res else None
 
     def _gemm(self, fixed: Optional[_FixedGemm], a, b, c) -> _FixedGemm:
         """C = A @ B through ``fixed`` (made and launched here the first time); returns it."""
