@@ -9,7 +9,8 @@ For each module at a tiny shape (launch-bound) and one large shape (GPU-bound), 
     graph_us  the same calls captured once in a CUDA graph and replayed (GPU time, no host path).
 Backends: ``torch`` (the torch.nn twin), ``triton`` (ours), and two floors for the same number of kernel
 arguments as our module's main kernel: ``floor-launch`` (Triton's own ``kernel[grid](...)`` of an empty
-kernel) and ``floor-direct`` (that kernel's compiled launcher called directly, everything else prepared).
+kernel) and ``floor-direct`` (that kernel's compiled launcher called directly, everything else prepared:
+Triton 3.6's C entry point, as the playground's launches call it).
 On a CPU the modules run in Triton's interpreter at the tiny shapes only: not performance figures.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from triton_kernels import launcher
 from triton_kernels.runtime import INTERPRET, capture_graph, default_device
 
 from . import results
@@ -233,10 +235,11 @@ def floors(n_args: int, device, calls: int, rounds: int) -> dict[str, list[float
     compiled = kernel[(1,)](*args)
     stream = torch.cuda.current_stream().cuda_stream
     run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    entry, before = launcher._entry(run)  # what BoundKernel calls: the C entry point where it can
     return {
         "floor-launch": per_call_us(lambda: kernel[(1,)](*args), calls, rounds),
-        "floor-direct": per_call_us(lambda: run(1, 1, 1, stream, function, metadata, None, None, None, *args),
-                                    calls, rounds),
+        "floor-direct": per_call_us(lambda: entry(1, 1, 1, stream, function, *before, metadata, None, None, None,
+                                                  *args), calls, rounds),
     }
 
 

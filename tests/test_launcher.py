@@ -5,9 +5,11 @@ import types
 
 import pytest
 import torch
+import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
+from triton_kernels import launcher
 from triton_kernels.launcher import BoundKernel, bind
 
 
@@ -31,7 +33,7 @@ def test_hit_calls_the_compiled_launcher_with_every_slot():
     bound.launch((3,), x, y, 40, 0.5)  # first call: generated, then a miss (nothing compiled yet)
     assert len(misses) == 1 and misses[0][1] is not None
     calls = []
-    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata", ())
     bound.launch((3,), x, y, 40, 0.5)
     bound.launch((3, 2), x, y_ptr=y, n=40, scale=0.25)  # by keyword too
     assert calls[0] == (3, 1, 1, 1234, "function", "metadata", None, None, None,
@@ -45,7 +47,7 @@ def test_a_new_specialisation_is_a_miss(change):
     bound, misses = _bound()
     x, y = torch.randn(64), torch.empty(64)
     bound.launch((1,), x, y, 32, 0.5)
-    bound._compiled[misses[0][1]] = (lambda *a: None, "function", "metadata")
+    bound._compiled[misses[0][1]] = (lambda *a: None, "function", "metadata", ())
     args = {"divisibility": (x, y, 33, 0.5), "one": (x, y, 1, 0.5), "int64": (x, y, 2**33, 0.5),
             "dtype": (x.double(), y, 32, 0.5), "alignment": (x[1:], y, 32, 0.5),
             "float_for_int": (x, y, 32.0, 0.5)}[change]
@@ -71,7 +73,7 @@ def test_empty_tensors_take_the_direct_path():
     assert y.data_ptr() == 0
     bound.launch((1,), x, y, 8, 1.0)
     calls = []
-    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata", ())
     bound.launch((1,), x, y, 8, 1.0)
     assert len(misses) == 1 and calls and calls[0][10] == 0
 
@@ -102,7 +104,7 @@ def test_fixed_launch_passes_every_slot_and_takes_the_compiled_launcher():
     fixed(x, y)  # nothing compiled yet: through launch(), which files the compiled kernel
     assert len(misses) == 1
     calls = []
-    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata", ())
     x2, y2 = torch.randn(40), torch.empty(40)
     fixed(x2, y2)
     assert calls == [(3, 1, 1, 1234, "function", "metadata", None, None, None,
@@ -117,9 +119,45 @@ def test_fixed_launch_of_another_specialisation_goes_through_launch(change):
     fixed = bound.fix((1,), x, y, 32, 0.5)
     fixed(x, y)
     calls = []
-    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata")
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata", ())
     other = {"dtype": (x.double(), y), "alignment": (x[1:], y)}[change]
     fixed(*other)
     assert not calls and len(misses) == 2 and misses[1][1] != misses[0][1]
     fixed(x, y)
     assert len(calls) == 1
+
+
+class _Wrapper:
+    """Triton 3.6's CudaLauncher as far as launcher._entry reads it."""
+
+    def __init__(self, global_scratch_size=0):
+        self.global_scratch_size, self.profile_scratch_size = global_scratch_size, 0
+        self.launch_cooperative_grid, self.launch_pdl = 0, 1
+        self.launch = lambda *a: None
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        pass
+
+
+def test_the_c_entry_point_is_called_where_the_wrapper_adds_nothing(monkeypatch):
+    """Triton 3.6, no scratch memory: the C entry point with (cooperative, pdl, no global / profile scratch)
+    before the metadata, as the wrapper would pass them; with scratch memory or another Triton version, the
+    wrapper itself."""
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    run = _Wrapper()
+    assert launcher._entry(run) == (run.launch, (False, True, None, None))
+    scratch = _Wrapper(global_scratch_size=128)
+    assert launcher._entry(scratch) == (scratch, ())
+    monkeypatch.setattr(triton, "__version__", "3.7.0")
+    assert launcher._entry(run) == (run, ())
+    bound, misses = _bound()
+    x, y = torch.randn(40), torch.empty(40)
+    fixed = bound.fix((3,), x, y, 40, 0.5)
+    fixed(x, y)
+    calls = []
+    bound._compiled[misses[0][1]] = (lambda *a: calls.append(a), "function", "metadata", (False, True, None, None))
+    fixed(x, y)
+    bound.launch((3,), x, y, 40, 0.5)
+    expected = (3, 1, 1, 1234, "function", False, True, None, None, "metadata", None, None, None,
+                x.data_ptr(), y.data_ptr(), 40, 0.5, 16, 3)
+    assert calls == [expected, expected]

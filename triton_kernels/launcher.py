@@ -34,6 +34,36 @@ def _hooks_active() -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+# Triton 3.6's CUDA launcher wrapper (CudaLauncher.__call__) allocates the kernel's scratch memory, if it has
+# any, and passes (grid, stream, function, cooperative, pdl, global scratch, profile scratch, metadata, hooks,
+# arguments) to the compiled C entry point: ~2 us of Python per launch
+_WRAPPER_PARAMS = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+
+
+def _entry(run) -> tuple:
+    """(callable, the arguments it takes between the function handle and the metadata) of a compiled
+    kernel's launcher: the C entry point itself where the wrapper would add nothing (Triton 3.6, no scratch
+    memory to allocate), else the wrapper with none."""
+    try:
+        wrapper = list(inspect.signature(type(run).__call__).parameters)
+    except (TypeError, ValueError):
+        return run, ()
+    if (triton.__version__.split(".")[:2] != ["3", "6"] or wrapper != _WRAPPER_PARAMS
+            or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)
+            or not hasattr(run, "launch")):
+        return run, ()
+    return run.launch, (bool(run.launch_cooperative_grid), bool(run.launch_pdl), None, None)
+
+
+def _device_getter(driver) -> Callable[[], int]:
+    """The current device index: torch's C getter where the driver asks torch (its Python wrapper first
+    initialises CUDA, done long before a launch gets here)."""
+    get = driver.get_current_device
+    if get is torch.cuda.current_device and hasattr(torch._C, "_cuda_getDevice"):
+        return torch._C._cuda_getDevice
+    return get
+
+
 class BoundKernel:
     """A ``@triton.jit`` kernel with its constexprs and launch options fixed; see the module docstring."""
 
@@ -50,7 +80,8 @@ class BoundKernel:
         else:  # the interpreter: the parameters not annotated as constexprs
             signature = inspect.signature(kernel.fn).parameters.values()
             self.runtime_names = [p.name for p in signature if "constexpr" not in str(p.annotation)]
-        self._compiled: dict[tuple, tuple] = {}  # guard -> (launcher, function handle, packed metadata)
+        # guard -> (launcher entry, function handle, packed metadata, the entry's arguments before the metadata)
+        self._compiled: dict[tuple, tuple] = {}
         self._fixed_code: dict[tuple, Any] = {}  # argument kinds -> fix()'s compiled functions
         self.launch = self._first_launch if (not INTERPRET or driver is not None) else self._slow
 
@@ -68,7 +99,8 @@ class BoundKernel:
             return self._slow(grid, *args)
         compiled = self._slow(grid, *args)  # compiles once, then launches
         if compiled is not None and not isinstance(compiled, (list, tuple)):
-            self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+            entry, before_metadata = _entry(compiled.run)
+            self._compiled[key] = (entry, compiled.function, compiled.packed_metadata, before_metadata)
         return compiled
 
     # -- the generated fast path ----------------------------------------------------------------------
@@ -77,7 +109,7 @@ class BoundKernel:
         driver = self.driver if self.driver is not None else triton.runtime.driver.active
         scope = {"_lp_compiled": self._compiled, "_lp_miss": self._miss, "_lp_knobs": triton.knobs.runtime,
                  "_lp_fake": is_fake, "_lp_bound": self,
-                 "_lp_stream": driver.get_current_stream, "_lp_device": driver.get_current_device}
+                 "_lp_stream": driver.get_current_stream, "_lp_device": _device_getter(driver)}
         for p in self.kernel.params:
             if p.is_constexpr:
                 scope[f"_lp_c_{p.name}"] = self.constexprs.get(p.name, p.default)
@@ -142,10 +174,10 @@ def launch(_lp_grid, {arglist}):
     _lp_hook = _lp_knobs.launch_enter_hook
     if _lp_hit is None or (_lp_hook is not None and getattr(_lp_hook, "calls", True)):
         return _lp_miss(_lp_grid, _lp_key, ({arglist},))
-    _lp_run, _lp_function, _lp_metadata = _lp_hit
+    _lp_run, _lp_function, _lp_metadata, _lp_before = _lp_hit
     _lp_n = len(_lp_grid)
     _lp_run(_lp_grid[0], _lp_grid[1] if _lp_n > 1 else 1, _lp_grid[2] if _lp_n > 2 else 1,
-            _lp_stream(_lp_key[0]), _lp_function, _lp_metadata, None, None, None, {', '.join(call)})
+            _lp_stream(_lp_key[0]), _lp_function, *_lp_before, _lp_metadata, None, None, None, {', '.join(call)})
 """
         exec(compile(src, f"<launch {self.kernel.__name__}>", "exec"), scope)  # noqa: S102
         self.launch = scope["launch"]
@@ -205,8 +237,8 @@ def launch({', '.join(tensors)}):
         _lp_hit = _lp_compiled.get(_lp_key)
         if _lp_hit is None:
             return {slow}
-    _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_stream(_lp_dev), _lp_hit[1], _lp_hit[2], None, None, None,
-               {', '.join(call)})
+    _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_stream(_lp_dev), _lp_hit[1], *_lp_hit[3], _lp_hit[2], None, None,
+               None, {', '.join(call)})
 """
         return compile(src, f"<fixed launch {self.kernel.__name__}>", "exec")
 
