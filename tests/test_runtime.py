@@ -256,3 +256,27 @@ def test_an_op_without_derivative_never_detaches():
     with torch.no_grad():
         assert not any(t.requires_grad for t in _TWICE_AND_SUM(x))
     assert not any(t.requires_grad for t in _TWICE_AND_SUM(x.detach()))
+
+
+def test_tuning_times_the_finalists_again_interleaved(cache, monkeypatch):
+    """First pass: B=16 looks fastest (timed while the clocks ramped, say), B=32 within 15 %, B=64 far
+    behind. The finalists are timed again in interleaved rounds, where B=32 is the faster: it wins, both
+    trials record their final median, and B=64 is not timed again."""
+    t = _fake_tuner()
+    first = {16: 1.0, 32: 1.1, 64: 2.0}
+    again = {16: 1.3, 32: 1.05}
+    seen, current = [], {}
+
+    def fake_time(fn, warmup=3, rep=10, flush_l2=True):
+        fn()
+        b = current["B"]
+        seen.append(b)
+        table = again if seen.count(b) > 1 else first
+        return [table[b]] * rep
+
+    monkeypatch.setattr(runtime, "cuda_time_ms", fake_time)
+    best = t._tune("k", lambda cfg: current.update(cfg.kwargs), t.configs)
+    assert best.kwargs == {"B": 32}
+    assert seen[:3] == [16, 32, 64] and seen[3:] == [16, 32] * runtime.FINAL_ROUNDS
+    trials = t.trials["k"]
+    assert [tr.get("final_ms") for tr in trials] == [1.3, 1.05, None]
