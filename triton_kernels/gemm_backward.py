@@ -105,11 +105,13 @@ class BackwardKey(NamedTuple):
     activation: str
     need_a: bool
     need_bias: bool
+    a_unit_stride: bool  # A row-major (K contiguous)
+    b_unit_stride: bool  # B row-major (N contiguous); nn.Linear's weight.t() is not
 
 
 _tuner = register_tuner(Autotuner("gemm_backward", [_gemm_backward_kernel, _act_bwd_tile, _tile_coords],
                                   spaces.GEMM_BACKWARD_CONFIGS, interpret_config=spaces.GEMM_BACKWARD_INTERPRET_CONFIG))
-_PLANS: dict[BackwardKey, tuple] = {}  # key -> (bound kernel, BLOCK_M, BLOCK_N); offsets are always 64-bit
+_PLANS: dict[tuple, tuple] = {}  # (key, device index) -> (bound kernel, BLOCK_M, BLOCK_N); offsets are 64-bit
 
 
 def can_run(activation: str, needs: tuple) -> bool:
@@ -137,12 +139,13 @@ def buffers(dc, a, b, need_a: bool, need_bias: bool, bias_dtype, b_transposed: b
 
 
 def _plan(dc, saved, a, b, da, db, dbias, activation: str, precision: str):
-    """The bound kernel for this call's key (tuned the first time), and its grid's tile counts."""
+    """(bound kernel, BLOCK_M, BLOCK_N) of this call's key, tuned the first time the key is met."""
     M, K = a.shape
     N = b.shape[1]
     prec = precision if a.dtype == torch.float32 and precision in ("tf32", "tf32x3") else "ieee"
-    key = BackwardKey(bucket(M), bucket(N), bucket(K), a.dtype, prec, activation, da is not None, dbias is not None)
-    plan = _PLANS.get(key)
+    key = BackwardKey(bucket(M), bucket(N), bucket(K), a.dtype, prec, activation, da is not None, dbias is not None,
+                      a.stride(1) == 1, b.stride(1) == 1)
+    plan = _PLANS.get((key, a.get_device()))
     if plan is None:
         def bound(cfg):
             return bind(_gemm_backward_kernel, ACT=activation, NEED_A=key.need_a, NEED_BIAS=key.need_bias,
@@ -157,7 +160,7 @@ def _plan(dc, saved, a, b, da, db, dbias, activation: str, precision: str):
                           tracing=is_fake(dc, a, b))
         plan = (bound(cfg), cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
         if not is_fake(dc, a, b):
-            _PLANS[key] = plan
+            _PLANS[(key, a.get_device())] = plan
     return plan
 
 

@@ -7,9 +7,8 @@ have every non-tensor kernel argument fixed (launcher.BoundKernel.fix), for whic
 chose (the pointer kernel, split-K partials + reduction, or the persistent TMA kernel). Its backward runs
 in ``_Node`` (a runtime.EagerNode): the activation-backward / dbias pass, dA = dZ @ B^T and dB, each
 launched the same way (or, where gemm_backward.applies, its one launch), with the same plans and the same
-formulas as gemm.py's backward, so both paths give
-the same gradients (dW of nn.Linear's weight written in the weight's own layout, see
-gemm.grad_b_transposed).
+formulas as gemm.py's backward, so both paths give the same gradients (dW of nn.Linear's weight written in
+the weight's own layout, see gemm.grad_b_transposed).
 
 The first call of a signature takes the general path (which validates, so bad input raises a ValueError
 naming the argument before any launch, and tunes) and is remembered here (at most
@@ -111,7 +110,8 @@ class _Call:
         # the one-launch backward, by gemm.backward_ops' rule
         self.fused = needs is not None and gemm_backward.applies(self.M, self.N, self.K, activation, needs)
         self.forward_gemm: Optional[_FixedGemm] = None
-        self.backward_launches: dict[tuple, list] = {}  # (dC's strides, dtype) -> [act pass, dA GEMM, dB GEMM]
+        # (dC's strides, dtype) -> [act pass, dA GEMM, dB GEMM], or the fused backward's fixed launch
+        self.backward_launches: dict[tuple, object] = {}
 
     def __call__(self, a, b, bias, residual) -> torch.Tensor:
         if self.out_shape is not None:  # linear's (..., K) input as (M, K) rows

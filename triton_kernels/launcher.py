@@ -12,7 +12,8 @@ is the same on every call, so :class:`BoundKernel` does it once:
   by name or in the kernel's order. A small generated function computes the guard -- per tensor its dtype and
   address mod 16, per int whether it is 1, its value mod 16 and whether it fits in 32 bits: what Triton
   specialises a compiled kernel on -- and on a hit calls the compiled kernel's own launcher with the
-  metadata prepared at the first call. A miss (a new specialisation) takes Triton's normal path once,
+  metadata prepared at the first call (on Triton 3.6, for a kernel without scratch memory, the launcher's C
+  entry point itself: ``_entry``). A miss (a new specialisation) takes Triton's normal path once,
   which compiles if needed and launches, and records the compiled kernel for the next hit.
 
 Under the interpreter, while torch.compile traces (fake tensors have no address, so the guard fails), or
