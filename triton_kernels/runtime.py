@@ -516,22 +516,23 @@ class Autotuner:
                 best, best_ms = cfg, ms
         if best is None:
             raise RuntimeError(f"{self.name}: no config ran for key {k}; trials: {trials}")
-        best, best_ms = self._final_round(run, configs, trials, best, best_ms)
+        best, best_ms = self._final_round(run, configs, trials)
         elapsed = time.perf_counter() - t0
         self.trials[k] = trials
         self._store(k, best, best_ms, trials, elapsed)
         self._log(k, "tuned", f"tuned {len(configs)} configs in {elapsed:.1f}s -> {best} ({best_ms:.4f} ms)")
         return best
 
-    def _final_round(self, run, configs: list[Config], trials: list, best: Config, best_ms: float) -> tuple:
+    def _final_round(self, run, configs: list[Config], trials: list) -> tuple:
         """The first pass times each candidate once, one after another, so a config timed while the clocks
         ramp or the host stalls can lose to a slower one. The finalists -- up to FINALISTS within
         FINAL_MARGIN of the best -- are timed again in FINAL_ROUNDS interleaved rounds; the lowest median of
-        all their times wins (recorded per trial as ``final_ms``)."""
+        all their times wins (recorded per trial as ``final_ms``). Returns (config, its time)."""
         timed = sorted(((t["ms"], i) for i, t in enumerate(trials) if t["ms"] is not None))
+        best_ms, best = timed[0]
         finalists = [i for ms, i in timed[:FINALISTS] if ms <= best_ms * FINAL_MARGIN]
         if len(finalists) < 2:
-            return best, best_ms
+            return configs[best], best_ms
         times: dict[int, list[float]] = {i: [] for i in finalists}
         for _ in range(FINAL_ROUNDS):
             for i in finalists:
