@@ -46,7 +46,7 @@ import torch
 from torch.nn import functional
 
 from triton_kernels.runtime import INTERPRET, atomic_write_text, default_device, device_name
-from models.char_cnn import LENGTH, CharCNN, encode, one_hot
+from models.char_cnn import LENGTH, PAD, CharCNN, encode, one_hot
 from triton_kernels.testing import rel_err
 
 from . import results
@@ -463,6 +463,17 @@ def train_args(argv) -> argparse.Namespace:
                    help="std of the Gaussian initialisation of every conv / linear weight and bias (default 0.02, "
                         "the paper's large model's: with its small model's 0.05 training stays at chance, "
                         "results/NOTES.md)")
+    p.add_argument("--init", choices=("gaussian", "he"), default="gaussian",
+                   help="gaussian: N(0, --init-std^2) for every conv / linear weight and bias, as the paper; he: "
+                        "N(0, 2 / fan_in) weights and zero biases")
+    p.add_argument("--schedule", choices=("halve", "cosine"), default="halve",
+                   help="halve: the lr halves every --halve-every epochs (the paper's form); cosine: from --lr to 0 "
+                        "over the epochs")
+    p.add_argument("--weight-decay", type=float, default=0.0,
+                   help="decoupled weight decay (AdamW) with adam, L2 with sgd (default 0)")
+    p.add_argument("--shift", type=int, default=0,
+                   help="augmentation: move each training text a random 0..N characters later in its window "
+                        "(the padding moves to the front; default 0, none)")
     p.add_argument("--backend", choices=("eager", "triton"), default="eager")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--weights", default=None, help=f"where to save (default {DEFAULT_WEIGHTS.relative_to(REPO)})")
@@ -486,10 +497,38 @@ def train_args(argv) -> argparse.Namespace:
         a.halve_every = 3 if a.optimizer == "sgd" else 5
     if a.epochs < 1 or a.batch < 1 or not a.lr > 0 or not a.init_std > 0:
         p.error("--epochs, --batch, --lr and --init-std must be positive")
+    if a.weight_decay < 0 or a.shift < 0:
+        p.error("--weight-decay and --shift must not be negative")
     if INTERPRET and not a.full:
         a.train_limit = a.train_limit or 16
         a.eval_limit = a.eval_limit or 8
     return a
+
+
+def shifted(idx: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:
+    """Each row of the (B, L) character indices moved a random 0..max_shift positions later in its window
+    (characters pushed past the end drop off; the vacated front is padding)."""
+    if max_shift == 0:
+        return idx
+    shift = torch.randint(0, max_shift + 1, (idx.shape[0], 1), generator=generator).to(idx.device)
+    pos = torch.arange(idx.shape[1], device=idx.device)[None, :] - shift
+    return torch.where(pos >= 0, idx.gather(1, pos.clamp(min=0)), torch.full_like(idx, PAD))
+
+
+def recipe(args: argparse.Namespace) -> str:
+    """The training recipe in words (it goes into the weights' provenance and every row that uses them)."""
+    schedule = (f"halved every {args.halve_every} epochs" if args.schedule == "halve" else "cosine to 0")
+    init = f"init N(0, {args.init_std}^2)" if args.init == "gaussian" else "He init"
+    extra = (f", weight decay {args.weight_decay}" if args.weight_decay else "") + (
+        f", random shift 0-{args.shift}" if args.shift else "")
+    return (f"{args.epochs} epochs, batch {args.batch}, {args.optimizer} lr {args.lr} {schedule}, {init}{extra}, "
+            f"{args.backend} {args.dtype}")
+
+
+def lr_at(args: argparse.Namespace, epoch: int) -> float:
+    if args.schedule == "cosine":
+        return args.lr * 0.5 * (1.0 + math.cos(math.pi * epoch / args.epochs))
+    return args.lr * 0.5 ** min(epoch // args.halve_every, 10)
 
 
 @torch.no_grad()
@@ -518,12 +557,17 @@ def train_main(argv) -> int:
         x_eval, y_eval = x_eval[:args.eval_limit], y_eval[:args.eval_limit]
     x_train, y_train, x_eval, y_eval = (t.to(device) for t in (x_train, y_train, x_eval, y_eval))
     config = {k: getattr(args, k) for k in ("batch", "lr", "momentum", "halve_every", "optimizer", "init_std",
+                                            "init", "schedule", "weight_decay", "shift",
                                             "backend", "dtype", "seed", "train_limit", "eval_limit")}
     config.update(dims=dims, n_train=len(x_train), n_eval=len(x_eval))
     torch.manual_seed(args.seed)
-    model = CharCNN(**dims, init_std=args.init_std, backend=args.backend).to(device=device, dtype=dtype)
-    opt = (torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum) if args.optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=args.lr))
+    model = CharCNN(**dims, init_std=args.init_std, backend=args.backend)
+    if args.init == "he":
+        model.init_he()
+    model.to(device=device, dtype=dtype)
+    opt = (torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+           if args.optimizer == "sgd" else torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                                              weight_decay=args.weight_decay))
     ckpt = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     start, log = 0, []
     if ckpt.is_file() and not args.restart:
@@ -541,17 +585,19 @@ def train_main(argv) -> int:
     n = x_train.shape[0]
     t_start = time.perf_counter()
     for epoch in range(start, args.epochs):
-        lr = args.lr * 0.5 ** min(epoch // args.halve_every, 10)
+        lr = lr_at(args, epoch)
         for group in opt.param_groups:
             group["lr"] = lr
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).to(device)
+        epoch_rng = torch.Generator().manual_seed(args.seed * 1000 + epoch)
+        perm = torch.randperm(n, generator=epoch_rng).to(device)
         model.train()
         loss_sum = torch.zeros((), device=device)
         bar = tqdm(range(0, n, args.batch), desc=f"epoch {epoch + 1}/{args.epochs}", disable=args.no_progress,
                    leave=False, file=sys.stderr)
         for step, s in enumerate(bar):
             rows = perm[s:s + args.batch]
-            loss = functional.cross_entropy(model(x_train[rows]).float(), y_train[rows])
+            x = shifted(x_train[rows], args.shift, epoch_rng)
+            loss = functional.cross_entropy(model(x).float(), y_train[rows])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -567,9 +613,7 @@ def train_main(argv) -> int:
         save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1, "log": log,
                      "config": config, "rng": rng}, ckpt)
     final = log[-1]
-    how = (f"{how_trained(data, n, len(x_eval))}; {args.epochs} epochs, batch {args.batch}, {args.optimizer} "
-           f"lr {args.lr} halved every {args.halve_every} epochs, init N(0, {args.init_std}^2), {args.backend} "
-           f"{args.dtype}")
+    how = f"{how_trained(data, n, len(x_eval))}; {recipe(args)}"
     prov = {"how": how, "eval_accuracy": final["eval_accuracy"], "paper_accuracy": PAPER_ACCURACY, "log": log,
             "config": config, "source": data["source"], **results.provenance()}
     weights = Path(args.weights) if args.weights else DEFAULT_WEIGHTS

@@ -137,6 +137,19 @@ class CharCNN(nn.Module):
                     m.weight.fill_(1.0)
                     m.bias.zero_()
 
+    def init_he(self, generator: torch.Generator | None = None) -> None:
+        """He (Kaiming) normal initialisation, std sqrt(2 / fan_in), of every conv / linear weight; biases
+        zero (LayerNorm: 1, 0). Not the paper's; a training option (bench.char_cnn train --init he)."""
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, (nn.Conv1d, nn.Linear)):
+                    fan_in = m.weight[0].numel()
+                    m.weight.normal_(0.0, (2.0 / fan_in) ** 0.5, generator=generator)
+                    m.bias.zero_()
+                elif isinstance(m, nn.LayerNorm):
+                    m.weight.fill_(1.0)
+                    m.bias.zero_()
+
     @property
     def backend(self) -> str:
         return self._backend

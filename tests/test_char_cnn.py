@@ -152,6 +152,49 @@ def test_train_checkpoint_resume_and_bench(tmp_path):
     assert rc == 0
 
 
+def test_train_recipe_options(tmp_path):
+    """He init, cosine schedule, weight decay and the shift augmentation train and are named in the
+    weights' provenance."""
+    from bench import char_cnn
+
+    pytest.importorskip("tqdm")
+    try:
+        char_cnn.load_text(None)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"AG News not available: {e}")
+    w = tmp_path / "w.pt"
+    argv = ["train", "--epochs", "1", "--weights", str(w), "--checkpoint", str(tmp_path / "ck.pt"), "--no-progress",
+            "--no-write", "--train-limit", "4", "--eval-limit", "4", "--batch", "4", "--init", "he", "--schedule",
+            "cosine", "--weight-decay", "0.01", "--shift", "5"]
+    assert char_cnn.main(argv) == 0
+    how = torch.load(w, weights_only=False)["provenance"]["how"]
+    assert "He init" in how and "cosine" in how and "weight decay 0.01" in how and "shift 0-5" in how
+    with pytest.raises(SystemExit):
+        char_cnn.main([*argv, "--shift", "-1"])
+
+
+def test_shifted_moves_rows_right_and_pads():
+    from bench.char_cnn import shifted
+    from models.char_cnn import PAD
+
+    idx = torch.arange(1, 13, dtype=torch.uint8).reshape(2, 6)
+    assert torch.equal(shifted(idx, 0, torch.Generator()), idx)
+    out = shifted(idx, 3, torch.Generator().manual_seed(0))
+    for row, src in zip(out, idx):
+        k = int((row == PAD).sum())
+        assert 0 <= k <= 3 and torch.equal(row[k:], src[:6 - k]) and bool((row[:k] == PAD).all())
+
+
+def test_init_he_scales_by_fan_in():
+    torch.manual_seed(0)
+    m = CharCNN(length=123, channels=64, fc=256)
+    m.init_he()
+    for layer in (m.conv2, m.fc1):
+        fan_in = layer.weight[0].numel()
+        assert abs(layer.weight.std().item() / (2.0 / fan_in) ** 0.5 - 1) < 0.1
+        assert not layer.bias.any()
+
+
 # ------------------------------------------------------------------------------------ data parallel
 def _free_port() -> int:
     with socket.socket() as s:
