@@ -6,8 +6,10 @@ per-layer latency breakdown; and the training that makes the weights.
                              [--backends eager,compile,triton,triton+graph] [--ladder-batch 512]
                              [--no-ladder] [--no-layers] [--weights PATH] [--data DIR] [--synthetic]
                              [--repeat 5] [--out DIR] [--tag NAME] [--show]
-    python -m bench.char_cnn train [--epochs 30] [--batch 128] [--lr 0.0001] [--optimizer adam|sgd] [--init-std 0.02]
-                             [--backend eager|triton] [--weights PATH] [--checkpoint PATH] [--restart]
+    python -m bench.char_cnn train [--epochs 60] [--batch 128] [--lr 3e-5] [--optimizer adam|sgd]
+                             [--schedule cosine|halve] [--shift 100] [--weight-decay 0] [--init gaussian|he]
+                             [--init-std 0.02] [--backend eager|triton] [--weights PATH] [--checkpoint PATH]
+                             [--restart]
 
 Inference rows (suite char_cnn, case "inference", params with "batch"): latency_ms (one batch, median of
 interleaved rounds with the L2 flushed before each call: the harness's time_ms), inputs_per_s, the
@@ -449,9 +451,9 @@ def print_summary(rows: list[dict]) -> None:
 def train_args(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.char_cnn train",
                                 description="Train the small Char-CNN on AG News and save the benchmark's weights")
-    p.add_argument("--epochs", type=int, default=None, help="default 30 (CPU interpreter: 1)")
+    p.add_argument("--epochs", type=int, default=None, help="default 60 with adam, 30 with sgd (CPU interpreter: 1)")
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--lr", type=float, default=None, help="default 0.0001 (adam), 0.01 (sgd)")
+    p.add_argument("--lr", type=float, default=None, help="default 3e-5 (adam), 0.01 (sgd)")
     p.add_argument("--momentum", type=float, default=0.9, help="sgd only")
     p.add_argument("--halve-every", type=int, default=None,
                    help="epochs between halvings of the lr, at most 10 halvings (default 5 for adam, 3 for sgd)")
@@ -466,14 +468,14 @@ def train_args(argv) -> argparse.Namespace:
     p.add_argument("--init", choices=("gaussian", "he"), default="gaussian",
                    help="gaussian: N(0, --init-std^2) for every conv / linear weight and bias, as the paper; he: "
                         "N(0, 2 / fan_in) weights and zero biases")
-    p.add_argument("--schedule", choices=("halve", "cosine"), default="halve",
-                   help="halve: the lr halves every --halve-every epochs (the paper's form); cosine: from --lr to 0 "
-                        "over the epochs")
+    p.add_argument("--schedule", choices=("halve", "cosine"), default=None,
+                   help="halve: the lr halves every --halve-every epochs (the paper's form; default with sgd); "
+                        "cosine: from --lr to 0 over the epochs (default with adam)")
     p.add_argument("--weight-decay", type=float, default=0.0,
                    help="decoupled weight decay (AdamW) with adam, L2 with sgd (default 0)")
-    p.add_argument("--shift", type=int, default=0,
+    p.add_argument("--shift", type=int, default=None,
                    help="augmentation: move each training text a random 0..N characters later in its window "
-                        "(the padding moves to the front; default 0, none)")
+                        "(the padding moves to the front; default 100 with adam, 0 with sgd)")
     p.add_argument("--backend", choices=("eager", "triton"), default="eager")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--weights", default=None, help=f"where to save (default {DEFAULT_WEIGHTS.relative_to(REPO)})")
@@ -489,10 +491,15 @@ def train_args(argv) -> argparse.Namespace:
                                                        "16 training rows)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    sgd = a.optimizer == "sgd"
     if a.epochs is None:
-        a.epochs = 1 if INTERPRET else 30
+        a.epochs = 1 if INTERPRET else 30 if sgd else 60
     if a.lr is None:
-        a.lr = 0.01 if a.optimizer == "sgd" else 1e-4
+        a.lr = 0.01 if sgd else 3e-5
+    if a.schedule is None:
+        a.schedule = "halve" if sgd else "cosine"
+    if a.shift is None:
+        a.shift = 0 if sgd else 100
     if a.halve_every is None:
         a.halve_every = 3 if a.optimizer == "sgd" else 5
     if a.epochs < 1 or a.batch < 1 or not a.lr > 0 or not a.init_std > 0:
