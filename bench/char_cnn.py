@@ -470,7 +470,8 @@ def train_args(argv) -> argparse.Namespace:
                         "N(0, 2 / fan_in) weights and zero biases")
     p.add_argument("--schedule", choices=("halve", "cosine"), default=None,
                    help="halve: the lr halves every --halve-every epochs (the paper's form; default with sgd); "
-                        "cosine: from --lr to 0 over the epochs (default with adam)")
+                        "cosine: from --lr to 0 over --epochs (default with adam; a resumed run follows the --epochs it is "
+                        "given)")
     p.add_argument("--weight-decay", type=float, default=0.0,
                    help="decoupled weight decay (AdamW) with adam, L2 with sgd (default 0)")
     p.add_argument("--shift", type=int, default=None,
@@ -501,7 +502,7 @@ def train_args(argv) -> argparse.Namespace:
     if a.shift is None:
         a.shift = 0 if sgd else 100
     if a.halve_every is None:
-        a.halve_every = 3 if a.optimizer == "sgd" else 5
+        a.halve_every = 3 if sgd else 5
     if a.epochs < 1 or a.batch < 1 or not a.lr > 0 or not a.init_std > 0:
         p.error("--epochs, --batch, --lr and --init-std must be positive")
     if a.weight_decay < 0 or a.shift < 0:
