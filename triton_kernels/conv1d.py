@@ -36,8 +36,8 @@ import triton.language as tl
 from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
-from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_tensor, is_fake, launch, num_sms, register_op,
-                      register_tuner)
+from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, is_fake,
+                      launch, num_sms, register_op, register_tuner)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -442,11 +442,8 @@ def validate_weight(weight, bias, activation, pool, *, dtype=None, device=None, 
     if weight.shape[2] < 1:
         raise ValueError(f"weight has kernel size {weight.shape[2]}; it must be >= 1")
     if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=weight.device)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"bias has {bias.shape[0]} elements, expected C_out={weight.shape[0]}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        check_bias(bias, weight.shape[0], f"C_out={weight.shape[0]}", DTYPES, weight.device)
+    check_choice("activation", activation, ACTIVATIONS)
     if not isinstance(pool, int) or isinstance(pool, bool) or pool < 1:
         raise ValueError(f"pool must be a positive int, got {pool!r}")
 
@@ -459,8 +456,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores)."""
     check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     validate_weight(weight, bias, activation, pool, dtype=x.dtype, device=x.device, in_channels=x.shape[2])
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice("precision", precision, PRECISIONS)
     L_out = x.shape[1] - weight.shape[2] + 1
     if L_out < pool:
         raise ValueError(f"x has length {x.shape[1]}: with kernel size {weight.shape[2]} and pool {pool} the "

@@ -42,8 +42,8 @@ from autotune import spaces
 
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
-from .runtime import (cdiv, Autotuner, Config, bucket, check_tensor, config_from, config_str, is_fake,
-                      register_op, register_tuner)
+from .runtime import (cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, config_from,
+                      config_str, is_fake, register_op, register_tuner)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -379,18 +379,14 @@ def validate(x, weight, bias, stride, padding, residual, activation, precision):
         raise ValueError(f"x has spatial size {H} x {W}: with kernel {KH} x {KW}, stride {(sh, sw)} and padding "
                          f"{(ph, pw)} the output would be empty")
     if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=x.device)
-        if bias.shape[0] != C_out:
-            raise ValueError(f"bias has {bias.shape[0]} elements, expected C_out={C_out}")
+        check_bias(bias, C_out, f"C_out={C_out}", DTYPES, x.device)
     if residual is not None:
         check_tensor("residual", residual, ndim=4, dtypes=DTYPES, device=x.device)
         if tuple(residual.shape) != (B, C_out, H_out, W_out):
             raise ValueError(f"residual has shape {tuple(residual.shape)}, expected the output's "
                              f"{(B, C_out, H_out, W_out)}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("precision", precision, PRECISIONS)
     return (sh, sw), (ph, pw)
 
 

@@ -46,7 +46,7 @@ import triton.language as tl
 from . import grid_sync
 from .launcher import bind
 from .runtime import cdiv, is_fake as _is_fake, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, register_op
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_choice, check_tensor, next_power_of_2, register_op
 from .runtime import register_tuner
 
 KINDS = ("glonet", "mlp", "resnet")
@@ -326,8 +326,7 @@ def validate(layout: Layout, x, params, target=None, running=None, precision="ie
             raise ValueError(f"target has {target.shape[0]} rows but x has {x.shape[0]}")
         if not target.is_contiguous():
             raise ValueError("target must be contiguous")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice("precision", precision, PRECISIONS)
     if (layout.n_hidden + 2) * x.shape[0] * layout.width >= 2**31:
         raise ValueError(f"x has {x.shape[0]} rows: the saved activations of this network would exceed 2**31 "
                          "elements (32-bit offsets); use smaller batches")

@@ -51,6 +51,8 @@ from .runtime import (
     bucket,
     config_from,
     config_str,
+    check_bias,
+    check_choice,
     check_tensor,
     is_fake,
     register_tuner,
@@ -124,17 +126,13 @@ def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_c
                          f"{name_a}.shape[1] must equal {name_b}.shape[0]")
     M, N = a.shape[0], b.shape[1]
     if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=DTYPES, device=a.device)
-        if bias.shape[0] != N:
-            raise ValueError(f"bias has {bias.shape[0]} elements, expected N={N}")
+        check_bias(bias, N, f"N={N}", DTYPES, a.device)
     if residual is not None:
         check_tensor("residual", residual, ndim=2, dtypes=DTYPES, device=a.device)
         if residual.shape != (M, N):
             raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {(M, N)}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("precision", precision, PRECISIONS)
     if config is not None and not isinstance(config, Config):
         raise ValueError(f"config must be a runtime.Config or None, got {type(config).__name__}")
 

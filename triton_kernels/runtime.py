@@ -173,6 +173,18 @@ def check_tensor(
         raise ValueError(f"{name} must be a CUDA tensor (got {t.device}); CPU tensors run only in the interpreter")
 
 
+def check_choice(name: str, value: Any, choices: Sequence) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_bias(bias: Any, n: int, expected: str, dtypes: Iterable[torch.dtype], device: torch.device) -> None:
+    """A 1-D bias of ``n`` elements (``expected`` names n in the error, e.g. "C_out=256")."""
+    check_tensor("bias", bias, ndim=1, dtypes=dtypes, device=device)
+    if bias.shape[0] != n:
+        raise ValueError(f"bias has {bias.shape[0]} elements, expected {expected}")
+
+
 def check_same(name_a: str, a: Any, name_b: str, b: Any, what: str = "dtype") -> None:
     if getattr(a, what) != getattr(b, what):
         raise ValueError(f"{name_b} has {what} {getattr(b, what)} but {name_a} has {getattr(a, what)}")
@@ -504,7 +516,6 @@ class Autotuner:
     def _tune(self, k: str, run: Callable[[Config], Any], configs: list[Config]) -> Config:
         t0 = time.perf_counter()
         trials = []
-        best, best_ms = None, float("inf")
         for cfg in configs:
             try:
                 ms = _median(cuda_time_ms(lambda: run(cfg), warmup=self.warmup, rep=self.rep))
@@ -512,9 +523,7 @@ class Autotuner:
                 trials.append({"config": cfg.to_json(), "ms": None, "error": type(e).__name__})
                 continue
             trials.append({"config": cfg.to_json(), "ms": ms})
-            if ms < best_ms:
-                best, best_ms = cfg, ms
-        if best is None:
+        if all(t["ms"] is None for t in trials):
             raise RuntimeError(f"{self.name}: no config ran for key {k}; trials: {trials}")
         best, best_ms = self._final_round(run, configs, trials)
         elapsed = time.perf_counter() - t0

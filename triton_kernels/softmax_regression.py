@@ -78,7 +78,7 @@ import triton.language as tl
 
 from .grid_sync import MAX_SPIN
 from .runtime import cdiv, is_fake as _is_fake, is_tracing, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_tensor, num_sms, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_choice, check_tensor, num_sms, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
@@ -364,8 +364,7 @@ def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None
                          f"got {batch_size!r}")
     if not isinstance(lr, (int, float)) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice("precision", precision, PRECISIONS)
 
 
 def check_labels(y: torch.Tensor, num_classes: int) -> None:

@@ -134,17 +134,15 @@ def gather_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, fuse
 def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list[Case]:
     """shapes: B x L x C_in x C_out x k (forward, pool 1). tiny: interpreter sizes (default: in the CPU
     interpreter)."""
-    from triton_kernels.runtime import INTERPRET
+    from . import is_tiny, keep_dtypes, of_rank, shape_dtypes
 
     f32, bf16 = torch.float32, torch.bfloat16
-    keep = (lambda c: dtypes is None or c.dtype in dtypes)
     if shapes:
-        dts = list(dtypes) if dtypes else [f32 if INTERPRET else bf16]
-        return [conv1d_case(*s, dt) for s in shapes if len(s) == 5 for dt in dts]
-    if INTERPRET if tiny is None else tiny:
-        return [c for c in (conv1d_case(2, 20, 8, 16, 7, f32, pool=3), conv1d_case(2, 12, 8, 8, 3, f32, mode="fwdbwd"),
-                            gather_case(2, 40, 10, 16, 7, f32), gather_case(2, 40, 10, 16, 7, f32, fused_ln=True))
-                if keep(c)]
+        return [conv1d_case(*s, dt) for s in of_rank(shapes, 5) for dt in shape_dtypes(dtypes)]
+    if is_tiny(tiny):
+        return keep_dtypes((conv1d_case(2, 20, 8, 16, 7, f32, pool=3), conv1d_case(2, 12, 8, 8, 3, f32, mode="fwdbwd"),
+                            gather_case(2, 40, 10, 16, 7, f32), gather_case(2, 40, 10, 16, 7, f32, fused_ln=True)),
+                           dtypes)
     out = [conv1d_case(512, 336, 256, 256, 7, bf16, pool=3),      # Char-CNN conv2 (+ReLU+pool) at batch 512
            conv1d_case(512, 110, 256, 256, 3, bf16),              # conv3
            gather_case(512, 1014, 70, 256, 7, bf16, fused_ln=True)]  # block 1 fused
@@ -155,4 +153,4 @@ def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list
                 conv1d_case(128, 336, 256, 256, 7, bf16, mode="fwdbwd"),
                 conv1d_case(128, 110, 256, 256, 3, bf16, mode="fwdbwd"),
                 conv1d_case(512, 336, 256, 256, 7, f32, pool=3)]
-    return [c for c in out if keep(c)]
+    return keep_dtypes(out, dtypes)

@@ -91,19 +91,17 @@ def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dty
 def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list[Case]:
     """shapes: B x C_in x H x W x C_out x k x stride (forward, no epilogue). tiny: interpreter sizes
     (default: in the CPU interpreter). quick: the stem, one shape per stage and one 1x1 shortcut."""
-    from triton_kernels.runtime import INTERPRET
+    from . import is_tiny, keep_dtypes, of_rank, shape_dtypes
 
     f32, bf16 = torch.float32, torch.bfloat16
-    keep = (lambda c: dtypes is None or c.dtype in dtypes)
     if shapes:
-        dts = list(dtypes) if dtypes else [f32 if INTERPRET else bf16]
-        return [conv2d_case(*s, dt) for s in shapes if len(s) == 7 for dt in dts]
-    if INTERPRET if tiny is None else tiny:
-        return [c for c in (conv2d_case(2, 3, 6, 6, 8, 3, 1, f32), conv2d_case(2, 8, 6, 6, 16, 1, 2, f32),
-                            conv2d_case(2, 8, 5, 5, 12, 3, 2, f32, fused=True)) if keep(c)]
+        return [conv2d_case(*s, dt) for s in of_rank(shapes, 7) for dt in shape_dtypes(dtypes)]
+    if is_tiny(tiny):
+        return keep_dtypes((conv2d_case(2, 3, 6, 6, 8, 3, 1, f32), conv2d_case(2, 8, 6, 6, 16, 1, 2, f32),
+                            conv2d_case(2, 8, 5, 5, 12, 3, 2, f32, fused=True)), dtypes)
     chosen = RESNET18_SHAPES if not quick else [RESNET18_SHAPES[i] for i in (0, 1, 3, 4, 7, 10)]
     out = [conv2d_case(512, *s, bf16) for s in chosen]
     if not quick:  # the block's second conv with its epilogue (bias, shortcut, ReLU) fused, per stage
         out += [conv2d_case(512, C, H, W, N, k, s, bf16, fused=True)
                 for C, H, W, N, k, s in RESNET18_SHAPES if k == 3 and s == 1 and C == N]
-    return [c for c in out if keep(c)]
+    return keep_dtypes(out, dtypes)
