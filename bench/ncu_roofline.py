@@ -15,8 +15,9 @@ sm__inst_executed_pipe_tensor.sum --csv --page raw python -m bench.resnet --prof
 
 Per launch:
     FLOPs = fadd + fmul + 2 ffma  (+ the same for the h* (fp16 / bf16 pairs count as executed) and d* counters)
-            + tensor FLOPs: the sm__ops_path_tensor_* counters x 2 (taken as multiply-add ops) when present,
-              else tensor-pipe instructions (sm__inst_executed_pipe_tensor*) x --tensor-flops-per-inst
+            + tensor FLOPs: the per-source sm__ops_path_tensor_src_* counters when present (one count is one
+              FLOP: a 4096^3 GEMM counts 2 * 4096^3 on an H100), else tensor-pipe instructions
+              (sm__inst_executed_pipe_tensor*) x --tensor-flops-per-inst
     bytes = dram__bytes_read + dram__bytes_write (or dram__bytes),  time = gpu__time_duration
 A tensor instruction's FLOPs depend on its shape (HMMA m16n8k16: 4096; Hopper's warpgroup GMMA more), and
 what an "op" counts is the profiler's, so the factor of whichever counter is present can be measured:
@@ -116,19 +117,27 @@ def _sum(launch: dict, pattern: str) -> float:
     return sum(v for k, v in launch.items() if re.fullmatch(pattern, k) and v == v)
 
 
+# ncu reports each tensor op under several names: per source type (sm__ops_path_tensor_src_bf16_dst_fp32), per
+# instruction family (..._op_hgmma_src_bf16_dst_fp32, ..._op_hmma_...) and again split by sparsity. Summing all of
+# them counts one op three or four times, so only one partition is summed: the per-source counters, else the
+# per-instruction ones, never the sparsity splits.
+TENSOR_OPS = (r"sm__ops_path_tensor_src_[a-z0-9]+(_dst_[a-z0-9]+)?\.sum",
+              r"sm__ops_path_tensor_op_[a-z]+_src_[a-z0-9]+(_dst_[a-z0-9]+)?\.sum")
+
+
 def tensor_counts(launch: dict) -> tuple[str, float]:
-    """("ops", multiply-add ops) from sm__ops_path_tensor_* counters, else ("inst", tensor-pipe instructions)."""
-    ops = _sum(launch, r"sm__ops_path_tensor_.*\.sum")
-    if any(k.startswith("sm__ops_path_tensor_") for k in launch):
-        return "ops", ops
+    """("ops", tensor math ops) from sm__ops_path_tensor_* counters, else ("inst", tensor-pipe instructions)."""
+    for pattern in TENSOR_OPS:
+        if any(re.fullmatch(pattern, k) for k in launch):
+            return "ops", _sum(launch, pattern)
     if "sm__inst_executed_pipe_tensor.sum" in launch:
         return "inst", launch["sm__inst_executed_pipe_tensor.sum"]
     return "inst", _sum(launch, r"sm__inst_executed_pipe_tensor_op_.*\.sum")
 
 
 def factors(tensor_flops_per_inst: float = 4096.0) -> dict[str, float]:
-    """FLOPs per tensor counter unit: per multiply-add op (2) and per tensor-pipe instruction."""
-    return {"ops": 2.0, "inst": tensor_flops_per_inst}
+    """FLOPs per tensor counter unit: per op (1) and per tensor-pipe instruction."""
+    return {"ops": 1.0, "inst": tensor_flops_per_inst}
 
 
 def flops(launch: dict, per_unit: dict[str, float]) -> tuple[float, float]:

@@ -48,11 +48,18 @@ def test_details_page_and_ops_counters():
     text = "\n".join([head, base + ',"gpu__time_duration.sum","nsecond","5,000"',
                       base + ',"dram__bytes.sum","Gbyte","0.001"',
                       base + ',"sm__ops_path_tensor_src_bf16_dst_fp32.sum","","1000000"',
+                      base + ',"sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum","","900000"',
+                      base + ',"sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum","","900000"',
+                      base + ',"sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum","","100000"',
                       base + ',"sm__inst_executed_pipe_tensor.sum","inst","10"'])
     launches = ncu_roofline.parse(text)
     assert len(launches) == 1 and launches[0]["gpu__time_duration.sum"] == pytest.approx(5e-6)
     (p,) = ncu_roofline.kernel_points(launches, ncu_roofline.factors(4096.0))
-    assert p["tensor_flops"] == pytest.approx(2e6) and p["bytes"] == pytest.approx(1e6)  # ops x 2, not inst x 4096
+    # the per-source counter alone (the per-instruction and sparsity splits count the same ops again), one FLOP
+    # per op, not inst x 4096
+    assert p["tensor_flops"] == pytest.approx(1e6) and p["bytes"] == pytest.approx(1e6)
+    per_op = {k: v for k, v in launches[0].items() if "_src_bf16_dst_fp32.sum" not in k or "_op_" in k}
+    assert ncu_roofline.tensor_counts(per_op) == ("ops", pytest.approx(1e6))  # hgmma + hmma, no sparsity split
     assert ncu_roofline.calibrate(launches, "conv:3000000") == ("ops", pytest.approx(3.0))  # per op, from a known count
 
 
