@@ -23,6 +23,9 @@
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
 #                replayed from CUDA graphs (~500 s)
+#   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
+#              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
+#              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
 #   multi-gpu  on a box of several GPUs (GPUS="1 2 4"): ResNet-18 DDP scaling (eager, synthetic data) and its
 #              report, then Char-CNN data-parallel inference (Triton, batch 512 per rank; needs .data/ag_news) (~6 min)
 #   conv2d     the conv2d GPU tests (two shards in parallel), then bench.ops --op conv2d: the 11 ResNet-18 CIFAR
@@ -119,6 +122,18 @@ for stage in "$@"; do
       timeout 500 python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 \
         --backend eager,eager+graph,compile,compile+graph,triton,triton+graph --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
         --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;
+    resnet-roofline)
+      dir=$(res_dir)
+      tensor=$(ncu --query-metrics --chip gh100 2>/dev/null | grep -oE '^sm__ops_path_tensor_src_[a-z0-9_]+' \
+               | grep -v sparsity | sed 's/$/.sum/' | paste -sd, -)
+      metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__inst_executed_pipe_tensor.sum
+      for op in fadd fmul ffma hadd hmul hfma; do metrics+=",smsp__sass_thread_inst_executed_op_${op}_pred_on.sum"; done
+      timeout 300 ncu --profile-from-start off --metrics "$metrics${tensor:+,$tensor}" --csv --page raw \
+        python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 --backend eager \
+        --profile-one-step --warmup-iters 20 --no-progress > /tmp/ncu_step_resnet18_eager.csv
+      gzip -c /tmp/ncu_step_resnet18_eager.csv > "$dir/ncu_step_resnet18_eager.csv.gz"
+      python3 -m bench.ncu_roofline /tmp/ncu_step_resnet18_eager.csv --calibrate @last:137438953472 \
+        --label resnet18-step-eager --png "$dir/ncu_roofline_resnet18_step.png" --out "$dir" | head -30 ;;
     tests)
       # one process per group shard, in parallel (compiling the kernels' many specialisations is what takes
       # the time; each of the two calls in the header runs 14 on the 16 cores); TEST_GROUPS="1 3" runs a subset;
