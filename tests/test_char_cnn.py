@@ -142,8 +142,13 @@ def test_train_checkpoint_resume_and_bench(tmp_path):
     second = torch.load(ck, weights_only=False)
     assert second["epoch"] == 2 and second["log"][0] == first["log"][0]
     blob = torch.load(w, weights_only=False)
-    assert "trained on" in blob["provenance"]["how"]
+    assert "trained on" in blob["provenance"]["how"] and "stored in bfloat16" in blob["provenance"]["how"]
     assert set(blob["state_dict"]) == set(CharCNN(**char_cnn.TINY_DIMS).state_dict())
+    # saved in bf16 by default (the checkpoint keeps the fp32 numbers it resumes from), rounded once, to nearest
+    assert all(v.dtype == torch.bfloat16 for v in blob["state_dict"].values())
+    trained = second["model"]
+    assert all(trained[k].dtype == torch.float32 and torch.equal(trained[k].bfloat16(), v)
+               for k, v in blob["state_dict"].items())
     assert not list(tmp_path.glob(".*.tmp"))
     with pytest.raises(SystemExit, match="another configuration"):
         char_cnn.main(["train", "--epochs", "3", *common, "--lr", "0.5"])
@@ -165,10 +170,12 @@ def test_train_recipe_options(tmp_path):
     w = tmp_path / "w.pt"
     argv = ["train", "--epochs", "1", "--weights", str(w), "--checkpoint", str(tmp_path / "ck.pt"), "--no-progress",
             "--no-write", "--train-limit", "4", "--eval-limit", "4", "--batch", "4", "--init", "he", "--schedule",
-            "cosine", "--weight-decay", "0.01", "--shift", "5"]
+            "cosine", "--weight-decay", "0.01", "--shift", "5", "--save-dtype", "float32"]
     assert char_cnn.main(argv) == 0
-    how = torch.load(w, weights_only=False)["provenance"]["how"]
+    blob = torch.load(w, weights_only=False)
+    how = blob["provenance"]["how"]
     assert "He init" in how and "cosine" in how and "weight decay 0.01" in how and "shift 0-5" in how
+    assert "stored in" not in how and all(v.dtype == torch.float32 for v in blob["state_dict"].values())
     with pytest.raises(SystemExit):
         char_cnn.main([*argv, "--shift", "-1"])
 
