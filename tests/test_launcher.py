@@ -161,3 +161,50 @@ def test_the_c_entry_point_is_called_where_the_wrapper_adds_nothing(monkeypatch)
     expected = (3, 1, 1, 1234, "function", False, True, None, None, "metadata", None, None, None,
                 x.data_ptr(), y.data_ptr(), 40, 0.5, 16, 3)
     assert calls == [expected, expected]
+
+
+def test_a_fixed_launch_with_scratch_memory_reuses_one_buffer_per_stream(monkeypatch):
+    """Triton 3.6, a kernel with global scratch memory (device-side TMA descriptors): fix()'s function calls
+    the C entry point with a buffer from the allocator Triton would call, sized for its grid, allocated once
+    per (device, stream, size) and passed again on the next call; while a CUDA graph is being captured each
+    launch gets its own. The general launch() keeps the wrapper, which allocates per launch."""
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    run = _Wrapper(global_scratch_size=128)
+    run.launch_pdl, run.num_ctas, run.global_scratch_align = 0, 1, 64
+    entry = launcher._scratch_entry(run)
+    assert entry == (run.launch, (False, False), 128, 64)
+    for attr, value in (("launch_pdl", 1), ("profile_scratch_size", 8), ("global_scratch_size", 0)):
+        other = _Wrapper(global_scratch_size=128)
+        other.launch_pdl, other.num_ctas, other.global_scratch_align = 0, 1, 64
+        setattr(other, attr, value)
+        assert launcher._scratch_entry(other) is None, attr
+    allocations = []
+
+    def allocate(size, align, stream):
+        allocations.append((size, align, stream))
+        return torch.empty(size, dtype=torch.int8)
+
+    triton.set_allocator(allocate)
+    monkeypatch.setattr(launcher, "_SCRATCH", {})
+    try:
+        bound, misses = _bound()
+        x, y = torch.randn(40), torch.empty(40)
+        fixed = bound.fix((3, 2), x, y, 40, 0.5)
+        fixed(x, y)
+        calls, wrapped = [], []
+        bound._compiled[misses[0][1]] = (lambda *a: wrapped.append(a), "function", "metadata", ())
+        bound._scratch_entries[misses[0][1]] = (lambda *a: calls.append(a), (False, False), 128, 64)
+        fixed(x, y)
+        fixed(x, y)
+        assert allocations == [(6 * 128, 64, 1234)] and not wrapped
+        assert calls[0][:5] == (3, 2, 1, 1234, "function") and calls[0][5:7] == (False, False)
+        assert calls[0][7] is calls[1][7] and calls[0][7].numel() == 6 * 128
+        assert calls[0][8:13] == (None, "metadata", None, None, None)
+        assert calls[0][13:] == (x.data_ptr(), y.data_ptr(), 40, 0.5, 16, 3)
+        monkeypatch.setattr(launcher, "_capturing", lambda: True)
+        fixed(x, y)
+        assert len(allocations) == 2 and calls[2][7] is not calls[0][7]
+        bound.launch((3, 2), x, y, 40, 0.5)
+        assert len(wrapped) == 1 and len(calls) == 3
+    finally:
+        triton.set_allocator(triton.runtime._allocation.NullAllocator())

@@ -13,7 +13,8 @@ is the same on every call, so :class:`BoundKernel` does it once:
   address mod 16, per int whether it is 1, its value mod 16 and whether it fits in 32 bits: what Triton
   specialises a compiled kernel on -- and on a hit calls the compiled kernel's own launcher with the
   metadata prepared at the first call (on Triton 3.6, for a kernel without scratch memory, the launcher's C
-  entry point itself: ``_entry``). A miss (a new specialisation) takes Triton's normal path once,
+  entry point itself: ``_entry``; ``fix()``'s functions call it for kernels with scratch memory too, with a
+  buffer kept per stream: ``_scratch``). A miss (a new specialisation) takes Triton's normal path once,
   which compiles if needed and launches, and records the compiled kernel for the next hit.
 
 Under the interpreter, while torch.compile traces (fake tensors have no address, so the guard fails), or
@@ -56,6 +57,44 @@ def _entry(run) -> tuple:
     return run.launch, (bool(run.launch_cooperative_grid), bool(run.launch_pdl), None, None)
 
 
+def _scratch_entry(run) -> tuple | None:
+    """(C entry point, (cooperative, pdl), scratch bytes per program, alignment) of a Triton 3.6 launcher
+    whose wrapper adds only global scratch memory (device-side TMA descriptors), else None. A kernel launched
+    with programmatic dependent launch (pdl) may start before the one ahead of it ends, so it gets none."""
+    try:
+        wrapper = list(inspect.signature(type(run).__call__).parameters)
+    except (TypeError, ValueError):
+        return None
+    size = getattr(run, "global_scratch_size", 0)
+    if (triton.__version__.split(".")[:2] != ["3", "6"] or wrapper != _WRAPPER_PARAMS or not size
+            or getattr(run, "profile_scratch_size", 1) or getattr(run, "launch_pdl", True)
+            or not isinstance(getattr(run, "num_ctas", None), int) or not hasattr(run, "launch")):
+        return None
+    return run.launch, (bool(run.launch_cooperative_grid), False), size * run.num_ctas, run.global_scratch_align
+
+
+# whether the current CUDA stream is capturing a graph (a CPU build of torch has only a stub that raises)
+_capturing = torch._C._cuda_isCurrentStreamCapturing if torch.version.cuda else (lambda: False)
+_SCRATCH: dict[tuple, Any] = {}  # (device, stream, bytes) -> a scratch buffer, reused on that stream
+MAX_SCRATCH_BUFFERS = 64
+
+
+def _scratch(nbytes: int, align: int, device: int, stream: int) -> Any:
+    """Global scratch memory for one launch on ``stream``, from the allocator Triton would call (what
+    ``triton.set_allocator`` set in this context). Launches on one stream run one after another, so one
+    buffer per (device, stream, size) serves them all, where the wrapper allocates at every launch. A launch
+    being captured into a CUDA graph gets a buffer of its own, which the graph keeps."""
+    if _capturing():
+        return triton.runtime._allocation._allocator.get()(nbytes, align, stream)
+    key = (device, stream, nbytes)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        if len(_SCRATCH) >= MAX_SCRATCH_BUFFERS:
+            _SCRATCH.clear()
+        buf = _SCRATCH[key] = triton.runtime._allocation._allocator.get()(nbytes, align, stream)
+    return buf
+
+
 def _device_getter(driver) -> Callable[[], int]:
     """The current device index: torch's C getter where the driver asks torch (its Python wrapper first
     initialises CUDA, done long before a launch gets here)."""
@@ -83,6 +122,8 @@ class BoundKernel:
             self.runtime_names = [p.name for p in signature if "constexpr" not in str(p.annotation)]
         # guard -> (launcher entry, function handle, packed metadata, the entry's arguments before the metadata)
         self._compiled: dict[tuple, tuple] = {}
+        # guard -> _scratch_entry's tuple, for kernels with scratch memory (fix()'s functions use it)
+        self._scratch_entries: dict[tuple, tuple] = {}
         self._fixed_code: dict[tuple, Any] = {}  # argument kinds -> fix()'s compiled functions
         self.launch = self._first_launch if (not INTERPRET or driver is not None) else self._slow
 
@@ -102,6 +143,9 @@ class BoundKernel:
         if compiled is not None and not isinstance(compiled, (list, tuple)):
             entry, before_metadata = _entry(compiled.run)
             self._compiled[key] = (entry, compiled.function, compiled.packed_metadata, before_metadata)
+            scratch = _scratch_entry(compiled.run)
+            if scratch is not None:
+                self._scratch_entries[key] = scratch
         return compiled
 
     # -- the generated fast path ----------------------------------------------------------------------
@@ -203,7 +247,9 @@ def launch(_lp_grid, {arglist}):
             code = self._fixed_code[kinds] = self._fixed_source(tensors, values)
         scope = self._scope()
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        scope.update(_lp_dev=scope["_lp_device"](), _lp_hit=None, _lp_fixed=fixed, _lp_grid=grid,
+        scope.update(_lp_dev=scope["_lp_device"](), _lp_hit=None, _lp_direct=None, _lp_fixed=fixed, _lp_grid=grid,
+                     _lp_scratch_entries=self._scratch_entries, _lp_scratch=_scratch,
+                     _lp_programs=grid[0] * grid[1] * grid[2],
                      **{f"_lp_g{i}": g for i, g in enumerate(grid)}, **{f"_lp_v_{n}": v for n, v in fixed.items()},
                      **{f"_lp_t{i}": values[n].dtype for i, n in enumerate(tensors)})
         exec(code, scope)  # noqa: S102  (defines _lp_guard and launch)
@@ -229,7 +275,7 @@ def _lp_guard({', '.join(names + pointers)}):
 
 
 def launch({', '.join(tensors)}):
-    global _lp_hit
+    global _lp_hit, _lp_direct
     {'; '.join(f'{p} = {n}.data_ptr()' for p, n in zip(pointers, tensors))}
     _lp_hook = _lp_knobs.launch_enter_hook
     if {usual} or (_lp_hook is not None and getattr(_lp_hook, "calls", True)) or _lp_device() != _lp_dev:
@@ -238,8 +284,15 @@ def launch({', '.join(tensors)}):
         _lp_hit = _lp_compiled.get(_lp_key)
         if _lp_hit is None:
             return {slow}
-    _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_stream(_lp_dev), _lp_hit[1], *_lp_hit[3], _lp_hit[2], None, None,
-               None, {', '.join(call)})
+        _lp_direct = _lp_scratch_entries.get(_lp_key)
+    if _lp_direct is None:
+        _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_stream(_lp_dev), _lp_hit[1], *_lp_hit[3], _lp_hit[2], None, None,
+                   None, {', '.join(call)})
+    else:  # the C entry point with this stream's scratch buffer (no profile scratch)
+        _lp_s = _lp_stream(_lp_dev)
+        _lp_direct[0](_lp_g0, _lp_g1, _lp_g2, _lp_s, _lp_hit[1], *_lp_direct[1],
+                      _lp_scratch(_lp_programs * _lp_direct[2], _lp_direct[3], _lp_dev, _lp_s), None, _lp_hit[2],
+                      None, None, None, {', '.join(call)})
 """
         return compile(src, f"<fixed launch {self.kernel.__name__}>", "exec")
 
