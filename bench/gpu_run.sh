@@ -126,8 +126,7 @@ for stage in "$@"; do
       dir=$(res_dir)
       tensor=$(ncu --query-metrics --chip gh100 2>/dev/null | grep -oE '^sm__ops_path_tensor_src_[a-z0-9_]+' \
                | grep -v sparsity | sed 's/$/.sum/' | paste -sd, -)
-      metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__inst_executed_pipe_tensor.sum
-      for op in fadd fmul ffma hadd hmul hfma; do metrics+=",smsp__sass_thread_inst_executed_op_${op}_pred_on.sum"; done
+      metrics=$(python3 -m bench.ncu_roofline --list-metrics)
       timeout 300 ncu --profile-from-start off --metrics "$metrics${tensor:+,$tensor}" --csv --page raw \
         python3 -m bench.resnet --model resnet18 --synthetic --batch-size 512 --amp bf16 --backend eager \
         --profile-one-step --warmup-iters 20 --no-progress > /tmp/ncu_step_resnet18_eager.csv

@@ -2,10 +2,13 @@
 
     python -m bench.ncu_roofline REPORT.csv [--ceilings results/<device>/ceilings.json] [--png out.png]
                                  [--out DIR] [--top 25] [--tensor-flops-per-inst F | --calibrate NAME:FLOPS]
+    python -m bench.ncu_roofline --list-metrics     # the counters it reads, comma-separated, for ncu --metrics
 
 The CSV is what ``ncu --csv --page raw`` (one row per kernel launch, a units row under the header) or
-plain ``ncu --csv`` (the details page: one row per launch and metric) writes. Collect, e.g. for the
-NVTX-marked step of ``python -m bench.resnet --profile-one-step``:
+plain ``ncu --csv`` (the details page: one row per launch and metric) writes. Collect (``--list-metrics``
+prints the counters below; add the device's ``sm__ops_path_tensor_src_*`` counters from ``ncu --query-metrics``,
+as ``bash bench/gpu_run.sh resnet-roofline`` does), e.g. for the NVTX-marked step of
+``python -m bench.resnet --profile-one-step``:
 
     ncu --profile-from-start off --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\\
 smsp__sass_thread_inst_executed_op_fadd_pred_on.sum,smsp__sass_thread_inst_executed_op_fmul_pred_on.sum,\\
@@ -41,6 +44,15 @@ from pathlib import Path
 from triton_kernels.runtime import atomic_write_text
 
 SCALAR_FLOPS = {"fadd": 1, "fmul": 1, "ffma": 2, "hadd": 1, "hmul": 1, "hfma": 2, "dadd": 1, "dmul": 1, "dfma": 2}
+BASE_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+                "sm__inst_executed_pipe_tensor.sum")
+
+
+def metric_names() -> list[str]:
+    """The counters this parser reads (time, DRAM bytes, tensor-pipe instructions, every scalar FLOP op)."""
+    return [*BASE_METRICS, *(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in SCALAR_FLOPS)]
+
+
 META = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
         "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
 PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
@@ -253,7 +265,8 @@ def plot(points: list[dict], ceilings: dict, png: Path, title: str, label_top: i
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("report", help="ncu --csv export")
+    p.add_argument("report", nargs="?", help="ncu --csv export")
+    p.add_argument("--list-metrics", action="store_true", help="print the counters read, comma-separated, and stop")
     p.add_argument("--ceilings", default=None, help="ceilings.json (default results/<the CSV's device>/ceilings.json)")
     p.add_argument("--png", default=None, help="plot (default <report>.roofline.png)")
     p.add_argument("--out", default=None, help="directory for long-format rows (suite ncu_roofline)")
@@ -265,6 +278,11 @@ def main(argv=None) -> int:
                    "(NAME @last: the last launch, which is then left out of the points)")
     p.add_argument("--label", default=None, help="title / case label (default: the CSV's name)")
     args = p.parse_args(argv)
+    if args.list_metrics:
+        print(",".join(metric_names()))
+        return 0
+    if args.report is None:
+        p.error("the ncu --csv export is required")
     path = Path(args.report)
     if not path.is_file():
         raise SystemExit(f"no such file: {path}")

@@ -107,3 +107,12 @@ def test_raw_page_device_name_and_label_file_name(tmp_path):
     assert ncu_roofline.main([str(csv), "--out", str(tmp_path), "--label", "resnet18 step, eager",
                               "--tensor-flops-per-inst", "4096"]) == 0
     assert (tmp_path / "ncu_roofline-resnet18-step--eager.csv").exists()
+
+
+def test_list_metrics_names_every_counter_the_parser_reads(capsys):
+    assert ncu_roofline.main(["--list-metrics"]) == 0
+    listed = capsys.readouterr().out.strip().split(",")
+    assert "gpu__time_duration.sum" in listed and "dram__bytes_read.sum" in listed
+    assert all(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" in listed for op in ncu_roofline.SCALAR_FLOPS)
+    with pytest.raises(SystemExit):
+        ncu_roofline.main([])

@@ -42,17 +42,22 @@ def _hooks_active() -> bool:
 _WRAPPER_PARAMS = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 
 
+def _plain_wrapper(run) -> bool:
+    """Whether ``run`` is Triton 3.6's CUDA launcher wrapper adding nothing but (maybe) global scratch memory
+    to its C entry point: no profile scratch, the signature this module passes arguments by."""
+    try:
+        wrapper = list(inspect.signature(type(run).__call__).parameters)
+    except (TypeError, ValueError):
+        return False
+    return (triton.__version__.split(".")[:2] == ["3", "6"] and wrapper == _WRAPPER_PARAMS
+            and not getattr(run, "profile_scratch_size", 1) and hasattr(run, "launch"))
+
+
 def _entry(run) -> tuple:
     """(callable, the arguments it takes between the function handle and the metadata) of a compiled
     kernel's launcher: the C entry point itself where the wrapper would add nothing (Triton 3.6, no scratch
     memory to allocate), else the wrapper with none."""
-    try:
-        wrapper = list(inspect.signature(type(run).__call__).parameters)
-    except (TypeError, ValueError):
-        return run, ()
-    if (triton.__version__.split(".")[:2] != ["3", "6"] or wrapper != _WRAPPER_PARAMS
-            or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)
-            or not hasattr(run, "launch")):
+    if not _plain_wrapper(run) or getattr(run, "global_scratch_size", 1):
         return run, ()
     return run.launch, (bool(run.launch_cooperative_grid), bool(run.launch_pdl), None, None)
 
@@ -61,14 +66,9 @@ def _scratch_entry(run) -> tuple | None:
     """(C entry point, (cooperative, pdl), scratch bytes per program, alignment) of a Triton 3.6 launcher
     whose wrapper adds only global scratch memory (device-side TMA descriptors), else None. A kernel launched
     with programmatic dependent launch (pdl) may start before the one ahead of it ends, so it gets none."""
-    try:
-        wrapper = list(inspect.signature(type(run).__call__).parameters)
-    except (TypeError, ValueError):
-        return None
     size = getattr(run, "global_scratch_size", 0)
-    if (triton.__version__.split(".")[:2] != ["3", "6"] or wrapper != _WRAPPER_PARAMS or not size
-            or getattr(run, "profile_scratch_size", 1) or getattr(run, "launch_pdl", True)
-            or not isinstance(getattr(run, "num_ctas", None), int) or not hasattr(run, "launch")):
+    if (not size or not _plain_wrapper(run) or getattr(run, "launch_pdl", True)
+            or not isinstance(getattr(run, "num_ctas", None), int)):
         return None
     return run.launch, (bool(run.launch_cooperative_grid), False), size * run.num_ctas, run.global_scratch_align
 
@@ -285,11 +285,11 @@ def launch({', '.join(tensors)}):
         if _lp_hit is None:
             return {slow}
         _lp_direct = _lp_scratch_entries.get(_lp_key)
+    _lp_s = _lp_stream(_lp_dev)
     if _lp_direct is None:
-        _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_stream(_lp_dev), _lp_hit[1], *_lp_hit[3], _lp_hit[2], None, None,
-                   None, {', '.join(call)})
+        _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_s, _lp_hit[1], *_lp_hit[3], _lp_hit[2], None, None, None,
+                   {', '.join(call)})
     else:  # the C entry point with this stream's scratch buffer (no profile scratch)
-        _lp_s = _lp_stream(_lp_dev)
         _lp_direct[0](_lp_g0, _lp_g1, _lp_g2, _lp_s, _lp_hit[1], *_lp_direct[1],
                       _lp_scratch(_lp_programs * _lp_direct[2], _lp_direct[3], _lp_dev, _lp_s), None, _lp_hit[2],
                       None, None, None, {', '.join(call)})
