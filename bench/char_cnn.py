@@ -627,7 +627,7 @@ def train_main(argv) -> int:
     final = log[-1]
     state = {k: v.detach().to(DTYPES[args.save_dtype]).cpu() for k, v in model.state_dict().items()}
     how, stored_accuracy = f"{how_trained(data, n, len(x_eval))}; {recipe(args)}", final["eval_accuracy"]
-    if args.save_dtype != args.dtype:
+    if DTYPES[args.save_dtype] != dtype:  # (--dtype takes aliases such as fp32)
         model.load_state_dict(state)  # the saved numbers, cast back to the training dtype exactly
         stored_accuracy = accuracy(model, x_eval, y_eval)
         how += f"; stored in {args.save_dtype} ({final['eval_accuracy']:.2f} % held-out before the rounding)"
