@@ -52,14 +52,14 @@ class _FastTrain:
     def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
         """(y, stats (5, C) fp32) of a training call; the running statistics are updated in place."""
         geo, stats_plan, apply_plan = self.geo, self.stats, self.apply
-        stats = torch.empty((5, geo.C), device=x.device, dtype=torch.float32)
-        part = torch.empty((3, stats_plan.groups, geo.C), device=x.device, dtype=torch.float32)
+        stats = x.new_empty((5, geo.C), dtype=torch.float32)
+        part = x.new_empty((3, stats_plan.groups, geo.C), dtype=torch.float32)
         rm = running_mean if self.has_running else stats
         rv = running_var if self.has_running else stats
         stats_plan.kernel.launch(stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars,
                                  stream_counters(x, stats_plan.grid[1]), weight if weight is not None else stats,
                                  bias if bias is not None else stats, stats, rm, rv, rm, rv, geo.M, eps, momentum)
-        y = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=x.dtype)
+        y = x.new_empty_strided(self.shape, self.out_strides)
         apply_plan.kernel.launch(apply_plan.grid, x, residual if residual is not None else x, y, stats,
                                  *self.geo_args, *apply_plan.scalars, stats, stats, stats, stats, 0.0)
         return y, stats
@@ -78,17 +78,17 @@ class _FastTrain:
             return out
         reduce_plan, dx_plan = plans
         geo = self.geo
-        g = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=dy.dtype) if store_g else None
-        part = torch.empty((2, reduce_plan.groups, geo.C), device=x.device, dtype=torch.float32)
-        dwb = torch.empty((2, geo.C), device=x.device, dtype=torch.float32)
-        coef = torch.empty((2, geo.C), device=x.device, dtype=torch.float32)
+        g = x.new_empty_strided(self.shape, self.out_strides, dtype=dy.dtype) if store_g else None
+        part = x.new_empty((2, reduce_plan.groups, geo.C), dtype=torch.float32)
+        dwb = x.new_empty((2, geo.C), dtype=torch.float32)
+        coef = x.new_empty((2, geo.C), dtype=torch.float32)
         y_or_x = y if y is not None else x
         g_or_dy = g if g is not None else dy
         reduce_plan.kernel.launch(reduce_plan.grid, dy, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
                                   *reduce_plan.scalars, stream_counters(x, reduce_plan.grid[1]), coef, dwb, geo.M)
         dx = None
         if need_dx:
-            dx = torch.empty_strided(self.shape, self.out_strides, device=x.device, dtype=x.dtype)
+            dx = x.new_empty_strided(self.shape, self.out_strides)
             dx_plan.kernel.launch(dx_plan.grid, dy, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
                                   *dx_plan.scalars)
         return dx, g, dwb

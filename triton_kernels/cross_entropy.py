@@ -347,7 +347,6 @@ class _Call:
         self.cast_weight = weight is not None and weight.dtype != torch.float32
         self.ignore_index, self.reduction, self.eps = ignore_index, reduction, float(label_smoothing)
         self.return_correct, self.config, self.grad = return_correct, config, grad
-        self.dtype, self.device = logits.dtype, logits.device
         self.launches = None  # (fixed fused launch, fixed finalize launch, programs, denominator launch or None)
         self.scale = {}  # the incoming gradient's (shape, strides, dtype) -> fixed in-place scale launch
 
@@ -367,16 +366,16 @@ class _Call:
         return (loss, correct) if self.return_correct else loss
 
     def run(self, x2, t2, w, grad):
-        M, dev, reduction = self.M, self.device, self.reduction
-        loss = torch.empty((M,) if reduction == "none" else (), device=dev, dtype=self.dtype)
-        correct = torch.empty((), device=dev, dtype=torch.int64)
+        M, reduction = self.M, self.reduction
+        loss = x2.new_empty((M,) if reduction == "none" else ())
+        correct = x2.new_empty((), dtype=torch.int64)
         if M == 0:  # as torch: an empty "none" loss, NaN for "mean", 0 for "sum"
             return (loss if reduction == "none" else loss.fill_(float("nan") if reduction == "mean" else 0.0),
                     correct.zero_())
         if self.launches is None:
             self.launches = self._fix(x2, t2, w, grad, loss, correct)
         fused, finalize, P, denominator = self.launches
-        part = torch.empty((3 * P + 1,), device=dev, dtype=torch.float32)
+        part = x2.new_empty((3 * P + 1,), dtype=torch.float32)
         w = w if w is not None else x2
         if denominator is not None:
             denominator(t2, w, part[3 * P:])
@@ -390,7 +389,7 @@ class _Call:
         plan = _find_plan(self.config, x2, t2, w, grad, loss, self.ignore_index, self.eps, self.reduction)
         P = min(M, plan.programs)
         in_kernel = plan.need_denom and M * P <= plan.denom_max
-        part = torch.empty((3 * P + 1,), device=self.device, dtype=torch.float32)
+        part = x2.new_empty((3 * P + 1,), dtype=torch.float32)
         stride_w = w.stride(0) if w is not None else 0
         w = w if w is not None else x2
         denominator = (plan.denominator.fix((1,), t2, w, part[3 * P:], M, V, t2.stride(0), stride_w, self.ignore_index)
@@ -401,7 +400,7 @@ class _Call:
         return fused, plan.finalize.fix((1,), part, loss, correct, P), P, denominator
 
     def forward(self, ctx, x2, t2, w):
-        grad = torch.empty((self.M, self.V), device=self.device, dtype=self.dtype)
+        grad = x2.new_empty((self.M, self.V))
         loss, correct = self.run(x2, t2, w, grad)
         ctx.grad, ctx.used = grad, False  # an internal buffer (never an output): kept on ctx
         # n_correct gets no incoming gradient: none is materialized

@@ -447,8 +447,8 @@ def act_backward_buffers(dc, activation: str, need_dz: bool, need_dbias: bool, d
     if not need_dbias:
         return dz, None
     if M <= _ACT_COLUMNS_MAX_M:
-        return dz, torch.empty((N,), device=dc.device, dtype=dbias_dtype)
-    return dz, torch.zeros((N,), device=dc.device, dtype=torch.float32)
+        return dz, dc.new_empty((N,), dtype=dbias_dtype)
+    return dz, dc.new_zeros((N,), dtype=torch.float32)
 
 
 def act_backward_launch(dc, saved, dz, dbias, activation: str) -> tuple:

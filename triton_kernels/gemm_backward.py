@@ -131,10 +131,9 @@ def buffers(dc, a, b, need_a: bool, need_bias: bool, bias_dtype, b_transposed: b
     (gemm.grad_b_transposed: a (N, K) row-major tensor, returned as its transpose)."""
     M, K = a.shape
     N = b.shape[1]
-    da = torch.empty((M, K), device=dc.device, dtype=dc.dtype) if need_a else None
-    db = torch.empty((N, K), device=dc.device, dtype=dc.dtype).t() if b_transposed else \
-        torch.empty((K, N), device=dc.device, dtype=dc.dtype)
-    dbias = torch.empty((N,), device=dc.device, dtype=bias_dtype) if need_bias else None
+    da = dc.new_empty((M, K)) if need_a else None
+    db = dc.new_empty((N, K)).t() if b_transposed else dc.new_empty((K, N))
+    dbias = dc.new_empty((N,), dtype=bias_dtype) if need_bias else None
     return da, db, dbias
 
 

@@ -71,7 +71,7 @@ class _FixedGemm:
         res_ptr = residual if residual is not None else c
         z_ptr = z if z is not None else c
         if self.partials is not None:
-            part = torch.empty(self.partials, device=c.device, dtype=torch.float32)
+            part = c.new_empty(self.partials, dtype=torch.float32)
             self.launches[0](a, b, part)
             self.launches[1](part, c, bias_ptr, res_ptr, z_ptr)
             return
@@ -100,7 +100,6 @@ class _Call:
     def __init__(self, a, b, bias, residual, activation: str, precision: str, save_preact: bool, config,
                  needs: tuple, weight: bool, out_shape: Optional[tuple]) -> None:
         (self.M, self.K), self.N = a.shape, b.shape[1]
-        self.dtype, self.device = a.dtype, a.device
         self.activation, self.precision, self.save_preact = activation, precision, save_preact
         self.config = config  # the forward GEMM's (None: tuned); the backward's GEMMs are tuned
         self.needs = needs  # (dA, dB, dbias, dresidual) needed; None: no autograd
@@ -122,8 +121,8 @@ class _Call:
 
     def run(self, a, b, bias, residual) -> tuple:
         """(C, Z or None) from A, the second operand, bias and residual (M, N)."""
-        c = torch.empty((self.M, self.N), device=self.device, dtype=self.dtype)
-        z = torch.empty((self.M, self.N), device=self.device, dtype=self.dtype) if self.save_preact else None
+        c = a.new_empty((self.M, self.N))
+        z = a.new_empty((self.M, self.N)) if self.save_preact else None
         operand = b.t() if self.weight else b
         if self.forward_gemm is None:
             self.forward_gemm = _FixedGemm(a, operand, c, bias, residual, z, self.activation, self.precision,
@@ -169,14 +168,14 @@ class _Call:
                 dbias = dbias.to(self.bias_dtype)
         da = db = None
         if need_a:  # dA = dZ @ B^T
-            da = torch.empty((self.M, self.K), device=dz.device, dtype=dz.dtype)
+            da = dz.new_empty((self.M, self.K))
             fixed[1] = self._gemm(fixed[1], dz, operand.t(), da)
         if need_b and self.b_transposed:  # dB^T = dZ^T @ A, (N, K): for linear the weight's gradient itself
-            db = torch.empty((self.N, self.K), device=dz.device, dtype=dz.dtype)
+            db = dz.new_empty((self.N, self.K))
             fixed[2] = self._gemm(fixed[2], dz.t(), a, db)
             db = db if self.weight else db.t()
         elif need_b:  # dB = A^T @ dZ, (K, N)
-            db = torch.empty((self.K, self.N), device=a.device, dtype=a.dtype)
+            db = a.new_empty((self.K, self.N))
             fixed[2] = self._gemm(fixed[2], a.t(), dz, db)
             db = db.t() if self.weight else db
         return da, db, dbias, dc if need_res else None

@@ -46,8 +46,8 @@ class _Call:
     def run(self, x2, w, b):
         (M, D), stats = (self.M, self.D), self.needs is not None  # without statistics, y stands in for them
         y = torch.empty_like(x2, memory_format=torch.contiguous_format)
-        mean = torch.empty((M,), device=y.device, dtype=torch.float32) if stats else y
-        rstd = torch.empty((M,), device=y.device, dtype=torch.float32) if stats else y
+        mean = y.new_empty((M,), dtype=torch.float32) if stats else y
+        rstd = y.new_empty((M,), dtype=torch.float32) if stats else y
         if self.forward_launch is None:
             sw, sb, eps = (w.stride(0) if self.has[0] else 0), (b.stride(0) if self.has[1] else 0), self.eps
             plan = _forward_plan(self.config, x2, w, b, y, mean, rstd, sw, sb, eps, *self.has, stats) if M * D else 0
@@ -86,8 +86,8 @@ class _Call:
         elif not (need_dw or need_db):
             fixed[0](x2, w, dy, dx, mean, rstd, x2)
         else:  # per-program partial sums, then their sums: dw | db
-            parts = torch.empty((fixed[2], 2, D), device=x2.device, dtype=torch.float32)
-            sums = torch.empty((2, D), device=x2.device, dtype=torch.float32)
+            parts = x2.new_empty((fixed[2], 2, D), dtype=torch.float32)
+            sums = x2.new_empty((2, D), dtype=torch.float32)
             fixed[0](x2, w, dy, dx if need_dx else x2, mean, rstd, parts)
             fixed[1](parts, sums)
             dw, db = sums.unbind(0)

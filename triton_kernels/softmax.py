@@ -398,7 +398,6 @@ class _Call:
         self.last = dim == x.ndim - 1
         self.shape = x.movedim(dim, -1).shape  # of the rows before they are flattened
         self.M, self.N = math.prod(self.shape[:-1]), self.shape[-1]
-        self.dtype, self.device = x.dtype, x.device
         self.forward_launch = None
         self.backward_launches = {}  # (dy's strides, dtype) -> launch(dy, y, dx)
 
@@ -413,7 +412,7 @@ class _Call:
 
     def run(self, x2: torch.Tensor) -> torch.Tensor:
         M, N = self.M, self.N
-        y = torch.empty((M, N), device=self.device, dtype=self.dtype)
+        y = x2.new_empty((M, N))
         if M and N:
             if self.forward_launch is None:
                 args = (x2, y, M, N, x2.stride(0), x2.stride(1), y.stride(0))
@@ -435,7 +434,7 @@ class _Call:
     def backward(self, ctx, dy: torch.Tensor) -> tuple:
         (y,) = ctx.saved_tensors
         M, N = self.M, self.N
-        dx = torch.empty((M, N), device=self.device, dtype=self.dtype)
+        dx = y.new_empty((M, N))
         if M and N:
             launch = self.backward_launches.get((dy.stride(), dy.dtype))
             if launch is None:
