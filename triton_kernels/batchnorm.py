@@ -126,10 +126,11 @@ def _stream_configs(geo: _Geometry) -> list[Config]:
 
 
 def _reduce_configs(geo: _Geometry) -> list[Config]:
-    # two fp32 accumulators per tile element live in registers: tiles of at most 4096 values; stages > 1
-    # let Triton issue the next tile's loads before the current one is summed
+    # two fp32 accumulators per tile element live in registers (8192 values: 64 per thread at 4 warps);
+    # stages > 1 let Triton issue the next tile's loads before the current one is summed. More programs
+    # per SM mean more partials for the last program of a channel block to merge, one after another
     return [Config({"BLOCK_M": m, "BLOCK_C": c, "PER_SM": p}, w, st)
-            for m, c in _tile_shapes(geo, (4096, 2048)) for p, w, st in ((4, 4, 1), (4, 8, 1), (2, 4, 3), (4, 4, 3))]
+            for m, c in _tile_shapes(geo, (8192, 4096, 2048)) for p, w, st in ((2, 4, 1), (2, 8, 1), (2, 4, 3), (4, 4, 1))]
 
 
 # the interpreter pays per program, not per value: few large tiles; a reduction still splits into several
