@@ -27,7 +27,7 @@ from torch import nn
 from triton_kernels import fused_mlp
 from triton_kernels import grid_sync
 from triton_kernels.adam import FlatAdam
-from triton_kernels.runtime import capture_graph
+from triton_kernels.runtime import capture_graph, check_choice
 
 BACKENDS = ("eager", "compile", "triton")
 IN_FEATURES = 14
@@ -39,10 +39,8 @@ class _DeepMLPBase(nn.Module):
     def __init__(self, depth: int, in_features: int = IN_FEATURES, width: int = 16, backend: str = "eager",
                  precision: str = "ieee") -> None:
         super().__init__()
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if precision not in fused_mlp.PRECISIONS:
-            raise ValueError(f"precision must be one of {fused_mlp.PRECISIONS}, got {precision!r}")
+        check_choice("backend", backend, BACKENDS)
+        check_choice("precision", precision, fused_mlp.PRECISIONS)
         self.layout = fused_mlp.Layout(self.kind, in_features, width, depth)  # validates depth / width
         self.depth, self.in_features, self.width = depth, in_features, width
         self.backend, self.precision = backend, precision

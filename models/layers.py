@@ -14,6 +14,7 @@ from triton_kernels import cross_entropy
 from triton_kernels import gemm as _gemm
 from triton_kernels import layernorm
 from triton_kernels import softmax
+from triton_kernels.runtime import check_choice
 
 
 class Linear(nn.Linear):
@@ -25,10 +26,8 @@ class Linear(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str = "none",
                  precision: str = "ieee", device=None, dtype=None) -> None:
-        if activation not in _gemm.ACTIVATIONS:
-            raise ValueError(f"activation must be one of {_gemm.ACTIVATIONS}, got {activation!r}")
-        if precision not in _gemm.PRECISIONS:
-            raise ValueError(f"precision must be one of {_gemm.PRECISIONS}, got {precision!r}")
+        check_choice("activation", activation, _gemm.ACTIVATIONS)
+        check_choice("precision", precision, _gemm.PRECISIONS)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
         self.precision = precision

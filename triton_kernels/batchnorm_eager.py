@@ -183,7 +183,7 @@ def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) 
     fast = _FAST_INFER.get(_key(x, running_mean, running_var, weight, bias, residual, relu))
     if fast is None:
         return None
-    y = torch.empty_strided(fast.shape, fast.strides, device=x.device, dtype=x.dtype)
+    y = x.new_empty_strided(fast.shape, fast.strides)
     fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, x, *fast.geo_args,
                             *fast.plan.scalars, running_mean, running_var,
                             weight if weight is not None else running_mean,

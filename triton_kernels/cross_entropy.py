@@ -49,8 +49,8 @@ from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import is_fake as _is_fake
-from .runtime import (INTERPRET, Autotuner, Config, EagerNode, bucket, check_tensor, config_from, config_str,
-                      next_power_of_2, num_sms, register_op, register_tuner, remember_call)
+from .runtime import (INTERPRET, Autotuner, Config, EagerNode, bucket, check_choice, check_tensor, config_from,
+                      config_str, next_power_of_2, num_sms, register_op, register_tuner, remember_call)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -459,8 +459,7 @@ def _validate(logits, target, weight, ignore_index, reduction, label_smoothing, 
         check_tensor("weight", weight, ndim=1, dtypes=DTYPES, device=logits.device)
         if weight.shape[0] != V:
             raise ValueError(f"weight has {weight.shape[0]} elements but logits have {V} classes")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(ignore_index, int):
         raise ValueError(f"ignore_index must be an int, got {ignore_index!r}")
     if not 0.0 <= float(label_smoothing) <= 1.0:

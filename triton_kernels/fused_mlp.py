@@ -72,8 +72,7 @@ class Layout:
     depth: int
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        check_choice("kind", self.kind, KINDS)
         if self.width not in WIDTHS:
             raise ValueError(f"width must be one of {WIDTHS}, got {self.width}")
         if self.in_features < 1:

@@ -103,8 +103,8 @@ class _Call:
         if type(plan) is not _RowBackward:
             return False
         P = max(1, min(M, plan.programs))
-        parts = torch.empty((P, 2, D), device=x2.device, dtype=torch.float32) if need_sums else x2
-        sums = torch.empty((2, D), device=x2.device, dtype=torch.float32)
+        parts = x2.new_empty((P, 2, D), dtype=torch.float32) if need_sums else x2
+        sums = x2.new_empty((2, D), dtype=torch.float32)
         return (plan.kernel.fix((P,), x2, w, dy, dx if need_dx else x2, mean, rstd, parts, M, D, x2.stride(0),
                                 dy.stride(0), D if need_dx else 0, sw),
                 plan.sum_rows.fix(plan.sum_grid, parts, sums, P, 2 * D), P)
