@@ -296,8 +296,9 @@ def test_fold_into_conv():
 # ---------------------------------------------------------------------------------------------- module
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_module_matches_batchnorm2d(momentum):
-    """Same state_dict as nn.BatchNorm2d; two training steps and an eval step give torch's outputs and
-    buffers (momentum None = the cumulative average over num_batches_tracked)."""
+    """Same state_dict as nn.BatchNorm2d; six training steps and an eval step give torch's outputs and
+    buffers (momentum None = the cumulative average over num_batches_tracked: a new momentum per step, so
+    the fast path's fixed statistics launches run out after four and the general launch takes over)."""
     C = 6
     ours = BatchNormAct2d(C, relu=False, momentum=momentum)
     ours.fused = True
@@ -307,8 +308,9 @@ def test_module_matches_batchnorm2d(momentum):
         ref.bias.normal_()
     ours.load_state_dict(ref.state_dict())
     assert set(ours.state_dict()) == set(ref.state_dict())
-    for _ in range(2):
-        x = torch.randn(4, C, 3, 3) * 3 + 1
+    x = torch.randn(4, C, 3, 3) * 3 + 1
+    for _ in range(6):
+        x = x.normal_() * 3 + 1
         assert_close(ours(x), ref(x).double(), torch.float32)
     for k, v in ref.state_dict().items():
         assert_close(ours.state_dict()[k], v.double(), torch.float32, name=k) if v.is_floating_point() else \

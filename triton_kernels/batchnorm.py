@@ -268,6 +268,24 @@ def stream_counters(x: torch.Tensor, n: int) -> torch.Tensor:
     return buf
 
 
+# the eager fast path's scratch per (device, stream, slot): a reduction's partials and the dx coefficients
+_SCRATCH: dict[tuple, torch.Tensor] = {}
+
+
+def stream_scratch(x: torch.Tensor, slot: str, n: int) -> torch.Tensor:
+    """At least n fp32 values of scratch for the eager fast path (not tracing): the current stream's buffer
+    for ``slot``, reused because kernels of one stream run in order (a launch's partials are dead once the
+    next launch of the stream starts); a fresh buffer while a CUDA graph is captured (the graph keeps it)."""
+    cuda = x.device.type == "cuda"
+    if cuda and torch.cuda.is_current_stream_capturing():
+        return x.new_empty(n, dtype=torch.float32)
+    key = (x.device, 0 if INTERPRET or not cuda else _current_stream(x.device.index), slot)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < n:
+        buf = _SCRATCH[key] = x.new_empty(max(n, 1024), dtype=torch.float32)
+    return buf
+
+
 def _current_stream(index: int) -> int:
     return triton.runtime.driver.active.get_current_stream(index)
 

@@ -14,7 +14,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
-                        _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, stream_counters)
+                        _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, stream_counters,
+                        stream_scratch)
 from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
 
@@ -31,7 +32,11 @@ def _key(x, running_mean, running_var, weight, bias, residual, relu) -> tuple:
 class _FastTrain:
     """What a training call's signature (every tensor's shape, strides, dtype and device; relu) fixes:
     the layout, the geometry's launch arguments and the plans of its kernels (the forward's from the first
-    call, the backward's from the first backward per (need_dx, store_g))."""
+    call, the backward's from the first backward per (need_dx, store_g)). Kernels launch through fixed
+    launch functions (launcher.BoundKernel.fix: every argument but the tensors bound) made at the first
+    fast call; the reductions' partials and the dx coefficients live in the stream's scratch."""
+
+    MAX_FIXED = 4  # (momentum, eps) pairs with a fixed statistics launch; others take the general launch
 
     def __init__(self, x, weight, bias, residual, running_mean, relu: bool):
         fmt = _memory_format(x)
@@ -47,52 +52,73 @@ class _FastTrain:
                                                                           self.has_running), dev)]
         self.apply = _PLANS[plan_key("apply", geo, x.dtype, _apply_flags(self.has_res, relu), dev)]
         self.geo_args = (C, geo.HW, *geo.strides)
-        self.backward_plans: dict[tuple, tuple] = {}
+        self.part_size = 3 * self.stats.groups * C
+        self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
+        self.apply_launch = None
+        self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g) -> [reduce plan, dx plan, launches]
 
     def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
         """(y, stats (5, C) fp32) of a training call; the running statistics are updated in place."""
-        geo, stats_plan, apply_plan = self.geo, self.stats, self.apply
+        geo, stats_plan = self.geo, self.stats
         stats = x.new_empty((5, geo.C), dtype=torch.float32)
-        part = x.new_empty((3, stats_plan.groups, geo.C), dtype=torch.float32)
+        part = stream_scratch(x, "part", self.part_size)
+        counters = stream_counters(x, stats_plan.grid[1])
+        w = weight if weight is not None else stats
+        b = bias if bias is not None else stats
         rm = running_mean if self.has_running else stats
         rv = running_var if self.has_running else stats
-        stats_plan.kernel.launch(stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars,
-                                 stream_counters(x, stats_plan.grid[1]), weight if weight is not None else stats,
-                                 bias if bias is not None else stats, stats, rm, rv, rm, rv, geo.M, eps, momentum)
+        launch = self.stats_launches.get((momentum, eps))
+        if launch is None and len(self.stats_launches) < self.MAX_FIXED:
+            launch = self.stats_launches[(momentum, eps)] = stats_plan.kernel.fix(
+                stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars, counters, w, b, stats, rm, rv, rm, rv,
+                geo.M, eps, momentum)
+        if launch is not None:
+            launch(x, part, counters, w, b, stats, rm, rv, rm, rv)
+        else:
+            stats_plan.kernel.launch(stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars, counters, w, b,
+                                     stats, rm, rv, rm, rv, geo.M, eps, momentum)
         y = x.new_empty_strided(self.shape, self.out_strides)
-        apply_plan.kernel.launch(apply_plan.grid, x, residual if residual is not None else x, y, stats,
-                                 *self.geo_args, *apply_plan.scalars, stats, stats, stats, stats, 0.0)
+        res = residual if residual is not None else x
+        if self.apply_launch is None:
+            apply_plan = self.apply
+            self.apply_launch = apply_plan.kernel.fix(apply_plan.grid, x, res, y, stats, *self.geo_args,
+                                                      *apply_plan.scalars, stats, stats, stats, stats, 0.0)
+        self.apply_launch(x, res, y, stats, stats, stats, stats, stats)
         return y, stats
 
     def run_backward(self, dy, x, y, stats, need_dx: bool, store_g: bool):
         """(dx or None, g or None, dwb (2, C) fp32)."""
         if dy.stride() != self.out_strides:
             dy = dy.contiguous(memory_format=self.fmt)
-        plans = self.backward_plans.get((need_dx, store_g))
-        if plans is None:  # the general path tunes / finds the plans, then they are kept here
+        entry = self.backward_plans.get((need_dx, store_g))
+        if entry is None:  # the general path tunes / finds the plans, then they are kept here
             out = batch_norm_train_backward(dy, x, y, stats, self.relu, need_dx, store_g)
             geo, dev, relu, from_y = self.geo, x.device, self.relu, self.mask_from_y
-            self.backward_plans[(need_dx, store_g)] = (
+            self.backward_plans[(need_dx, store_g)] = [
                 _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_y, store_g), dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_y, store_g), dev)] if need_dx else None)
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_y, store_g), dev)] if need_dx else None,
+                None]
             return out
-        reduce_plan, dx_plan = plans
+        reduce_plan, dx_plan, launches = entry
         geo = self.geo
         g = x.new_empty_strided(self.shape, self.out_strides, dtype=dy.dtype) if store_g else None
-        part = x.new_empty((2, reduce_plan.groups, geo.C), dtype=torch.float32)
+        part = stream_scratch(x, "part", 2 * reduce_plan.groups * geo.C)
+        coef = stream_scratch(x, "coef", 2 * geo.C)
+        counters = stream_counters(x, reduce_plan.grid[1])
         dwb = x.new_empty((2, geo.C), dtype=torch.float32)
-        coef = x.new_empty((2, geo.C), dtype=torch.float32)
+        dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
         y_or_x = y if y is not None else x
         g_or_dy = g if g is not None else dy
-        reduce_plan.kernel.launch(reduce_plan.grid, dy, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
-                                  *reduce_plan.scalars, stream_counters(x, reduce_plan.grid[1]), coef, dwb, geo.M)
-        dx = None
+        if launches is None:
+            launches = entry[2] = (
+                reduce_plan.kernel.fix(reduce_plan.grid, dy, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
+                                       *reduce_plan.scalars, counters, coef, dwb, geo.M),
+                dx_plan.kernel.fix(dx_plan.grid, dy, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
+                                   *dx_plan.scalars) if need_dx else None)
+        launches[0](dy, x, y_or_x, g_or_dy, stats, part, counters, coef, dwb)
         if need_dx:
-            dx = x.new_empty_strided(self.shape, self.out_strides)
-            dx_plan.kernel.launch(dx_plan.grid, dy, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
-                                  *dx_plan.scalars)
+            launches[1](dy, g_or_dy, x, y_or_x, dx, stats, coef)
         return dx, g, dwb
-
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
     # running_mean, running_var, momentum, eps)
