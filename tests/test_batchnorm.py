@@ -118,6 +118,23 @@ def test_reductions_leave_their_counters_at_zero():
         assert int(buf.count_nonzero()) == 0
 
 
+def test_fast_path_scratch_is_per_slot_and_thread():
+    """The fast path reuses its scratch per (device, stream, slot, host thread): the same buffer for a repeat
+    request, another for another slot or thread (two threads on one stream must not share the dx coefficients
+    between one thread's reduction and its dx launch)."""
+    import threading
+
+    x = torch.zeros(4, device=DEVICE)
+    a = batchnorm.stream_scratch(x, "coef", 64)
+    assert batchnorm.stream_scratch(x, "coef", 32).data_ptr() == a.data_ptr() and a.numel() >= 64
+    assert batchnorm.stream_scratch(x, "part", 64).data_ptr() != a.data_ptr()
+    other = []
+    thread = threading.Thread(target=lambda: other.append(batchnorm.stream_scratch(x, "coef", 64)))
+    thread.start()
+    thread.join()
+    assert other[0].data_ptr() != a.data_ptr()
+
+
 def test_tuning_trials_update_the_running_statistics_once():
     """The tuner launches the statistics kernel once per candidate: those trials must not move the
     running statistics (a fresh geometry here, so its first call tunes)."""

@@ -43,6 +43,7 @@ mutates its inputs there).
 from __future__ import annotations
 
 import json
+import threading
 from typing import NamedTuple, Optional
 
 import torch
@@ -268,20 +269,23 @@ def stream_counters(x: torch.Tensor, n: int) -> torch.Tensor:
     return buf
 
 
-# the eager fast path's scratch per (device, stream, slot): a reduction's partials and the dx coefficients
+# the eager fast path's scratch per (device, stream, slot, host thread): a reduction's partials, the dx coefficients
 _SCRATCH: dict[tuple, torch.Tensor] = {}
 
 
 def stream_scratch(x: torch.Tensor, slot: str, n: int) -> torch.Tensor:
-    """At least n fp32 values of scratch for the eager fast path (not tracing): the current stream's buffer
-    for ``slot``, reused because kernels of one stream run in order (a launch's partials are dead once the
-    next launch of the stream starts); a fresh buffer while a CUDA graph is captured (the graph keeps it)."""
+    """At least n fp32 values of scratch for the eager fast path (not tracing): a buffer per device, stream, slot
+    and host thread, reused because kernels of one stream run in order (a reduction's partials are dead when it
+    ends; the dx coefficients when the dx kernel that the same thread launches next ends); a fresh buffer while a
+    CUDA graph is captured (the graph keeps it)."""
     cuda = x.device.type == "cuda"
     if cuda and torch.cuda.is_current_stream_capturing():
         return x.new_empty(n, dtype=torch.float32)
-    key = (x.device, 0 if INTERPRET or not cuda else _current_stream(x.device.index), slot)
+    key = (x.device, 0 if INTERPRET or not cuda else _current_stream(x.device.index), slot, threading.get_ident())
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < n:
+        if len(_SCRATCH) >= 256:  # threads come and go: drop the old buffers
+            _SCRATCH.clear()
         buf = _SCRATCH[key] = x.new_empty(max(n, 1024), dtype=torch.float32)
     return buf
 
