@@ -50,7 +50,7 @@ import torch
 import triton
 
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
-from .launcher import BoundKernel, bind
+from .launcher import BoundKernel, _capturing, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
 from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
@@ -257,13 +257,21 @@ def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
     return stream_counters(x, n)
 
 
+def _stream_key(x: torch.Tensor) -> tuple:
+    """(device, current stream) of x's device; stream 0 off the GPU and in the interpreter."""
+    return x.device, 0 if INTERPRET or x.device.type != "cuda" else _current_stream(x.device.index)
+
+
+def _capturing_on(x: torch.Tensor) -> bool:
+    return x.device.type == "cuda" and _capturing()
+
+
 def stream_counters(x: torch.Tensor, n: int) -> torch.Tensor:
     """_counters for a caller that knows it is not tracing (the eager fast path)."""
-    stream = 0 if INTERPRET or x.device.type != "cuda" else _current_stream(x.device.index)
-    key = (x.device, stream)
+    key = _stream_key(x)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < n:
-        if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if _capturing_on(x):
             return torch.zeros(n, device=x.device, dtype=torch.int32)
         buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
     return buf
@@ -278,10 +286,9 @@ def stream_scratch(x: torch.Tensor, slot: str, n: int) -> torch.Tensor:
     and host thread, reused because kernels of one stream run in order (a reduction's partials are dead when it
     ends; the dx coefficients when the dx kernel that the same thread launches next ends); a fresh buffer while a
     CUDA graph is captured (the graph keeps it)."""
-    cuda = x.device.type == "cuda"
-    if cuda and torch.cuda.is_current_stream_capturing():
+    if _capturing_on(x):
         return x.new_empty(n, dtype=torch.float32)
-    key = (x.device, 0 if INTERPRET or not cuda else _current_stream(x.device.index), slot, threading.get_ident())
+    key = (*_stream_key(x), slot, threading.get_ident())
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < n:
         if len(_SCRATCH) >= 256:  # threads come and go: drop the old buffers

@@ -68,15 +68,14 @@ class _FastTrain:
         rm = running_mean if self.has_running else stats
         rv = running_var if self.has_running else stats
         launch = self.stats_launches.get((momentum, eps))
-        if launch is None and len(self.stats_launches) < self.MAX_FIXED:
-            launch = self.stats_launches[(momentum, eps)] = stats_plan.kernel.fix(
-                stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars, counters, w, b, stats, rm, rv, rm, rv,
-                geo.M, eps, momentum)
         if launch is not None:
             launch(x, part, counters, w, b, stats, rm, rv, rm, rv)
         else:
-            stats_plan.kernel.launch(stats_plan.grid, x, part, *self.geo_args, *stats_plan.scalars, counters, w, b,
-                                     stats, rm, rv, rm, rv, geo.M, eps, momentum)
+            args = (x, part, *self.geo_args, *stats_plan.scalars, counters, w, b, stats, rm, rv, rm, rv, geo.M, eps,
+                    momentum)
+            if len(self.stats_launches) < self.MAX_FIXED:
+                self.stats_launches[(momentum, eps)] = stats_plan.kernel.fix(stats_plan.grid, *args)
+            stats_plan.kernel.launch(stats_plan.grid, *args)
         y = x.new_empty_strided(self.shape, self.out_strides)
         res = residual if residual is not None else x
         if self.apply_launch is None:
