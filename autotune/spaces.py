@@ -15,9 +15,10 @@ For every tuned kernel family this module declares
     full("gemm", M=4096, N=1024, K=8704, dtype="bfloat16", tma=True)
     rejected("gemm", config, M=..., ...)   # the names of the rules a config breaks
 
-Kernels: gemm, gemm_backward, conv1d, conv1d_dw, conv2d, softmax (row and looped kernels, by the row length), layernorm_fwd,
-layernorm_bwd (the row kernels), cross_entropy (row and chunked kernels, by the class count). Every tuner
-candidate lies in the full space of its shape (tests/test_autotune_spaces.py checks it for many shapes).
+Kernels: gemm, gemm_backward, conv1d, conv1d_dw, conv2d, conv2d_flat, conv2d_flat_dw, softmax (row and looped
+kernels, by the row length), layernorm_fwd, layernorm_bwd (the row kernels), cross_entropy (row and chunked kernels,
+by the class count). Every tuner candidate lies in the full space of its shape (tests/test_autotune_spaces.py checks
+it for many shapes).
 """
 from __future__ import annotations
 
@@ -502,6 +503,94 @@ CONV2D = _register(Space(
     context=_conv2d_context, tuner=_conv2d_tuner, interpret=lambda ctx: CONV2D_INTERPRET_CONFIG,
     doc="y = act(conv2d(x, w) + bias + residual) on NHWC x: M = B x H_out x W_out, N = C_out, C = C_in, "
         "taps = KH x KW; dtype; stats",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
+# conv2d with few input channels (triton_kernels/conv2d.py's flat-K kernels): the whole K = KH x KW x C_in
+# in one gathered tile; the forward's knobs are its output tile, the weight gradient's its row block and
+# column tile (its programs: a fixed few per SM, each walking every S-th row block)
+# ----------------------------------------------------------------------------------------------------
+def _flat_cfg(bm, bn, warps, group=8):
+    return Config({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group}, warps, 1)
+
+
+def _flat_dw_cfg(bm, bn, warps, stages):
+    return Config({"BLOCK_M": bm, "BLOCK_N": bn}, warps, stages)
+
+
+# best guess first for the ResNet stem (3 -> 64 channels, K = 27 -> 32): a 64-wide tile per program, so
+# each program stores 128 whole NHWC rows
+CONV2D_FLAT_CONFIGS = [
+    _flat_cfg(128, 64, 4), _flat_cfg(256, 64, 8), _flat_cfg(64, 64, 4), _flat_cfg(128, 128, 8),
+    _flat_cfg(256, 128, 8), _flat_cfg(128, 32, 4), _flat_cfg(64, 32, 4), _flat_cfg(32, 32, 4), _flat_cfg(32, 16, 2),
+]
+CONV2D_FLAT_INTERPRET_CONFIG = _flat_cfg(32, 32, 4, group=2)
+CONV2D_FLAT_DW_CONFIGS = [
+    _flat_dw_cfg(128, 64, 4, 3), _flat_dw_cfg(256, 64, 8, 3), _flat_dw_cfg(64, 64, 4, 4), _flat_dw_cfg(128, 64, 8, 2),
+    _flat_dw_cfg(128, 128, 8, 3), _flat_dw_cfg(128, 32, 4, 3), _flat_dw_cfg(32, 32, 4, 2), _flat_dw_cfg(32, 16, 2, 2),
+]
+CONV2D_FLAT_DW_INTERPRET_CONFIG = _flat_dw_cfg(32, 32, 4, 1)
+
+
+def _flat_context(M: int, N: int, K: int, dtype: Any = "float32", stats: bool = False) -> dict:
+    """M = batch x output pixels, N = output channels, K = KH x KW x C_in (padded to K_PAD in the kernel)."""
+    return {"M": int(M), "N": int(N), "K": int(K), "K_PAD": max(16, next_power_of_2(int(K))),
+            "elem": elem_bytes(dtype), "stats": bool(stats)}
+
+
+def _flat_fits(c: Config, ctx: dict) -> bool:
+    """A tile no wider than the (bucketed) output channels and no taller than twice the (bucketed) rows."""
+    return c.kwargs["BLOCK_N"] <= max(16, bucket(ctx["N"])) and c.kwargs["BLOCK_M"] <= 2 * bucket(ctx["M"])
+
+
+def _flat_registers(c: Config, ctx: dict) -> bool:
+    """The output tile's accumulators and the gathered (BLOCK_M, K_PAD) tile within MAX_ACC_REGS per thread."""
+    k = c.kwargs
+    return k["BLOCK_M"] * (k["BLOCK_N"] + ctx["K_PAD"]) <= MAX_ACC_REGS * WARP * c.num_warps
+
+
+def _flat_dw_registers(c: Config, ctx: dict) -> bool:
+    k = c.kwargs
+    return ctx["K_PAD"] * k["BLOCK_N"] + k["BLOCK_M"] * ctx["K_PAD"] <= MAX_ACC_REGS * WARP * c.num_warps
+
+
+def _flat_dw_smem(c: Config, ctx: dict) -> bool:
+    k = c.kwargs
+    return c.num_stages * k["BLOCK_M"] * (ctx["K_PAD"] + k["BLOCK_N"]) * ctx["elem"] <= SMEM_LIMIT
+
+
+_FLAT_TILES = (("BLOCK_M", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)))
+CONV2D_FLAT = _register(Space(
+    "conv2d_flat",
+    variants=(Variant("flat_k", _FLAT_TILES + (("GROUP_M", (1, 4, 8, 16)),), _GEMM_WARPS, (1,)),),
+    rules=(
+        Rule("registers", "hardware", _flat_registers, "BLOCK_M x (BLOCK_N + K_PAD) values <= MAX_ACC_REGS per thread"),
+        _THREADS_RULE,
+        Rule("fits", "shape", _flat_fits, "BLOCK_N <= bucket(C_out), BLOCK_M <= 2 bucket(M)"),
+    ),
+    context=_flat_context,
+    tuner=lambda ctx: [c for c in CONV2D_FLAT_CONFIGS if _flat_registers(c, ctx) and _flat_fits(c, ctx)]
+    or [CONV2D_FLAT_CONFIGS[-1]],
+    interpret=lambda ctx: CONV2D_FLAT_INTERPRET_CONFIG,
+    doc="y = act(conv2d(x, w) + bias + residual), K = KH x KW x C_in in one tile: M = B x H_out x W_out, "
+        "N = C_out, K; dtype; stats",
+))
+CONV2D_FLAT_DW = _register(Space(
+    "conv2d_flat_dw",
+    variants=(Variant("split_rows", _FLAT_TILES, _GEMM_WARPS, _GEMM_STAGES),),
+    rules=(
+        Rule("shared_memory", "hardware", _flat_dw_smem,
+             "num_stages x BLOCK_M x (K_PAD + BLOCK_N) bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _flat_dw_registers,
+             "K_PAD x BLOCK_N accumulators + the gathered tile <= MAX_ACC_REGS per thread"),
+        Rule("fits", "shape", _flat_fits, "BLOCK_N <= bucket(C_out), BLOCK_M <= 2 bucket(M)"),
+    ),
+    context=_flat_context,
+    tuner=lambda ctx: [c for c in CONV2D_FLAT_DW_CONFIGS if _flat_dw_smem(c, ctx) and _flat_dw_registers(c, ctx)
+                       and _flat_fits(c, ctx)] or [CONV2D_FLAT_DW_CONFIGS[-1]],
+    interpret=lambda ctx: CONV2D_FLAT_DW_INTERPRET_CONFIG,
+    doc="dW[k, n] = sum_m A[m, k] dz[m, n] (A: the im2col of x, K = KH x KW x C_in): M, N = C_out, K; dtype",
 ))
 
 

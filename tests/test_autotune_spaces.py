@@ -47,6 +47,12 @@ def test_conv2d_candidates_are_the_tuners():
         for es in (2, 4):
             assert spaces.candidates("conv2d", M=M, N=N, C=C, taps=taps, dtype=es) == prune(M, N, C, taps, es)
     assert ALL_TUNERS["conv2d"].configs == spaces.CONV2D_CONFIGS
+    assert ALL_TUNERS["conv2d_flat"].configs == spaces.CONV2D_FLAT_CONFIGS
+    assert ALL_TUNERS["conv2d_flat_dw"].configs == spaces.CONV2D_FLAT_DW_CONFIGS
+    # the ResNet stem (3 -> 64 channels, 3 x 3, batch 512): the first flat candidates are the listed guesses
+    stem = dict(M=512 * 32 * 32, N=64, K=27, dtype=2)
+    assert spaces.candidates("conv2d_flat", **stem)[0] == spaces.CONV2D_FLAT_CONFIGS[0]
+    assert spaces.candidates("conv2d_flat_dw", **stem)[0] == spaces.CONV2D_FLAT_DW_CONFIGS[0]
     from bench.cases.conv2d import RESNET18_SHAPES
 
     for C, H, W, N, k, s in RESNET18_SHAPES:
@@ -80,6 +86,11 @@ SHAPES = {
     "conv2d": [dict(M=M, N=N, C=C, taps=t, dtype=d) for M, N, C, t in [(4, 16, 3, 9), (524288, 64, 3, 9),
                                                                       (131072, 128, 64, 1), (8192, 512, 512, 9)]
                for d in ("bfloat16", "float32")],
+    "conv2d_flat": [dict(M=M, N=N, K=K, dtype=d, stats=st) for M, N, K in [(4, 16, 9), (524288, 64, 27), (100, 3, 126),
+                                                                          (131072, 512, 128)]
+                    for d in ("bfloat16", "float32") for st in (False, True)],
+    "conv2d_flat_dw": [dict(M=M, N=N, K=K, dtype=d) for M, N, K in [(4, 16, 9), (524288, 64, 27), (100, 3, 126),
+                                                                   (131072, 512, 128)] for d in ("bfloat16", "float32")],
     "softmax": [dict(M=M, N=N) for M, N in itertools.product((1, 100, 8192), (10, 1000, 16384, 32000, 200000))],
     "layernorm_fwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],
     "layernorm_bwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],

@@ -41,13 +41,13 @@ def _inputs(B, C, H, W, N, k, stride, pad, bias, residual, dtype, layout, device
 
 
 def _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout="channels_last",
-           device=DEVICE, precision="ieee", tf32=False):
+           device=DEVICE, precision="ieee", tf32=False, path="auto"):
     """Forward and every gradient against float64 (the gradient through OUR output's ReLU mask: where a
     pre-activation is within rounding of 0 the two masks may differ; the masked product is what counts)."""
     inputs = _inputs(B, C, H, W, N, k, stride, pad, bias, residual, dtype, layout, device)
     leaves = [t.clone().requires_grad_() if t is not None else None for t in inputs]
     y = conv2d.conv2d(leaves[0], leaves[1], leaves[2], stride, pad, residual=leaves[3], activation=activation,
-                      precision=precision)
+                      precision=precision, path=path)
     refs = [t.detach().double().cpu().requires_grad_() if t is not None else None for t in inputs]
     r = ref_conv(refs[0], refs[1], refs[2], stride, pad, refs[3], activation)
     assert y.shape == r.shape and y.dtype == dtype and y.is_contiguous(memory_format=CL)
@@ -73,8 +73,39 @@ def _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, lay
     (2, 3, 8, 8, 16, 3, 1, 1, False, False, "relu", torch.float16, "channels_last"),
     (2, 7, 6, 6, 5, 1, 2, 1, True, False, "none", torch.float32, "nchw"),
 ])
-def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout):
-    _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout)
+@pytest.mark.parametrize("path", ["auto", "tiled"])
+def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout, path):
+    """"auto" runs the flat-K kernels wherever C_in < 16 (all but the 37-channel case), "tiled" never."""
+    assert conv2d.uses_flat(C, k, k, path) == (path == "auto" and C < 16)
+    _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout, path=path)
+
+
+FLAT_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 2}, 4, 1)
+FLAT_DW_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16}, 4, 1)
+
+
+@pytest.mark.parametrize("C,k,stride,pad", [(3, 3, 1, 1), (3, 3, 2, 1), (5, 3, 1, 2), (14, 3, 2, 0), (37, 1, 1, 0),
+                                            (2, 5, 1, 2)])
+def test_flat_kernels_every_dim(C, k, stride, pad):
+    """The flat-K forward and weight gradient with forced 16 x 16 tiles: K from 9 to 126 (K_PAD 16 to 128, the
+    37-channel 1 x 1 forced onto the path), several row blocks per weight-gradient program (a ragged last one,
+    rows crossing image rows and samples), two column blocks of the 18 output channels, a poisoned output;
+    against float64, NCHW x included."""
+    x, w, b, r = _inputs(3, C, 9, 7, 18, k, stride, pad, True, True, torch.float32, "channels_last")
+    out = poison_(torch.empty(r.shape, device=DEVICE).contiguous(memory_format=CL))
+    y = conv2d.conv2d_forward(x, conv2d.pack_weight(w), b, r, (stride, stride), (pad, pad), "relu", out=out,
+                              path="flat", config=FLAT_TILES)
+    assert y is out and not torch.isnan(y).any()
+    assert_close(y, ref_conv(x.double(), w.double(), b.double(), stride, pad, r.double(), "relu"), torch.float32)
+    x64, w64 = x.double(), w.double().requires_grad_()
+    z = ref_conv(x64, w64, None, stride, pad)
+    dz = torch.randn(z.shape, dtype=torch.float64)
+    z.backward(dz)
+    for xs in (x, x.contiguous()):
+        dw = conv2d.conv2d_weight_grad_flat(xs, dz.float().to(DEVICE).contiguous(memory_format=CL), (k, k),
+                                            (stride, stride), (pad, pad), config=FLAT_DW_TILES)
+        assert dw.shape == (k, k, C, 18) and dw.dtype == torch.float32
+        assert_close(dw.permute(3, 2, 0, 1), w64.grad, torch.float32, name="dweight")
 
 
 @pytest.mark.parametrize("k,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 2, 0)])
@@ -269,7 +300,7 @@ def test_op_suite_cases_run_through_the_harness():
 
     built = cases.cases(tiny=True)
     assert all(c.flops > 0 and c.bytes > 0 for c in built)
-    assert len(cases.cases(tiny=False)) == 11 + 4 and len(cases.RESNET18_SHAPES) == 11
+    assert len(cases.cases(tiny=False)) == 11 + 4 + 1 and len(cases.RESNET18_SHAPES) == 11
     rows = run_cases(built, RunConfig(backends=["eager", "triton"], rounds=1, rep=1), progress=False)
     timed = [r for r in rows if r["metric"] == "time_ms"]
     assert len(timed) == 2 * len(built) and all(r["status"] == "ok" for r in timed), \
@@ -292,6 +323,8 @@ def test_op_suite_cases_run_through_the_harness():
     (lambda x, w: conv2d.conv2d(x, w, residual=torch.ones(2, 5, 6, 6, dtype=torch.int32)), "residual has dtype"),
     (lambda x, w: conv2d.conv2d(x, w, activation="gelu"), "activation must be"),
     (lambda x, w: conv2d.conv2d(x, w, precision="fp8"), "precision must be"),
+    (lambda x, w: conv2d.conv2d(x, w, path="direct"), "path must be"),
+    (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), path="flat"), "path='flat' needs"),
     (lambda x, w: conv2d.conv2d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
     (lambda x, w: conv2d.conv2d(x, w.to("meta")), "weight is on meta"),
     (lambda x, w: conv2d.conv2d_bn_stats(x, w.requires_grad_()), "not differentiable"),

@@ -1,5 +1,6 @@
 """Conv2d as an implicit GEMM on NHWC (channels_last) activations, with a fused bias + residual + ReLU
-epilogue and, as a separate variant, the batch-norm statistics of its output; backward through cuDNN.
+epilogue and, as a separate variant, the batch-norm statistics of its output; backward through cuDNN,
+except the weight gradient of layers with few input channels.
 
 Shapes: x (B, C_in, H, W) read with its strides (channels_last is the fast layout; a contiguous NCHW x
 works too, its channel loads strided; one sample under 2**31 elements), weight (C_out, C_in, KH, KW) as
@@ -19,10 +20,13 @@ the input pixel under that tap for every output pixel of the tile (a gather of B
 BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight packed once as
 (KH, KW, C_in, C_out) contiguous, so it is a plain (K, C_out) row-major matrix read coalesced.
 
-Backward is cuDNN's (``aten.convolution_backward``, the kernels torch's own conv2d backward runs):
-    dz = dy * (y > 0)    (relu; the mask from the saved output, as torch's relu backward takes it)
-    dx, dw = convolution_backward(dz, x, w)      dbias = sum_{b, oh, ow} dz      dresidual = dz
-so training time is this forward against cuDNN's forward; a Triton dgrad / wgrad is a later step.
+Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
+instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
+`_flat_columns`).
+
+Backward: dz = dy * (y > 0) (relu; the mask from the saved output, as torch's relu backward takes it),
+dbias = sum_{b, oh, ow} dz, dresidual = dz; dw from the flat-K kernel on that path; dx (and dw elsewhere)
+from cuDNN's ``aten.convolution_backward``, the kernels torch's own conv2d backward runs.
 
 Statistics variant (STATS): the epilogue also writes, per M-tile t and channel n, the fp32 sum of z over
 the tile's rows and M2 = sum (z - tile mean)^2 (centred in the tile: no cancellation when the mean is
@@ -43,7 +47,7 @@ from autotune import spaces
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
 from .runtime import (cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, config_from,
-                      config_str, is_fake, register_op, register_tuner)
+                      config_str, is_fake, launch, num_sms, register_op, register_tuner)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -52,8 +56,33 @@ INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 tl.dot in the int
 
 
 # ----------------------------------------------------------------------------------------------------
-# Kernel
+# Kernels
 # ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
+                     stride_bias, stride_rb, stride_rn, stride_rh, stride_rw,
+                     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
+                     BLOCK_M: tl.constexpr):
+    """The tile's epilogue, on the fp32 accumulator: + bias + residual, the STATS partials of z, act, the cast
+    and the dense channels_last store (both conv2d kernels end here)."""
+    mask = m_ok[:, None] & n_ok[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RES:
+        r_rows = res_ptr + b.to(tl.int64) * stride_rb + oh * stride_rh + ow * stride_rw
+        acc += tl.load(r_rows[:, None] + offs_n[None, :] * stride_rn, mask=mask, other=0.0).to(tl.float32)
+    if STATS:
+        count = tl.minimum(M - pid_m * BLOCK_M, BLOCK_M).to(tl.float32)
+        total = tl.sum(tl.where(m_ok[:, None], acc, 0.0), axis=0)
+        dev = tl.where(m_ok[:, None], acc - (total / count)[None, :], 0.0)
+        part = part_ptr + pid_m * N + offs_n
+        tl.store(part, total, mask=n_ok)
+        tl.store(part + tl.cdiv(M, BLOCK_M) * N, tl.sum(dev * dev, axis=0), mask=n_ok)
+    acc = _apply_act(acc, ACT)
+    y_ptrs = y_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
 # One program computes a BLOCK_M x BLOCK_N tile of y: BLOCK_M output pixels (consecutive in (b, oh, ow)
 # order, crossing rows and samples) x BLOCK_N output channels. Its K loop is flat, KH * KW * cdiv(C_in,
 # BLOCK_K) steps, so Triton software-pipelines it as one loop over num_stages shared-memory buffers:
@@ -117,22 +146,107 @@ def _conv2d_kernel(
                      mask=c_ok[:, None] & n_ok[None, :], other=0.0)
         acc = tl.dot(a, wt, acc, input_precision=PRECISION)
 
-    mask = m_ok[:, None] & n_ok[None, :]
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_RES:
-        r_rows = res_ptr + b.to(tl.int64) * stride_rb + oh * stride_rh + ow * stride_rw
-        acc += tl.load(r_rows[:, None] + offs_n[None, :] * stride_rn, mask=mask, other=0.0).to(tl.float32)
-    if STATS:
-        count = tl.minimum(M - pid_m * BLOCK_M, BLOCK_M).to(tl.float32)
-        total = tl.sum(tl.where(m_ok[:, None], acc, 0.0), axis=0)
-        dev = tl.where(m_ok[:, None], acc - (total / count)[None, :], 0.0)
-        part = part_ptr + pid_m * N + offs_n
-        tl.store(part, total, mask=n_ok)
-        tl.store(part + tl.cdiv(M, BLOCK_M) * N, tl.sum(dev * dev, axis=0), mask=n_ok)
-    acc = _apply_act(acc, ACT)
-    y_ptrs = y_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
+                     stride_bias, stride_rb, stride_rn, stride_rh, stride_rw, HAS_BIAS, HAS_RES, ACT, STATS, BLOCK_M)
+
+
+# Few input channels (a network's stem: 3 colour channels). The tiled kernel above pads each tap's C_in to
+# BLOCK_K >= 16, so at C_in = 3 it runs 9 dots of which 81 % is padding. Here the reduction is flattened,
+# k = (kh * KW + kw) * C_in + c over K = KH * KW * C_in, padded to K_PAD = next power of two (27 -> 32):
+#
+#     A[m, k] = x[b, c, oh*sh - ph + kh, ow*sw - pw + kw]     gathered once per tile (0 in the padding, k >= K)
+#     B[k, n] = w_packed[kh, kw, c, n]                         the packed weight read as a (K, N) matrix
+#     y = epilogue(A @ B)                                      one tl.dot per tile
+#
+# so the layer costs about its output store. The weight gradient reuses the gather:
+#
+#     dW[k, n] = sum_m A[m, k] dz[m, n]
+#
+# each of S programs walks every S-th BLOCK_M block of rows, accumulating A^T @ dz (K_PAD x BLOCK_N, fp32)
+# in registers, and writes it to part[s]; the launcher sums part over s (a fixed order: deterministic).
+@triton.jit
+def _flat_columns(x_ptr, b, oh, ow, m_ok, C, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                  KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+                  PAD_H: tl.constexpr, PAD_W: tl.constexpr, K_PAD: tl.constexpr):
+    """The (BLOCK_M, K_PAD) im2col tile A of output pixels (b, oh, ow): see the comment above."""
+    k = tl.arange(0, K_PAD)
+    tap = k // C
+    c = k - tap * C
+    kh = tap // KW
+    kw = tap - kh * KW
+    ih = (oh * STRIDE_H - PAD_H)[:, None] + kh[None, :]
+    iw = (ow * STRIDE_W - PAD_W)[:, None] + kw[None, :]
+    ok = m_ok[:, None] & (k < KH * KW * C)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+    ptrs = x_ptr + (b.to(tl.int64) * stride_xb)[:, None] + ih * stride_xh + iw * stride_xw + (c * stride_xc)[None, :]
+    return tl.load(ptrs, mask=ok, other=0.0)
+
+
+@triton.jit
+def _conv2d_flat_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
+    M, N, C, H, W, H_out, W_out,
+    stride_xb, stride_xc, stride_xh, stride_xw,
+    stride_wh, stride_ww, stride_wc, stride_wn, stride_bias,
+    stride_rb, stride_rn, stride_rh, stride_rw,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
+    PRECISION: tl.constexpr, K_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """`_conv2d_kernel`'s output tile (same arguments and epilogue) with the whole K in one gathered tile."""
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    rows = tl.where(m_ok, offs_m, 0)
+    ow = rows % W_out
+    oh = (rows // W_out) % H_out
+    b = (rows // W_out) // H_out
+    a = _flat_columns(x_ptr, b, oh, ow, m_ok, C, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                      KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
+    k = tl.arange(0, K_PAD)
+    tap = k // C
+    kh = tap // KW
+    w_rows = kh * stride_wh + (tap - kh * KW) * stride_ww + (k - tap * C) * stride_wc
+    wt = tl.load(w_ptr + w_rows[:, None] + offs_n[None, :] * stride_wn,
+                 mask=(k < KH * KW * C)[:, None] & n_ok[None, :], other=0.0)
+    acc = tl.dot(a, wt, input_precision=PRECISION)
+    _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
+                     stride_bias, stride_rb, stride_rn, stride_rh, stride_rw, HAS_BIAS, HAS_RES, ACT, STATS, BLOCK_M)
+
+
+@triton.jit
+def _conv2d_flat_dw_kernel(
+    x_ptr, dz_ptr, part_ptr,
+    M, N, C, H, W, H_out, W_out,
+    stride_xb, stride_xc, stride_xh, stride_xw, stride_zb, stride_zn, stride_zh, stride_zw,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr, PRECISION: tl.constexpr, K_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program (s, n-block): part[s, k, n] = sum of A[m, k] dz[m, n] over the rows m of blocks s, s + S, ...
+    (S = the grid's first size); dz (B, N, H_out, W_out) by strides; part (S, K_PAD, N) fp32."""
+    s = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    acc = tl.zeros((K_PAD, BLOCK_N), dtype=tl.float32)
+    for block in range(s, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        offs_m = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        rows = tl.where(m_ok, offs_m, 0)
+        ow = rows % W_out
+        oh = (rows // W_out) % H_out
+        b = (rows // W_out) // H_out
+        a = _flat_columns(x_ptr, b, oh, ow, m_ok, C, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                          KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
+        z_rows = b.to(tl.int64) * stride_zb + oh * stride_zh + ow * stride_zw
+        dz = tl.load(dz_ptr + z_rows[:, None] + offs_n[None, :] * stride_zn, mask=m_ok[:, None] & n_ok[None, :],
+                     other=0.0)
+        acc = tl.dot(tl.trans(a), dz, acc, input_precision=PRECISION)
+    k = tl.arange(0, K_PAD)
+    tl.store(part_ptr + (s * K_PAD + k).to(tl.int64)[:, None] * N + offs_n[None, :], acc, mask=n_ok[None, :])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -165,8 +279,40 @@ class _Conv2dPlan(NamedTuple):
 # (Conv2dKey, padding, device) -> _Conv2dPlan, made at a key's first eager call
 _PLANS: dict[tuple, _Conv2dPlan] = {}
 
-_tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _tile_coords, _apply_act], spaces.CONV2D_CONFIGS,
-                                  interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
+_tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _conv2d_epilogue, _tile_coords, _apply_act],
+                                  spaces.CONV2D_CONFIGS, interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
+_flat_tuner = register_tuner(Autotuner("conv2d_flat", [_conv2d_flat_kernel, _flat_columns, _conv2d_epilogue,
+                                                       _tile_coords, _apply_act], spaces.CONV2D_FLAT_CONFIGS,
+                                       interpret_config=spaces.CONV2D_FLAT_INTERPRET_CONFIG))
+_flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_kernel, _flat_columns],
+                                          spaces.CONV2D_FLAT_DW_CONFIGS,
+                                          interpret_config=spaces.CONV2D_FLAT_DW_INTERPRET_CONFIG))
+
+# The flat-K kernels serve layers with C_in under the tiled kernel's smallest K step and K = KH x KW x C_in
+# up to FLAT_K_MAX ("auto"); path="flat" / "tiled" forces one (tests, benchmarks).
+FLAT_C_MAX = 16
+FLAT_K_MAX = 128
+PATHS = ("auto", "flat", "tiled")
+
+
+def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
+    """Whether a layer with C input channels and a KH x KW kernel runs the flat-K kernels."""
+    if path == "auto":
+        return C < FLAT_C_MAX and KH * KW * C <= FLAT_K_MAX
+    return path == "flat"
+
+
+class Conv2dWeightGradKey(NamedTuple):
+    """What a tuned flat-K weight-gradient config depends on."""
+    m: int  # output pixels, bucketed
+    n: int
+    c: int
+    kh: int
+    kw: int
+    stride_h: int
+    stride_w: int
+    dtype: torch.dtype
+    precision: str
 
 
 def _prune(M: int, N: int, C: int, taps: int, elem: int) -> list[Config]:
@@ -222,13 +368,15 @@ def out_size(size: int, k: int, stride: int, pad: int) -> int:
 
 
 def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding=(0, 0), activation="none",
-                   precision="ieee", *, stats=False, out=None, config: Config | None = None):
+                   precision="ieee", *, stats=False, out=None, path="auto", config: Config | None = None):
     """y (B, C_out, H_out, W_out) channels_last in x's dtype, from x and the PACKED weight (KH, KW, C_in,
     C_out) (see `_conv2d_kernel`); with ``stats``, (y, part): part (2, cdiv(M, BLOCK_M), C_out) fp32, each
     M-tile's per-channel sum and centred M2 of z (see :func:`merge_tile_stats`).
 
-    out: the buffer y is written to (dense channels_last, x's dtype; tests poison it). config: force a
-    launch configuration (tests); default: the tuner's (persistent cache, launch plan)."""
+    out: the buffer y is written to (dense channels_last, x's dtype; tests poison it). path: "auto" (the
+    flat-K kernel where :func:`uses_flat`, else the tiled one), "flat" or "tiled". config: force a launch
+    configuration (tests; with path "auto" its knobs name the kernel: BLOCK_K is the tiled one's); default:
+    the tuner's (persistent cache, launch plan)."""
     B, C, H, W = x.shape
     KH, KW, _, N = w_packed.shape
     (sh, sw), (ph, pw) = stride, padding
@@ -243,28 +391,41 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
     M = B * H_out * W_out
     prec = precision if x.dtype == torch.float32 else "ieee"
     has_bias, has_res = bias is not None, residual is not None
+    flat = "BLOCK_K" not in config.kwargs if config is not None and path == "auto" else uses_flat(C, KH, KW, path)
     key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=prec,
                     activation=activation, has_bias=has_bias, has_residual=has_res, stats=bool(stats))
     fake = is_fake(x, w_packed)
-    plan = _PLANS.get((key, ph, pw, x.device)) if config is None else None
+    plan = _PLANS.get((key, ph, pw, flat, x.device)) if config is None else None
     if plan is None:
         flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, HAS_BIAS=has_bias,
                      HAS_RES=has_res, ACT=activation, STATS=bool(stats), PRECISION=prec)
+        kernel = _conv2d_flat_kernel if flat else _conv2d_kernel
+        if flat:
+            flags["K_PAD"] = _k_pad(KH * KW * C)
 
         def bound(cfg: Config) -> _Conv2dPlan:
-            return _Conv2dPlan(bind(_conv2d_kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
+            return _Conv2dPlan(bind(kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
                                     num_stages=cfg.num_stages), cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
 
         if config is None:
-            config = _tuner.pick(key, lambda cfg: _launch(bound(cfg), x, w_packed, bias, residual, y, stats, M),
-                                 lambda: _prune(M, N, C, KH * KW, x.element_size()), tracing=fake)
+            if flat:
+                tuner, listed = _flat_tuner, lambda: spaces.candidates(
+                    "conv2d_flat", M=M, N=N, K=KH * KW * C, dtype=x.element_size(), stats=bool(stats))
+            else:
+                tuner, listed = _tuner, lambda: _prune(M, N, C, KH * KW, x.element_size())
+            config = tuner.pick(key, lambda cfg: _launch(bound(cfg), x, w_packed, bias, residual, y, stats, M), listed,
+                                tracing=fake)
             plan = bound(config)
             if not fake:
-                _PLANS[(key, ph, pw, x.device)] = plan
+                _PLANS[(key, ph, pw, flat, x.device)] = plan
         else:
             plan = bound(config)
     part = _launch(plan, x, w_packed, bias, residual, y, stats, M)
     return (y, part) if stats else y
+
+
+def _k_pad(K: int) -> int:
+    return max(16, 1 << (K - 1).bit_length())
 
 
 def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
@@ -302,48 +463,89 @@ def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Te
     return mean, var
 
 
+def conv2d_weight_grad_flat(x, dz, kernel_size, stride=(1, 1), padding=(0, 0), precision="ieee", *,
+                            config: Config | None = None) -> torch.Tensor:
+    """dW (KH, KW, C_in, C_out) fp32 -- the packed weight's layout -- of the conv of x (B, C_in, H, W) whose
+    pre-activation gradient is dz (B, C_out, H_out, W_out), both by strides, with the flat-K kernel (see
+    `_conv2d_flat_dw_kernel`); the per-program partials are summed here. config: force one (tests)."""
+    B, C, H, W = x.shape
+    N, H_out, W_out = dz.shape[1], dz.shape[2], dz.shape[3]
+    (KH, KW), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    M, K = B * H_out * W_out, KH * KW * C
+    if M == 0:
+        return torch.zeros((KH, KW, C, N), device=dz.device, dtype=torch.float32)
+    prec = precision if dz.dtype == torch.float32 else "ieee"
+    k_pad = _k_pad(K)
+    n_sms = num_sms(dz.device, default=2)
+
+    def run(cfg: Config) -> torch.Tensor:
+        n_blocks = cdiv(N, cfg.kwargs["BLOCK_N"])
+        programs = max(1, min(cdiv(M, cfg.kwargs["BLOCK_M"]), cdiv(4 * n_sms, n_blocks)))
+        part = torch.empty((programs, k_pad, N), device=dz.device, dtype=torch.float32)
+        launch(_conv2d_flat_dw_kernel, (programs, n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, C=C, H=H,
+               W=W, H_out=H_out, W_out=W_out, stride_xb=x.stride(0), stride_xc=x.stride(1), stride_xh=x.stride(2),
+               stride_xw=x.stride(3), stride_zb=dz.stride(0), stride_zn=dz.stride(1), stride_zh=dz.stride(2),
+               stride_zw=dz.stride(3), KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec,
+               K_PAD=k_pad, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return part
+
+    if config is None:
+        key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
+                                  precision=prec)
+        config = _flat_dw_tuner.pick(key, run, lambda: spaces.candidates("conv2d_flat_dw", M=M, N=N, K=K,
+                                                                         dtype=dz.element_size()),
+                                     tracing=is_fake(x, dz))
+    return run(config).sum(0)[:K].view(KH, KW, C, N)
+
+
 # ----------------------------------------------------------------------------------------------------
 # torch ops + autograd (the backward is cuDNN's, see the module docstring)
 # ----------------------------------------------------------------------------------------------------
 def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
-               activation: str, precision: str, config: str) -> torch.Tensor:
+               activation: str, precision: str, path: str, config: str) -> torch.Tensor:
     return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
-                          activation, precision, config=config_from(config))
+                          activation, precision, path=path, config=config_from(config))
 
 
 def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
-                     activation: str, precision: str, config: str) -> list[torch.Tensor]:
+                     activation: str, precision: str, path: str, config: str) -> list[torch.Tensor]:
     y, part = conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
-                             activation, precision, stats=True, config=config_from(config))
+                             activation, precision, stats=True, path=path, config=config_from(config))
     mean, var = merge_tile_stats(part, y.shape[0] * y.shape[2] * y.shape[3])
     return [y, mean, var]
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, stride_h, stride_w, pad_h, pad_w, activation = inputs[:9]
-    ctx.stride, ctx.padding, ctx.activation = [stride_h, stride_w], [pad_h, pad_w], activation
+    x, weight, bias, residual, stride_h, stride_w, pad_h, pad_w, activation, precision, path = inputs[:11]
+    ctx.stride, ctx.padding, ctx.activation, ctx.precision = [stride_h, stride_w], [pad_h, pad_w], activation, precision
+    ctx.flat = uses_flat(weight.shape[1], weight.shape[2], weight.shape[3], path)
     ctx.bias_dtype = bias.dtype if bias is not None else None
     ctx.res_dtype = residual.dtype if residual is not None else None
     ctx.save_for_backward(x, weight, output if activation == "relu" else None)
 
 
 def _backward(ctx, dy):
-    """dz = dy behind the ReLU mask of the saved output; dx and dw from cuDNN's convolution backward (in x's
-    dtype, dw then cast to the weight's, as autocast's cast of the weight would give), dbias a sum,
-    dresidual = dz."""
+    """dz = dy behind the ReLU mask of the saved output; dw from the flat-K kernel on that path (fp32, then the
+    weight's dtype), else with dx from cuDNN's convolution backward (in x's dtype, dw then cast to the
+    weight's, as autocast's cast of the weight would give); dbias a sum, dresidual = dz."""
     x, weight, y = ctx.saved_tensors
     need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
     dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
     dx = dw = None
+    if need_w and ctx.flat:
+        dw_packed = conv2d_weight_grad_flat(x, dz, weight.shape[2:], ctx.stride, ctx.padding, ctx.precision)
+        dw = torch.empty_like(weight).copy_(dw_packed.permute(3, 2, 0, 1))
+        need_w = False
     if need_x or need_w:
-        dx, dw, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, ctx.stride, ctx.padding,
-                                                        [1, 1], False, [0, 0], 1, [bool(need_x), bool(need_w), False])
-        dw = dw.to(weight.dtype) if dw is not None else None
+        dx, dw_cudnn, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, ctx.stride,
+                                                              ctx.padding, [1, 1], False, [0, 0], 1,
+                                                              [bool(need_x), bool(need_w), False])
+        dw = dw_cudnn.to(weight.dtype) if dw_cudnn is not None else dw
     dbias = dz.sum((0, 2, 3), dtype=torch.float32).to(ctx.bias_dtype) if need_b and ctx.bias_dtype else None
     dres = dz.to(ctx.res_dtype) if need_r and ctx.res_dtype else None
-    return (dx, dw, dbias, dres) + (None,) * 7
+    return (dx, dw, dbias, dres) + (None,) * 8
 
 
 _conv2d_call = register_op("tk::conv2d", _conv2d_op, setup_context=_setup_context, backward=_backward)
@@ -361,7 +563,7 @@ def _pair(name: str, value, minimum: int) -> tuple[int, int]:
     return pair
 
 
-def validate(x, weight, bias, stride, padding, residual, activation, precision):
+def validate(x, weight, bias, stride, padding, residual, activation, precision, path="auto"):
     """Raise a ValueError naming the argument; returns (stride pair, padding pair)."""
     check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor("weight", weight, ndim=4, dtypes=DTYPES, device=x.device)
@@ -387,36 +589,42 @@ def validate(x, weight, bias, stride, padding, residual, activation, precision):
                              f"{(B, C_out, H_out, W_out)}")
     check_choice("activation", activation, ACTIVATIONS)
     check_choice("precision", precision, PRECISIONS)
+    check_choice("path", path, PATHS)
+    if path == "flat" and KH * KW * C_in > FLAT_K_MAX:
+        raise ValueError(f"path='flat' needs KH x KW x C_in <= {FLAT_K_MAX}, got {KH} x {KW} x {C_in}")
     return (sh, sw), (ph, pw)
 
 
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
            residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
-           config: Config | None = None) -> torch.Tensor:
+           path: str = "auto", config: Config | None = None) -> torch.Tensor:
     """act(conv2d(x, weight, bias, stride, padding) + residual), as functional.conv2d (dilation 1, one
     group) followed by the add and the activation: x (B, C_in, H, W), channels_last preferred (any strides
     are read as they are); weight (C_out, C_in, KH, KW) as nn.Conv2d's, in x's dtype or another (an fp32
     master weight under bf16 activations, as autocast hands conv2d: it is cast to x's dtype when packed, once
     per version, see `packed_weight`, and its gradient comes back in its own dtype); residual (B, C_out,
     H_out, W_out); returns y channels_last in x's dtype.
-    Differentiable in x, weight, bias and residual (backward: cuDNN's, behind the ReLU mask).
-    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). config: force a
+    Differentiable in x, weight, bias and residual (backward behind the ReLU mask: the weight's gradient from
+    the flat-K kernel on that path, the rest cuDNN's).
+    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). path: "auto" (the
+    flat-K kernels for few input channels, see :func:`uses_flat`), "flat" or "tiled". config: force a
     launch configuration (tests); default: the tuner's."""
-    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision)
-    return _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision,
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
+    return _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
                         config_str(config) if config is not None else "")
 
 
 def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
                     residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
-                    config: Config | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    path: str = "auto", config: Config | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, var): :func:`conv2d`'s output and the per-channel batch mean and biased variance (fp32) of
     its pre-activation z over (B, H_out, W_out), from the statistics the kernel's epilogue writes (the
     STATS variant) -- what a training BatchNorm2d of y needs, without a reduction pass over y. Not
     differentiable (call it under torch.no_grad()); not yet used by the ResNet model."""
-    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision)
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         raise ValueError("conv2d_bn_stats is not differentiable: call it under torch.no_grad()")
-    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision,
+    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
                                       config_str(config) if config is not None else "")
     return y, mean, var

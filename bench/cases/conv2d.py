@@ -9,6 +9,10 @@ conv2d_bias_add_relu_fwd: y = relu(conv2d(x, w) + b + residual) (eager: conv2d w
                           add and relu; Triton: one kernel with the epilogue fused)
                           FLOPs = the conv's + 2 per output value (the relu is not counted)
                           bytes = read x + w + b + residual, write y
+conv2d_fwdbwd:            y = conv2d(x, w) and the weight's gradient dw (x needs none: a network's stem, which
+                          reads the data), at the shapes that take the flat-K kernels (few input channels)
+                          FLOPs = twice the forward's
+                          bytes = the forward's + read x + dy + w, write dw
 cuDNN runs with ``torch.backends.cudnn.benchmark`` on (set by the cases), as in bench.resnet.
 Both backends get the same x (channels_last) and the same weight (channels_last, as
 ``model.to(memory_format=torch.channels_last)`` leaves a conv's weight). The Triton call packs the weight
@@ -46,7 +50,7 @@ def _es(dtype) -> int:
 
 
 def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dtype: torch.dtype,
-                fused: bool = False) -> Case:
+                fused: bool = False, backward: bool = False) -> Case:
     pad = k // 2
     H_out, W_out = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
 
@@ -59,6 +63,9 @@ def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dty
         x = torch.randn(B, C, H, W, device=device, generator=g).to(dtype).contiguous(memory_format=cl)
         w = (torch.randn(N, C, k, k, device=device, generator=g) / (C * k * k) ** 0.5).to(dtype)
         w = w.contiguous(memory_format=cl)
+        if backward:
+            gy = torch.randn(B, N, H_out, W_out, device=device, generator=g).to(dtype).contiguous(memory_format=cl)
+            return x, w.requires_grad_(), gy
         if not fused:
             return x, w
         b = torch.randn(N, device=device, generator=g).to(dtype)
@@ -66,26 +73,40 @@ def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dty
         return x, w, b, res
 
     def eager(x, w, b=None, res=None):
+        if backward:  # the third input is dy
+            y = functional.conv2d(x, w, None, stride, pad)
+            return (y, *torch.autograd.grad(y, w, b))
         y = functional.conv2d(x, w, b, stride, pad)
         return y if res is None else functional.relu(y + res)
 
     def ours(x, w, b=None, res=None):
+        if backward:  # the third input is dy
+            y = conv2d.conv2d(x, w, None, stride, pad)
+            return (y, *torch.autograd.grad(y, w, b))
         with torch.no_grad():
             return conv2d.conv2d(x, w, b, stride, pad, residual=res, activation="relu" if fused else "none")
 
     def reference(x, w, b=None, res=None):
+        if backward:
+            w64 = w.detach().double().requires_grad_()
+            with torch.enable_grad():
+                y = functional.conv2d(x.double(), w64, None, stride, pad)
+                return (y.detach(), *torch.autograd.grad(y, w64, b.double()))
         y = functional.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, pad)
         return y if res is None else functional.relu(y + res.double())
 
     es = _es(dtype)
     out = B * N * H_out * W_out
-    flops = 2.0 * out * C * k * k + (2.0 * out if fused else 0.0)
+    flops = (2.0 * out * C * k * k) * (2 if backward else 1) + (2.0 * out if fused else 0.0)
     moved = es * (B * C * H * W + N * C * k * k + out * (2 if fused else 1) + (N if fused else 0))
-    return Case(suite="ops", name="conv2d_bias_add_relu_fwd" if fused else "conv2d_fwd",
+    if backward:
+        moved += es * (B * C * H * W + out + 2 * N * C * k * k)
+    name = "conv2d_fwdbwd" if backward else "conv2d_bias_add_relu_fwd" if fused else "conv2d_fwd"
+    return Case(suite="ops", name=name,
                 params={"B": B, "C_in": C, "H": H, "W": W, "C_out": N, "k": k, "stride": stride, "pad": pad,
                         "layout": "channels_last"},
                 dtype=dtype, inputs=inputs, fns={"eager": eager, "triton": ours}, reference=reference,
-                flops=flops, bytes=float(moved))
+                flops=flops, bytes=float(moved), backward=backward)
 
 
 def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list[Case]:
@@ -98,10 +119,14 @@ def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list
         return [conv2d_case(*s, dt) for s in of_rank(shapes, 7) for dt in shape_dtypes(dtypes)]
     if is_tiny(tiny):
         return keep_dtypes((conv2d_case(2, 3, 6, 6, 8, 3, 1, f32), conv2d_case(2, 8, 6, 6, 16, 1, 2, f32),
-                            conv2d_case(2, 8, 5, 5, 12, 3, 2, f32, fused=True)), dtypes)
+                            conv2d_case(2, 8, 5, 5, 12, 3, 2, f32, fused=True),
+                            conv2d_case(2, 3, 6, 6, 8, 3, 1, f32, backward=True)), dtypes)
     chosen = RESNET18_SHAPES if not quick else [RESNET18_SHAPES[i] for i in (0, 1, 3, 4, 7, 10)]
     out = [conv2d_case(512, *s, bf16) for s in chosen]
     if not quick:  # the block's second conv with its epilogue (bias, shortcut, ReLU) fused, per stage
         out += [conv2d_case(512, C, H, W, N, k, s, bf16, fused=True)
                 for C, H, W, N, k, s in RESNET18_SHAPES if k == 3 and s == 1 and C == N]
+    # forward + weight gradient where the flat-K kernels serve the layer (the stem)
+    out += [conv2d_case(512, C, H, W, N, k, s, bf16, backward=True)
+            for C, H, W, N, k, s in chosen if conv2d.uses_flat(C, k, k)]
     return keep_dtypes(out, dtypes)
