@@ -231,7 +231,7 @@ def test_bn_statistics_variant(config, offset):
 def test_resnet_layers_on_the_triton_conv():
     """A tiny ResNet whose every conv runs CONV_IMPLEMENTATIONS["triton"] (3x3 and 1x1, stride 1 and 2):
     forward and every parameter gradient as the cuDNN one's in float64 (within 4x of torch's own error);
-    choose_conv keeps cuDNN until GPU measurements list a shape."""
+    choose_conv gives the Triton conv to the listed shapes only (the 3 -> 64 stem), on the triton backends."""
     from models.resnet import Conv2d, ResNet, choose_conv
 
     torch.manual_seed(0)
@@ -239,7 +239,9 @@ def test_resnet_layers_on_the_triton_conv():
     ours = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend="triton").to(DEVICE)
     ours.load_state_dict(ref.state_dict())
     convs = [m for m in ours.modules() if isinstance(m, Conv2d)]
-    assert all(choose_conv(m, "triton") == "cudnn" for m in convs)
+    assert [choose_conv(m, "triton") for m in convs] == ["cudnn"] * len(convs)  # widths 4..16: none listed
+    stem = ResNet((1, 1, 1, 1), backend="triton").conv1
+    assert stem.impl == "triton" and choose_conv(stem, "eager") == "cudnn"
     for m in convs:
         m.impl = "triton"
     ref64 = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16)).double().to(DEVICE)  # eager: cuDNN + torch's BN

@@ -163,38 +163,45 @@ def _conv2d_kernel(
 #     dW[k, n] = sum_m A[m, k] dz[m, n]
 #
 # each of S programs walks every S-th BLOCK_M block of rows, accumulating A^T @ dz (K_PAD x BLOCK_N, fp32)
-# in registers, and writes it to part[s]; the launcher sums part over s (a fixed order: deterministic).
+# in registers, and writes it to part[s]; `_sum_partials_kernel` sums part over s (in a fixed order).
 @triton.jit
-def _flat_columns(x_ptr, b, oh, ow, m_ok, C, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
-                  KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
-                  PAD_H: tl.constexpr, PAD_W: tl.constexpr, K_PAD: tl.constexpr):
-    """The (BLOCK_M, K_PAD) im2col tile A of output pixels (b, oh, ow): see the comment above."""
+def _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                  C_IN: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr,
+                  STRIDE_W: tl.constexpr, PAD_H: tl.constexpr, PAD_W: tl.constexpr, K_PAD: tl.constexpr):
+    """The (BLOCK_M, K_PAD) im2col tile A of output pixels (b, oh, ow): see the comment above. C_IN is a
+    constexpr, so k's split into (kh, kw, c) is by constants; a row's offsets are its sample's int64 base plus
+    int32 row and column parts (one sample is under 2**31 elements), one add per element; "0 <= ih < H" is
+    one unsigned compare."""
     k = tl.arange(0, K_PAD)
-    tap = k // C
-    c = k - tap * C
+    tap = k // C_IN
+    c = k - tap * C_IN
     kh = tap // KW
     kw = tap - kh * KW
-    ih = (oh * STRIDE_H - PAD_H)[:, None] + kh[None, :]
-    iw = (ow * STRIDE_W - PAD_W)[:, None] + kw[None, :]
-    ok = m_ok[:, None] & (k < KH * KW * C)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-    ptrs = x_ptr + (b.to(tl.int64) * stride_xb)[:, None] + ih * stride_xh + iw * stride_xw + (c * stride_xc)[None, :]
-    return tl.load(ptrs, mask=ok, other=0.0)
+    ih0 = oh * STRIDE_H - PAD_H
+    iw0 = ow * STRIDE_W - PAD_W
+    ih = ih0[:, None] + kh[None, :]
+    iw = iw0[:, None] + kw[None, :]
+    ok = m_ok[:, None] & (k < KH * KW * C_IN)[None, :] & (ih.to(tl.uint32) < H) & (iw.to(tl.uint32) < W)
+    base = x_ptr + b.to(tl.int64) * stride_xb
+    offsets = (ih0 * stride_xh + iw0 * stride_xw)[:, None] + (kh * stride_xh + kw * stride_xw + c * stride_xc)[None, :]
+    return tl.load(base[:, None] + offsets, mask=ok, other=0.0)
 
 
 @triton.jit
 def _conv2d_flat_kernel(
     x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
-    M, N, C, H, W, H_out, W_out,
+    M, N, H, W, H_out, W_out,
     stride_xb, stride_xc, stride_xh, stride_xw,
     stride_wh, stride_ww, stride_wc, stride_wn, stride_bias,
     stride_rb, stride_rn, stride_rh, stride_rw,
     KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
     PAD_H: tl.constexpr, PAD_W: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
-    PRECISION: tl.constexpr, K_PAD: tl.constexpr,
+    PRECISION: tl.constexpr, C_IN: tl.constexpr, K_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """`_conv2d_kernel`'s output tile (same arguments and epilogue) with the whole K in one gathered tile."""
+    """`_conv2d_kernel`'s output tile (its arguments, C_in as the constexpr C_IN, and its epilogue) with the
+    whole K in one gathered tile."""
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -204,14 +211,14 @@ def _conv2d_flat_kernel(
     ow = rows % W_out
     oh = (rows // W_out) % H_out
     b = (rows // W_out) // H_out
-    a = _flat_columns(x_ptr, b, oh, ow, m_ok, C, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
-                      KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
+    a = _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                      C_IN, KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
     k = tl.arange(0, K_PAD)
-    tap = k // C
+    tap = k // C_IN
     kh = tap // KW
-    w_rows = kh * stride_wh + (tap - kh * KW) * stride_ww + (k - tap * C) * stride_wc
+    w_rows = kh * stride_wh + (tap - kh * KW) * stride_ww + (k - tap * C_IN) * stride_wc
     wt = tl.load(w_ptr + w_rows[:, None] + offs_n[None, :] * stride_wn,
-                 mask=(k < KH * KW * C)[:, None] & n_ok[None, :], other=0.0)
+                 mask=(k < KH * KW * C_IN)[:, None] & n_ok[None, :], other=0.0)
     acc = tl.dot(a, wt, input_precision=PRECISION)
     _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
                      stride_bias, stride_rb, stride_rn, stride_rh, stride_rw, HAS_BIAS, HAS_RES, ACT, STATS, BLOCK_M)
@@ -220,10 +227,10 @@ def _conv2d_flat_kernel(
 @triton.jit
 def _conv2d_flat_dw_kernel(
     x_ptr, dz_ptr, part_ptr,
-    M, N, C, H, W, H_out, W_out,
+    M, N, H, W, H_out, W_out,
     stride_xb, stride_xc, stride_xh, stride_xw, stride_zb, stride_zn, stride_zh, stride_zw,
     KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
-    PAD_H: tl.constexpr, PAD_W: tl.constexpr, PRECISION: tl.constexpr, K_PAD: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr, PRECISION: tl.constexpr, C_IN: tl.constexpr, K_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Program (s, n-block): part[s, k, n] = sum of A[m, k] dz[m, n] over the rows m of blocks s, s + S, ...
@@ -239,14 +246,28 @@ def _conv2d_flat_dw_kernel(
         ow = rows % W_out
         oh = (rows // W_out) % H_out
         b = (rows // W_out) // H_out
-        a = _flat_columns(x_ptr, b, oh, ow, m_ok, C, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
-                          KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
+        a = _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                          C_IN, KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
         z_rows = b.to(tl.int64) * stride_zb + oh * stride_zh + ow * stride_zw
         dz = tl.load(dz_ptr + z_rows[:, None] + offs_n[None, :] * stride_zn, mask=m_ok[:, None] & n_ok[None, :],
                      other=0.0)
         acc = tl.dot(tl.trans(a), dz, acc, input_precision=PRECISION)
     k = tl.arange(0, K_PAD)
     tl.store(part_ptr + (s * K_PAD + k).to(tl.int64)[:, None] * N + offs_n[None, :], acc, mask=n_ok[None, :])
+
+
+@triton.jit
+def _sum_partials_kernel(part_ptr, out_ptr, S, COLS, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[j] = sum_s part[s, j] for a BLOCK_C-wide strip of columns j, BLOCK_S rows per step, summed in
+    a fixed order (the weight gradient is the same on every run)."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < COLS
+    acc = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+    for s0 in range(0, S, BLOCK_S):
+        rows = s0 + tl.arange(0, BLOCK_S)
+        acc += tl.load(part_ptr + rows.to(tl.int64)[:, None] * COLS + cols[None, :],
+                       mask=(rows < S)[:, None] & c_ok[None, :], other=0.0)
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0), mask=c_ok)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -274,9 +295,10 @@ class _Conv2dPlan(NamedTuple):
     kernel: BoundKernel
     block_m: int
     block_n: int
+    flat: bool  # the flat-K kernel (C_in is its constexpr), else the tiled one
 
 
-# (Conv2dKey, padding, device) -> _Conv2dPlan, made at a key's first eager call
+# (Conv2dKey, padding, flat, device) -> _Conv2dPlan, made at a key's first eager call
 _PLANS: dict[tuple, _Conv2dPlan] = {}
 
 _tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _conv2d_epilogue, _tile_coords, _apply_act],
@@ -401,11 +423,11 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
                      HAS_RES=has_res, ACT=activation, STATS=bool(stats), PRECISION=prec)
         kernel = _conv2d_flat_kernel if flat else _conv2d_kernel
         if flat:
-            flags["K_PAD"] = _k_pad(KH * KW * C)
+            flags.update(C_IN=C, K_PAD=_k_pad(KH * KW * C))
 
         def bound(cfg: Config) -> _Conv2dPlan:
             return _Conv2dPlan(bind(kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
-                                    num_stages=cfg.num_stages), cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+                                    num_stages=cfg.num_stages), cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], flat)
 
         if config is None:
             if flat:
@@ -442,7 +464,8 @@ def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
     srb, srn, srh, srw = residual.stride() if residual is not None else (0, 0, 0, 0)
     plan.kernel.launch((tiles_m * cdiv(N, plan.block_n),), x_ptr=x, w_ptr=w,
                        bias_ptr=bias if bias is not None else y, res_ptr=residual if residual is not None else y,
-                       y_ptr=y, part_ptr=part if stats else y, M=M, N=N, C=C, H=H, W=W, H_out=H_out, W_out=W_out,
+                       y_ptr=y, part_ptr=part if stats else y, M=M, N=N, H=H, W=W, H_out=H_out, W_out=W_out,
+                       **({} if plan.flat else {"C": C}),
                        stride_xb=sxb, stride_xc=sxc, stride_xh=sxh, stride_xw=sxw, stride_wh=swh, stride_ww=sww,
                        stride_wc=swc, stride_wn=swn, stride_bias=bias.stride(0) if bias is not None else 0,
                        stride_rb=srb, stride_rn=srn, stride_rh=srh, stride_rw=srw)
@@ -467,7 +490,8 @@ def conv2d_weight_grad_flat(x, dz, kernel_size, stride=(1, 1), padding=(0, 0), p
                             config: Config | None = None) -> torch.Tensor:
     """dW (KH, KW, C_in, C_out) fp32 -- the packed weight's layout -- of the conv of x (B, C_in, H, W) whose
     pre-activation gradient is dz (B, C_out, H_out, W_out), both by strides, with the flat-K kernel (see
-    `_conv2d_flat_dw_kernel`); the per-program partials are summed here. config: force one (tests)."""
+    `_conv2d_flat_dw_kernel`; its per-program partials summed by `_sum_partials_kernel`). config: force
+    the weight-gradient kernel's (tests)."""
     B, C, H, W = x.shape
     N, H_out, W_out = dz.shape[1], dz.shape[2], dz.shape[3]
     (KH, KW), (sh, sw), (ph, pw) = kernel_size, stride, padding
@@ -480,13 +504,14 @@ def conv2d_weight_grad_flat(x, dz, kernel_size, stride=(1, 1), padding=(0, 0), p
 
     def run(cfg: Config) -> torch.Tensor:
         n_blocks = cdiv(N, cfg.kwargs["BLOCK_N"])
-        programs = max(1, min(cdiv(M, cfg.kwargs["BLOCK_M"]), cdiv(4 * n_sms, n_blocks)))
+        # about 16 warps per SM (4 programs of 4 warps, 2 of 8), each walking every S-th row block
+        programs = max(1, min(cdiv(M, cfg.kwargs["BLOCK_M"]), cdiv(max(1, 16 // cfg.num_warps) * n_sms, n_blocks)))
         part = torch.empty((programs, k_pad, N), device=dz.device, dtype=torch.float32)
-        launch(_conv2d_flat_dw_kernel, (programs, n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, C=C, H=H,
-               W=W, H_out=H_out, W_out=W_out, stride_xb=x.stride(0), stride_xc=x.stride(1), stride_xh=x.stride(2),
+        launch(_conv2d_flat_dw_kernel, (programs, n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, H=H, W=W,
+               H_out=H_out, W_out=W_out, stride_xb=x.stride(0), stride_xc=x.stride(1), stride_xh=x.stride(2),
                stride_xw=x.stride(3), stride_zb=dz.stride(0), stride_zn=dz.stride(1), stride_zh=dz.stride(2),
                stride_zw=dz.stride(3), KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec,
-               K_PAD=k_pad, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+               C_IN=C, K_PAD=k_pad, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return part
 
     if config is None:
@@ -495,7 +520,15 @@ def conv2d_weight_grad_flat(x, dz, kernel_size, stride=(1, 1), padding=(0, 0), p
         config = _flat_dw_tuner.pick(key, run, lambda: spaces.candidates("conv2d_flat_dw", M=M, N=N, K=K,
                                                                          dtype=dz.element_size()),
                                      tracing=is_fake(x, dz))
-    return run(config).sum(0)[:K].view(KH, KW, C, N)
+    part = run(config)
+    cols = k_pad * N
+    dw = part.new_empty((k_pad, N))
+    launch(_sum_partials_kernel, (cdiv(cols, SUM_BLOCK_C),), part_ptr=part, out_ptr=dw, S=part.shape[0], COLS=cols,
+           BLOCK_S=SUM_BLOCK_S, BLOCK_C=SUM_BLOCK_C, num_warps=4)
+    return dw[:K].view(KH, KW, C, N)
+
+
+SUM_BLOCK_S, SUM_BLOCK_C = 64, 32  # the partials' sum: 64 x 32 fp32 tiles (8 KB a step)
 
 
 # ----------------------------------------------------------------------------------------------------
