@@ -257,17 +257,26 @@ def _conv2d_flat_dw_kernel(
 
 
 @triton.jit
-def _sum_partials_kernel(part_ptr, out_ptr, S, COLS, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out[j] = sum_s part[s, j] for a BLOCK_C-wide strip of columns j, BLOCK_S rows per step, summed in
-    a fixed order (the weight gradient is the same on every run)."""
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    c_ok = cols < COLS
-    acc = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+def _sum_partials_kernel(part_ptr, dw_ptr, S, N, stride_ps, stride_wn, stride_wc, stride_wh, stride_ww,
+                         C_IN: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+                         BLOCK_S: tl.constexpr, BLOCK_J: tl.constexpr):
+    """dw[n, c, kh, kw] (the weight's layout and dtype) = sum_s part[s, k, n], k = (kh * KW + kw) * C_IN + c,
+    for a BLOCK_J-wide strip of the flattened j = k * N + n < K * N, BLOCK_S partials (rows stride_ps apart)
+    per step, in a fixed order (the same gradient on every run)."""
+    J = KH * KW * C_IN * N
+    j = tl.program_id(0) * BLOCK_J + tl.arange(0, BLOCK_J)
+    j_ok = j < J
+    acc = tl.zeros((BLOCK_S, BLOCK_J), dtype=tl.float32)
     for s0 in range(0, S, BLOCK_S):
-        rows = s0 + tl.arange(0, BLOCK_S)
-        acc += tl.load(part_ptr + rows.to(tl.int64)[:, None] * COLS + cols[None, :],
-                       mask=(rows < S)[:, None] & c_ok[None, :], other=0.0)
-    tl.store(out_ptr + cols, tl.sum(acc, axis=0), mask=c_ok)
+        s = s0 + tl.arange(0, BLOCK_S)
+        acc += tl.load(part_ptr + s.to(tl.int64)[:, None] * stride_ps + j[None, :],
+                       mask=(s < S)[:, None] & j_ok[None, :], other=0.0)
+    k = j // N
+    n = j - k * N
+    tap = k // C_IN
+    kh = tap // KW
+    out = dw_ptr + n * stride_wn + (k - tap * C_IN) * stride_wc + kh * stride_wh + (tap - kh * KW) * stride_ww
+    tl.store(out, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=j_ok)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -486,49 +495,76 @@ def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Te
     return mean, var
 
 
-def conv2d_weight_grad_flat(x, dz, kernel_size, stride=(1, 1), padding=(0, 0), precision="ieee", *,
+class _WeightGradPlan(NamedTuple):
+    """A weight-gradient key's tuned config bound to its compiled kernels."""
+    kernel: BoundKernel
+    reduce: BoundKernel
+    programs: int
+    n_blocks: int
+
+
+# (Conv2dWeightGradKey, padding, weight dtype, device) -> _WeightGradPlan, made at a key's first eager call
+_WEIGHT_GRAD_PLANS: dict[tuple, _WeightGradPlan] = {}
+SUM_BLOCK_S, SUM_BLOCK_J = 64, 32  # the partials' sum: 64 x 32 fp32 tiles (8 KB a step)
+
+
+def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precision="ieee", *,
                             config: Config | None = None) -> torch.Tensor:
-    """dW (KH, KW, C_in, C_out) fp32 -- the packed weight's layout -- of the conv of x (B, C_in, H, W) whose
-    pre-activation gradient is dz (B, C_out, H_out, W_out), both by strides, with the flat-K kernel (see
-    `_conv2d_flat_dw_kernel`; its per-program partials summed by `_sum_partials_kernel`). config: force
-    the weight-gradient kernel's (tests)."""
+    """The gradient of ``weight`` (C_out, C_in, KH, KW), shaped, laid out and typed like it, for the conv of
+    x (B, C_in, H, W) whose pre-activation gradient is dz (B, C_out, H_out, W_out), both by strides: the
+    flat-K kernel (see `_conv2d_flat_dw_kernel`) accumulates fp32 partials, `_sum_partials_kernel` sums them
+    into the weight's layout. config: force the weight-gradient kernel's (tests)."""
     B, C, H, W = x.shape
     N, H_out, W_out = dz.shape[1], dz.shape[2], dz.shape[3]
-    (KH, KW), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    KH, KW = weight.shape[2], weight.shape[3]
+    (sh, sw), (ph, pw) = stride, padding
     M, K = B * H_out * W_out, KH * KW * C
+    dw = torch.empty_like(weight)
     if M == 0:
-        return torch.zeros((KH, KW, C, N), device=dz.device, dtype=torch.float32)
+        return dw.zero_()
     prec = precision if dz.dtype == torch.float32 else "ieee"
     k_pad = _k_pad(K)
-    n_sms = num_sms(dz.device, default=2)
+    key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
+                              precision=prec)
+    plan = _WEIGHT_GRAD_PLANS.get((key, ph, pw, weight.dtype, dz.device)) if config is None else None
+    if plan is None:
+        n_sms = num_sms(dz.device, default=2)
+        flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec, C_IN=C, K_PAD=k_pad)
+        reduce = bind(_sum_partials_kernel, C_IN=C, KH=KH, KW=KW, BLOCK_S=SUM_BLOCK_S, BLOCK_J=SUM_BLOCK_J,
+                      num_warps=4)
 
-    def run(cfg: Config) -> torch.Tensor:
-        n_blocks = cdiv(N, cfg.kwargs["BLOCK_N"])
-        # about 16 warps per SM (4 programs of 4 warps, 2 of 8), each walking every S-th row block
-        programs = max(1, min(cdiv(M, cfg.kwargs["BLOCK_M"]), cdiv(max(1, 16 // cfg.num_warps) * n_sms, n_blocks)))
-        part = torch.empty((programs, k_pad, N), device=dz.device, dtype=torch.float32)
-        launch(_conv2d_flat_dw_kernel, (programs, n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, H=H, W=W,
-               H_out=H_out, W_out=W_out, stride_xb=x.stride(0), stride_xc=x.stride(1), stride_xh=x.stride(2),
-               stride_xw=x.stride(3), stride_zb=dz.stride(0), stride_zn=dz.stride(1), stride_zh=dz.stride(2),
-               stride_zw=dz.stride(3), KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec,
-               C_IN=C, K_PAD=k_pad, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return part
+        def bound(cfg: Config) -> _WeightGradPlan:
+            n_blocks = cdiv(N, cfg.kwargs["BLOCK_N"])
+            # about 16 warps per SM (4 programs of 4 warps, 2 of 8), each walking every S-th row block
+            programs = max(1, min(cdiv(M, cfg.kwargs["BLOCK_M"]), cdiv(max(1, 16 // cfg.num_warps) * n_sms, n_blocks)))
+            return _WeightGradPlan(bind(_conv2d_flat_dw_kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
+                                        num_stages=cfg.num_stages), reduce, programs, n_blocks)
 
-    if config is None:
-        key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
-                                  precision=prec)
-        config = _flat_dw_tuner.pick(key, run, lambda: spaces.candidates("conv2d_flat_dw", M=M, N=N, K=K,
-                                                                         dtype=dz.element_size()),
-                                     tracing=is_fake(x, dz))
-    part = run(config)
-    cols = k_pad * N
-    dw = part.new_empty((k_pad, N))
-    launch(_sum_partials_kernel, (cdiv(cols, SUM_BLOCK_C),), part_ptr=part, out_ptr=dw, S=part.shape[0], COLS=cols,
-           BLOCK_S=SUM_BLOCK_S, BLOCK_C=SUM_BLOCK_C, num_warps=4)
-    return dw[:K].view(KH, KW, C, N)
+        if config is None:
+            config = _flat_dw_tuner.pick(
+                key, lambda cfg: _weight_grad_launch(bound(cfg), x, dz, dw, M, k_pad),
+                lambda: spaces.candidates("conv2d_flat_dw", M=M, N=N, K=K, dtype=dz.element_size()),
+                tracing=is_fake(x, dz))
+            plan = bound(config)
+            if not is_fake(x, dz):
+                _WEIGHT_GRAD_PLANS[(key, ph, pw, weight.dtype, dz.device)] = plan
+        else:
+            plan = bound(config)
+    _weight_grad_launch(plan, x, dz, dw, M, k_pad)
+    return dw
 
 
-SUM_BLOCK_S, SUM_BLOCK_C = 64, 32  # the partials' sum: 64 x 32 fp32 tiles (8 KB a step)
+def _weight_grad_launch(plan: _WeightGradPlan, x, dz, dw, M: int, k_pad: int) -> None:
+    """The two launches of a weight-gradient plan: the partials, then their sum into dw."""
+    N = dz.shape[1]
+    part = dz.new_empty((plan.programs, k_pad, N), dtype=torch.float32)
+    plan.kernel.launch((plan.programs, plan.n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, H=x.shape[2],
+                       W=x.shape[3], H_out=dz.shape[2], W_out=dz.shape[3], stride_xb=x.stride(0),
+                       stride_xc=x.stride(1), stride_xh=x.stride(2), stride_xw=x.stride(3), stride_zb=dz.stride(0),
+                       stride_zn=dz.stride(1), stride_zh=dz.stride(2), stride_zw=dz.stride(3))
+    swn, swc, swh, sww = dw.stride()
+    plan.reduce.launch((cdiv(dw.numel(), SUM_BLOCK_J),), part_ptr=part, dw_ptr=dw, S=plan.programs, N=N,
+                       stride_ps=k_pad * N, stride_wn=swn, stride_wc=swc, stride_wh=swh, stride_ww=sww)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -568,8 +604,7 @@ def _backward(ctx, dy):
     dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
     dx = dw = None
     if need_w and ctx.flat:
-        dw_packed = conv2d_weight_grad_flat(x, dz, weight.shape[2:], ctx.stride, ctx.padding, ctx.precision)
-        dw = torch.empty_like(weight).copy_(dw_packed.permute(3, 2, 0, 1))
+        dw = conv2d_weight_grad_flat(x, dz, weight, ctx.stride, ctx.padding, ctx.precision)
         need_w = False
     if need_x or need_w:
         dx, dw_cudnn, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, ctx.stride,
