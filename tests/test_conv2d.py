@@ -331,6 +331,8 @@ def test_op_suite_cases_run_through_the_harness():
     (lambda x, w: conv2d.conv2d(x, w.to("meta")), "weight is on meta"),
     (lambda x, w: conv2d.conv2d_bn_stats(x, w.requires_grad_()), "not differentiable"),
     (lambda x, w: conv2d.conv2d_forward(x, conv2d.pack_weight(w), out=torch.empty(2, 5, 6, 6)), "out must be"),
+    (lambda x, w: conv2d.conv2d_forward(x, conv2d.pack_weight(w), path="flat", config=SMALL_TILES), "not a flat-K"),
+    (lambda x, w: conv2d.conv2d_forward(x, conv2d.pack_weight(w), path="tiled", config=FLAT_TILES), "not a tiled"),
 ])
 def test_bad_input_raises(bad, match):
     if "meta" in match and DEVICE != "cpu":

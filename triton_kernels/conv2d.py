@@ -59,6 +59,21 @@ INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 tl.dot in the int
 # Kernels
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
+def _pixels(offs_m, m_ok, H_out, W_out):
+    """(b, oh, ow) of output rows m = (b * H_out + oh) * W_out + ow (rows past M read as row 0)."""
+    rows = tl.where(m_ok, offs_m, 0)
+    return (rows // W_out) // H_out, (rows // W_out) % H_out, rows % W_out
+
+
+@triton.jit
+def _taps(k, C_IN: tl.constexpr, KW: tl.constexpr):
+    """(kh, kw, c) of flattened reduction indices k = (kh * KW + kw) * C_IN + c."""
+    tap = k // C_IN
+    kh = tap // KW
+    return kh, tap - kh * KW, k - tap * C_IN
+
+
+@triton.jit
 def _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
                      stride_bias, stride_rb, stride_rn, stride_rh, stride_rw,
                      HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
@@ -121,10 +136,7 @@ def _conv2d_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     m_ok = offs_m < M
     n_ok = offs_n < N
-    rows = tl.where(m_ok, offs_m, 0)
-    ow = rows % W_out
-    oh = (rows // W_out) % H_out
-    b = (rows // W_out) // H_out
+    b, oh, ow = _pixels(offs_m, m_ok, H_out, W_out)
     ih0 = oh * STRIDE_H - PAD_H  # input pixel under tap (0, 0)
     iw0 = ow * STRIDE_W - PAD_W
     x_rows = x_ptr + b.to(tl.int64) * stride_xb + ih0 * stride_xh + iw0 * stride_xw
@@ -173,10 +185,7 @@ def _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh,
     int32 row and column parts (one sample is under 2**31 elements), one add per element; "0 <= ih < H" is
     one unsigned compare."""
     k = tl.arange(0, K_PAD)
-    tap = k // C_IN
-    c = k - tap * C_IN
-    kh = tap // KW
-    kw = tap - kh * KW
+    kh, kw, c = _taps(k, C_IN, KW)
     ih0 = oh * STRIDE_H - PAD_H
     iw0 = ow * STRIDE_W - PAD_W
     ih = ih0[:, None] + kh[None, :]
@@ -207,16 +216,12 @@ def _conv2d_flat_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = offs_m < M
     n_ok = offs_n < N
-    rows = tl.where(m_ok, offs_m, 0)
-    ow = rows % W_out
-    oh = (rows // W_out) % H_out
-    b = (rows // W_out) // H_out
+    b, oh, ow = _pixels(offs_m, m_ok, H_out, W_out)
     a = _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
                       C_IN, KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
     k = tl.arange(0, K_PAD)
-    tap = k // C_IN
-    kh = tap // KW
-    w_rows = kh * stride_wh + (tap - kh * KW) * stride_ww + (k - tap * C_IN) * stride_wc
+    kh, kw, c = _taps(k, C_IN, KW)
+    w_rows = kh * stride_wh + kw * stride_ww + c * stride_wc
     wt = tl.load(w_ptr + w_rows[:, None] + offs_n[None, :] * stride_wn,
                  mask=(k < KH * KW * C_IN)[:, None] & n_ok[None, :], other=0.0)
     acc = tl.dot(a, wt, input_precision=PRECISION)
@@ -242,10 +247,7 @@ def _conv2d_flat_dw_kernel(
     for block in range(s, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
         offs_m = block * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < M
-        rows = tl.where(m_ok, offs_m, 0)
-        ow = rows % W_out
-        oh = (rows // W_out) % H_out
-        b = (rows // W_out) // H_out
+        b, oh, ow = _pixels(offs_m, m_ok, H_out, W_out)
         a = _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
                           C_IN, KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
         z_rows = b.to(tl.int64) * stride_zb + oh * stride_zh + ow * stride_zw
@@ -272,10 +274,8 @@ def _sum_partials_kernel(part_ptr, dw_ptr, S, N, stride_ps, stride_wn, stride_wc
         acc += tl.load(part_ptr + s.to(tl.int64)[:, None] * stride_ps + j[None, :],
                        mask=(s < S)[:, None] & j_ok[None, :], other=0.0)
     k = j // N
-    n = j - k * N
-    tap = k // C_IN
-    kh = tap // KW
-    out = dw_ptr + n * stride_wn + (k - tap * C_IN) * stride_wc + kh * stride_wh + (tap - kh * KW) * stride_ww
+    kh, kw, c = _taps(k, C_IN, KW)
+    out = dw_ptr + (j - k * N) * stride_wn + c * stride_wc + kh * stride_wh + kw * stride_ww
     tl.store(out, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=j_ok)
 
 
@@ -310,12 +310,13 @@ class _Conv2dPlan(NamedTuple):
 # (Conv2dKey, padding, flat, device) -> _Conv2dPlan, made at a key's first eager call
 _PLANS: dict[tuple, _Conv2dPlan] = {}
 
-_tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _conv2d_epilogue, _tile_coords, _apply_act],
+_tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _pixels, _conv2d_epilogue, _tile_coords, _apply_act],
                                   spaces.CONV2D_CONFIGS, interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
-_flat_tuner = register_tuner(Autotuner("conv2d_flat", [_conv2d_flat_kernel, _flat_columns, _conv2d_epilogue,
-                                                       _tile_coords, _apply_act], spaces.CONV2D_FLAT_CONFIGS,
+_flat_tuner = register_tuner(Autotuner("conv2d_flat", [_conv2d_flat_kernel, _flat_columns, _pixels, _taps,
+                                                       _conv2d_epilogue, _tile_coords, _apply_act],
+                                       spaces.CONV2D_FLAT_CONFIGS,
                                        interpret_config=spaces.CONV2D_FLAT_INTERPRET_CONFIG))
-_flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_kernel, _flat_columns],
+_flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_kernel, _flat_columns, _pixels, _taps],
                                           spaces.CONV2D_FLAT_DW_CONFIGS,
                                           interpret_config=spaces.CONV2D_FLAT_DW_INTERPRET_CONFIG))
 
@@ -423,6 +424,9 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
     prec = precision if x.dtype == torch.float32 else "ieee"
     has_bias, has_res = bias is not None, residual is not None
     flat = "BLOCK_K" not in config.kwargs if config is not None and path == "auto" else uses_flat(C, KH, KW, path)
+    if config is not None and ("BLOCK_K" in config.kwargs) == flat:
+        raise ValueError(f"config {config} is not a {'flat-K' if flat else 'tiled'} conv2d config (path={path!r}: "
+                         f"the tiled kernel's configs have BLOCK_K, the flat-K kernel's do not)")
     key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=prec,
                     activation=activation, has_bias=has_bias, has_residual=has_res, stats=bool(stats))
     fake = is_fake(x, w_packed)
