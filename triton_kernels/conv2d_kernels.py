@@ -1,0 +1,235 @@
+"""The Triton kernels of conv2d (triton_kernels/conv2d.py holds the math, the layout, the tuning and the
+launchers): the tiled implicit GEMM, the flat-K forward and weight gradient for few input channels, the
+partials' sum, and the jit helpers they share (output-row and tap decompositions, the im2col gather of the
+flat-K kernels, the epilogue).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .gemm_kernels import _apply_act, _tile_coords
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _pixels(offs_m, m_ok, H_out, W_out):
+    """(b, oh, ow) of output rows m = (b * H_out + oh) * W_out + ow (rows past M read as row 0)."""
+    rows = tl.where(m_ok, offs_m, 0)
+    return (rows // W_out) // H_out, (rows // W_out) % H_out, rows % W_out
+
+
+@triton.jit
+def _taps(k, C_IN: tl.constexpr, KW: tl.constexpr):
+    """(kh, kw, c) of flattened reduction indices k = (kh * KW + kw) * C_IN + c."""
+    tap = k // C_IN
+    kh = tap // KW
+    return kh, tap - kh * KW, k - tap * C_IN
+
+
+@triton.jit
+def _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
+                     stride_bias, stride_rb, stride_rn, stride_rh, stride_rw,
+                     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
+                     BLOCK_M: tl.constexpr):
+    """The tile's epilogue, on the fp32 accumulator: + bias + residual, the STATS partials of z, act, the cast
+    and the dense channels_last store (both conv2d kernels end here)."""
+    mask = m_ok[:, None] & n_ok[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RES:
+        r_rows = res_ptr + b.to(tl.int64) * stride_rb + oh * stride_rh + ow * stride_rw
+        acc += tl.load(r_rows[:, None] + offs_n[None, :] * stride_rn, mask=mask, other=0.0).to(tl.float32)
+    if STATS:
+        count = tl.minimum(M - pid_m * BLOCK_M, BLOCK_M).to(tl.float32)
+        total = tl.sum(tl.where(m_ok[:, None], acc, 0.0), axis=0)
+        dev = tl.where(m_ok[:, None], acc - (total / count)[None, :], 0.0)
+        part = part_ptr + pid_m * N + offs_n
+        tl.store(part, total, mask=n_ok)
+        tl.store(part + tl.cdiv(M, BLOCK_M) * N, tl.sum(dev * dev, axis=0), mask=n_ok)
+    acc = _apply_act(acc, ACT)
+    y_ptrs = y_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# One program computes a BLOCK_M x BLOCK_N tile of y: BLOCK_M output pixels (consecutive in (b, oh, ow)
+# order, crossing rows and samples) x BLOCK_N output channels. Its K loop is flat, KH * KW * cdiv(C_in,
+# BLOCK_K) steps, so Triton software-pipelines it as one loop over num_stages shared-memory buffers:
+#
+#     step kk -> tap = kk // n_cb, (kh, kw) = divmod(tap, KW), channels c0 = (kk % n_cb) * BLOCK_K
+#     A = x[b, c0:c0+BLOCK_K, oh*sh - ph + kh, ow*sw - pw + kw]  per row: BLOCK_K contiguous NHWC values,
+#                                                                  0 where the pixel is in the padding
+#     B = w_packed[kh, kw, c0:c0+BLOCK_K, n-block]               BLOCK_K x BLOCK_N, row-major
+#     acc += A @ B                                               tensor cores, fp32 accumulator
+#
+# Neighbouring taps read overlapping pixels (a 3x3 window re-reads each input pixel up to 9 times), which
+# come from L1/L2, not HBM. Tiles are visited in grouped order (GROUP_M tile-rows at a time, see
+# `_tile_coords`) so tiles running together share weight columns and input rows in L2.
+@triton.jit
+def _conv2d_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
+    M, N, C, H, W, H_out, W_out,
+    stride_xb, stride_xc, stride_xh, stride_xw,
+    stride_wh, stride_ww, stride_wc, stride_wn, stride_bias,
+    stride_rb, stride_rn, stride_rh, stride_rw,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """y[m, n] (channels_last: offset m * N + n) = act(z), z = sum_k A[m, k] B[k, n] + bias + residual.
+
+    x: (B, C, H, W) by strides; w: packed (KH, KW, C, N) by strides; bias (N,); res (B, N, H_out, W_out) by
+    strides; y dense channels_last. STATS: part (2, cdiv(M, BLOCK_M), N) fp32 receives each tile's
+    per-channel sum of z and sum of (z - tile mean)^2 over its valid rows (z before the activation).
+    """
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    b, oh, ow = _pixels(offs_m, m_ok, H_out, W_out)
+    ih0 = oh * STRIDE_H - PAD_H  # input pixel under tap (0, 0)
+    iw0 = ow * STRIDE_W - PAD_W
+    x_rows = x_ptr + b.to(tl.int64) * stride_xb + ih0 * stride_xh + iw0 * stride_xw
+    w_cols = w_ptr + offs_n * stride_wn
+    n_cb = tl.cdiv(C, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, KH * KW * n_cb):
+        tap = kk // n_cb
+        cc = (kk - tap * n_cb) * BLOCK_K + offs_k
+        kh = tap // KW
+        kw = tap - kh * KW
+        ih = ih0 + kh
+        iw = iw0 + kw
+        row_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        c_ok = cc < C
+        a = tl.load(x_rows[:, None] + (kh * stride_xh + kw * stride_xw) + cc[None, :] * stride_xc,
+                    mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        wt = tl.load(w_cols[None, :] + (kh * stride_wh + kw * stride_ww) + cc[:, None] * stride_wc,
+                     mask=c_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, wt, acc, input_precision=PRECISION)
+
+    _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
+                     stride_bias, stride_rb, stride_rn, stride_rh, stride_rw, HAS_BIAS, HAS_RES, ACT, STATS, BLOCK_M)
+
+
+# Few input channels (a network's stem: 3 colour channels). The tiled kernel above pads each tap's C_in to
+# BLOCK_K >= 16, so at C_in = 3 it runs 9 dots of which 81 % is padding. Here the reduction is flattened,
+# k = (kh * KW + kw) * C_in + c over K = KH * KW * C_in, padded to K_PAD = next power of two (27 -> 32):
+#
+#     A[m, k] = x[b, c, oh*sh - ph + kh, ow*sw - pw + kw]     gathered once per tile (0 in the padding, k >= K)
+#     B[k, n] = w_packed[kh, kw, c, n]                         the packed weight read as a (K, N) matrix
+#     y = epilogue(A @ B)                                      one tl.dot per tile
+#
+# so the layer costs about its output store. The weight gradient reuses the gather:
+#
+#     dW[k, n] = sum_m A[m, k] dz[m, n]
+#
+# each of S programs walks every S-th BLOCK_M block of rows, accumulating A^T @ dz (K_PAD x BLOCK_N, fp32)
+# in registers, and writes it to part[s]; `_sum_partials_kernel` sums part over s (in a fixed order).
+@triton.jit
+def _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                  C_IN: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr,
+                  STRIDE_W: tl.constexpr, PAD_H: tl.constexpr, PAD_W: tl.constexpr, K_PAD: tl.constexpr):
+    """The (BLOCK_M, K_PAD) im2col tile A of output pixels (b, oh, ow): see the comment above. C_IN is a
+    constexpr, so k's split into (kh, kw, c) is by constants; a row's offsets are its sample's int64 base plus
+    int32 row and column parts (one sample is under 2**31 elements), one add per element; "0 <= ih < H" is
+    one unsigned compare."""
+    k = tl.arange(0, K_PAD)
+    kh, kw, c = _taps(k, C_IN, KW)
+    ih0 = oh * STRIDE_H - PAD_H
+    iw0 = ow * STRIDE_W - PAD_W
+    ih = ih0[:, None] + kh[None, :]
+    iw = iw0[:, None] + kw[None, :]
+    ok = m_ok[:, None] & (k < KH * KW * C_IN)[None, :] & (ih.to(tl.uint32) < H) & (iw.to(tl.uint32) < W)
+    base = x_ptr + b.to(tl.int64) * stride_xb
+    offsets = (ih0 * stride_xh + iw0 * stride_xw)[:, None] + (kh * stride_xh + kw * stride_xw + c * stride_xc)[None, :]
+    return tl.load(base[:, None] + offsets, mask=ok, other=0.0)
+
+
+@triton.jit
+def _conv2d_flat_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
+    M, N, H, W, H_out, W_out,
+    stride_xb, stride_xc, stride_xh, stride_xw,
+    stride_wh, stride_ww, stride_wc, stride_wn, stride_bias,
+    stride_rb, stride_rn, stride_rh, stride_rw,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, STATS: tl.constexpr,
+    PRECISION: tl.constexpr, C_IN: tl.constexpr, K_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """`_conv2d_kernel`'s output tile (its arguments, C_in as the constexpr C_IN, and its epilogue) with the
+    whole K in one gathered tile."""
+    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    b, oh, ow = _pixels(offs_m, m_ok, H_out, W_out)
+    a = _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                      C_IN, KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
+    k = tl.arange(0, K_PAD)
+    kh, kw, c = _taps(k, C_IN, KW)
+    w_rows = kh * stride_wh + kw * stride_ww + c * stride_wc
+    wt = tl.load(w_ptr + w_rows[:, None] + offs_n[None, :] * stride_wn,
+                 mask=(k < KH * KW * C_IN)[:, None] & n_ok[None, :], other=0.0)
+    acc = tl.dot(a, wt, input_precision=PRECISION)
+    _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
+                     stride_bias, stride_rb, stride_rn, stride_rh, stride_rw, HAS_BIAS, HAS_RES, ACT, STATS, BLOCK_M)
+
+
+@triton.jit
+def _conv2d_flat_dw_kernel(
+    x_ptr, dz_ptr, part_ptr,
+    M, N, H, W, H_out, W_out,
+    stride_xb, stride_xc, stride_xh, stride_xw, stride_zb, stride_zn, stride_zh, stride_zw,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr, PRECISION: tl.constexpr, C_IN: tl.constexpr, K_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program (s, n-block): part[s, k, n] = sum of A[m, k] dz[m, n] over the rows m of blocks s, s + S, ...
+    (S = the grid's first size); dz (B, N, H_out, W_out) by strides; part (S, K_PAD, N) fp32."""
+    s = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    acc = tl.zeros((K_PAD, BLOCK_N), dtype=tl.float32)
+    for block in range(s, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        offs_m = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        b, oh, ow = _pixels(offs_m, m_ok, H_out, W_out)
+        a = _flat_columns(x_ptr, b, oh, ow, m_ok, H, W, stride_xb, stride_xc, stride_xh, stride_xw,
+                          C_IN, KH, KW, STRIDE_H, STRIDE_W, PAD_H, PAD_W, K_PAD)
+        z_rows = b.to(tl.int64) * stride_zb + oh * stride_zh + ow * stride_zw
+        dz = tl.load(dz_ptr + z_rows[:, None] + offs_n[None, :] * stride_zn, mask=m_ok[:, None] & n_ok[None, :],
+                     other=0.0)
+        acc = tl.dot(tl.trans(a), dz, acc, input_precision=PRECISION)
+    k = tl.arange(0, K_PAD)
+    tl.store(part_ptr + (s * K_PAD + k).to(tl.int64)[:, None] * N + offs_n[None, :], acc, mask=n_ok[None, :])
+
+
+@triton.jit
+def _sum_partials_kernel(part_ptr, dw_ptr, S, N, stride_ps, stride_wn, stride_wc, stride_wh, stride_ww,
+                         C_IN: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+                         BLOCK_S: tl.constexpr, BLOCK_J: tl.constexpr):
+    """dw[n, c, kh, kw] (the weight's layout and dtype) = sum_s part[s, k, n], k = (kh * KW + kw) * C_IN + c,
+    for a BLOCK_J-wide strip of the flattened j = k * N + n < K * N, BLOCK_S partials (rows stride_ps apart)
+    per step, in a fixed order (the same gradient on every run)."""
+    J = KH * KW * C_IN * N
+    j = tl.program_id(0) * BLOCK_J + tl.arange(0, BLOCK_J)
+    j_ok = j < J
+    acc = tl.zeros((BLOCK_S, BLOCK_J), dtype=tl.float32)
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        acc += tl.load(part_ptr + s.to(tl.int64)[:, None] * stride_ps + j[None, :],
+                       mask=(s < S)[:, None] & j_ok[None, :], other=0.0)
+    k = j // N
+    kh, kw, c = _taps(k, C_IN, KW)
+    out = dw_ptr + (j - k * N) * stride_wn + c * stride_wc + kh * stride_wh + kw * stride_ww
+    tl.store(out, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=j_ok)
