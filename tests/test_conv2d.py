@@ -167,6 +167,39 @@ def test_views(case):
     view_case(case.arg, case.layout, "float32")
 
 
+# ------------------------------------------------------------------------------------------ eager fast path
+@pytest.mark.parametrize("C,path", [(3, "auto"), (20, "auto"), (3, "tiled")])
+def test_fast_path_matches_the_general_path(C, path):
+    """A signature's second call runs the fast path (conv2d_eager: its own autograd node) and gives the first
+    call's output and gradients exactly; an in-place weight update is seen (the packed weight is per version);
+    a call with other strides or bad input takes the general path again (and raises)."""
+    from triton_kernels import conv2d_eager
+
+    x, w, b, r = _inputs(2, C, 7, 6, 18, 3, 1, 1, True, True, torch.float32, "channels_last")
+    leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    g = torch.randn(2, 18, 7, 6, device=DEVICE)
+    outs = []
+    for _ in range(2):
+        y = conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], "relu", path=path)
+        y.backward(g)
+        outs.append((y.detach(), y.grad_fn, [t.grad.clone() for t in leaves]))
+        for t in leaves:
+            t.grad = None
+    assert type(outs[1][1]).__name__ == "_NodeBackward" and type(outs[0][1]).__name__ != "_NodeBackward"
+    assert torch.equal(outs[0][0], outs[1][0])
+    for name, g0, g1 in zip(("dx", "dweight", "dbias", "dresidual"), outs[0][2], outs[1][2]):
+        assert torch.equal(g0, g1), name
+    with torch.no_grad():
+        leaves[1].mul_(-1)  # a new weight version: repacked
+        y = conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], "relu", path=path)
+    assert_close(y, ref_conv(x.double(), -w.double(), b.double(), 1, 1, r.double(), "relu"), torch.float32)
+    y = conv2d.conv2d(leaves[0].detach().contiguous(), *leaves[1:3], 1, 1, leaves[3], "relu", path=path)
+    assert type(y.grad_fn).__name__ != "_NodeBackward"  # NCHW x: another signature, the general path
+    assert conv2d_eager._key(x, w, b, r, 1, 1, "relu", "ieee", path) in conv2d_eager._FAST
+    with pytest.raises(ValueError, match="x has dtype"):
+        conv2d.conv2d(x.int(), w, b, 1, 1, r, "relu", path=path)
+
+
 # ------------------------------------------------------------------------------------------ weight cache
 def test_packed_weight_is_cached_until_the_weight_changes():
     """One pack per weight version: repeated calls reuse it; an optimizer step (in place: a new version)

@@ -175,6 +175,18 @@ def out_size(size: int, k: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - k) // stride + 1
 
 
+def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activation: str, precision: str,
+             has_bias: bool, has_res: bool, stats: bool, flat: bool) -> tuple:
+    """The (Conv2dKey, padding, flat, device) a forward's plan is kept under (precision: as the kernel runs it,
+    "ieee" for 16-bit inputs)."""
+    B, C, H, W = x.shape
+    (sh, sw), (ph, pw) = stride, padding
+    M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
+    key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=precision,
+                    activation=activation, has_bias=has_bias, has_residual=has_res, stats=bool(stats))
+    return key, ph, pw, flat, x.device
+
+
 def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding=(0, 0), activation="none",
                    precision="ieee", *, stats=False, out=None, path="auto", config: Config | None = None):
     """y (B, C_out, H_out, W_out) channels_last in x's dtype, from x and the PACKED weight (KH, KW, C_in,
@@ -203,10 +215,9 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
     if config is not None and ("BLOCK_K" in config.kwargs) == flat:
         raise ValueError(f"config {config} is not a {'flat-K' if flat else 'tiled'} conv2d config (path={path!r}: "
                          f"the tiled kernel's configs have BLOCK_K, the flat-K kernel's do not)")
-    key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=prec,
-                    activation=activation, has_bias=has_bias, has_residual=has_res, stats=bool(stats))
+    key = plan_key(x, KH, KW, N, (sh, sw), (ph, pw), activation, prec, has_bias, has_res, stats, flat)
     fake = is_fake(x, w_packed)
-    plan = _PLANS.get((key, ph, pw, flat, x.device)) if config is None else None
+    plan = _PLANS.get(key) if config is None else None
     if plan is None:
         flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, HAS_BIAS=has_bias,
                      HAS_RES=has_res, ACT=activation, STATS=bool(stats), PRECISION=prec)
@@ -224,11 +235,11 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
                     "conv2d_flat", M=M, N=N, K=KH * KW * C, dtype=x.element_size(), stats=bool(stats))
             else:
                 tuner, listed = _tuner, lambda: _prune(M, N, C, KH * KW, x.element_size())
-            config = tuner.pick(key, lambda cfg: _launch(bound(cfg), x, w_packed, bias, residual, y, stats, M), listed,
+            config = tuner.pick(key[0], lambda cfg: _launch(bound(cfg), x, w_packed, bias, residual, y, stats, M), listed,
                                 tracing=fake)
             plan = bound(config)
             if not fake:
-                _PLANS[(key, ph, pw, flat, x.device)] = plan
+                _PLANS[key] = plan
         else:
             plan = bound(config)
     part = _launch(plan, x, w_packed, bias, residual, y, stats, M)
@@ -241,24 +252,31 @@ def _k_pad(K: int) -> int:
 
 def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
     """One launch of a plan (the tuner times its candidates through it); returns the statistics partials
-    (or None). Absent bias / residual / partials point at y, unread."""
-    B, C, H, W = x.shape
-    N, H_out, W_out = y.shape[1], y.shape[2], y.shape[3]
-    tiles_m = cdiv(M, plan.block_m)
-    part = torch.empty((2, tiles_m, N), device=x.device, dtype=torch.float32) if stats else None
+    (or None)."""
+    N = y.shape[1]
+    part = torch.empty((2, cdiv(M, plan.block_m), N), device=x.device, dtype=torch.float32) if stats else None
     if M == 0 or N == 0:
         return part
+    grid, args = launch_args(plan, x, w, bias, residual, y, part, M)
+    plan.kernel.launch(grid, **args)
+    return part
+
+
+def launch_args(plan: _Conv2dPlan, x, w, bias, residual, y, part, M: int) -> tuple:
+    """(grid, every kernel argument by name) of a plan's launch; absent bias / residual / partials point at
+    y, unread."""
+    B, C, H, W = x.shape
+    N, H_out, W_out = y.shape[1], y.shape[2], y.shape[3]
     sxb, sxc, sxh, sxw = x.stride()
     swh, sww, swc, swn = w.stride()
     srb, srn, srh, srw = residual.stride() if residual is not None else (0, 0, 0, 0)
-    plan.kernel.launch((tiles_m * cdiv(N, plan.block_n),), x_ptr=x, w_ptr=w,
-                       bias_ptr=bias if bias is not None else y, res_ptr=residual if residual is not None else y,
-                       y_ptr=y, part_ptr=part if stats else y, M=M, N=N, H=H, W=W, H_out=H_out, W_out=W_out,
-                       **({} if plan.flat else {"C": C}),
-                       stride_xb=sxb, stride_xc=sxc, stride_xh=sxh, stride_xw=sxw, stride_wh=swh, stride_ww=sww,
-                       stride_wc=swc, stride_wn=swn, stride_bias=bias.stride(0) if bias is not None else 0,
-                       stride_rb=srb, stride_rn=srn, stride_rh=srh, stride_rw=srw)
-    return part
+    args = dict(x_ptr=x, w_ptr=w, bias_ptr=bias if bias is not None else y,
+                res_ptr=residual if residual is not None else y, y_ptr=y, part_ptr=part if part is not None else y,
+                M=M, N=N, H=H, W=W, H_out=H_out, W_out=W_out, **({} if plan.flat else {"C": C}),
+                stride_xb=sxb, stride_xc=sxc, stride_xh=sxh, stride_xw=sxw, stride_wh=swh, stride_ww=sww,
+                stride_wc=swc, stride_wn=swn, stride_bias=bias.stride(0) if bias is not None else 0,
+                stride_rb=srb, stride_rn=srn, stride_rh=srh, stride_rw=srw)
+    return (cdiv(M, plan.block_m) * cdiv(N, plan.block_n),), args
 
 
 def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -366,34 +384,51 @@ def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     return [y, mean, var]
 
 
+class BackwardSpec(NamedTuple):
+    """What a call's backward needs besides its saved tensors (x, weight, the output when activation is relu)."""
+    stride: list
+    padding: list
+    precision: str
+    flat: bool  # the weight gradient from the flat-K kernel
+    bias_dtype: Optional[torch.dtype]
+    res_dtype: Optional[torch.dtype]
+
+
+def backward_spec(weight, bias, residual, stride, padding, precision: str, path: str) -> BackwardSpec:
+    return BackwardSpec(list(stride), list(padding), precision,
+                        uses_flat(weight.shape[1], weight.shape[2], weight.shape[3], path),
+                        bias.dtype if bias is not None else None, residual.dtype if residual is not None else None)
+
+
+def input_grads(spec: BackwardSpec, dy, x, weight, y, needs) -> tuple:
+    """(dx, dw, dbias, dresidual), each None where ``needs`` (x, weight, bias, residual) says so: dz = dy behind
+    the ReLU mask of the saved output y (None: no activation); dw from the flat-K kernel on that path (fp32,
+    then the weight's dtype), else with dx from cuDNN's convolution backward (in x's dtype, dw then cast to
+    the weight's, as autocast's cast of the weight would give); dbias a sum, dresidual = dz."""
+    need_x, need_w, need_b, need_r = needs
+    dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
+    dx = dw = None
+    if need_w and spec.flat:
+        dw = conv2d_weight_grad_flat(x, dz, weight, spec.stride, spec.padding, spec.precision)
+        need_w = False
+    if need_x or need_w:
+        dx, dw_cudnn, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, spec.stride,
+                                                              spec.padding, [1, 1], False, [0, 0], 1,
+                                                              [bool(need_x), bool(need_w), False])
+        dw = dw_cudnn.to(weight.dtype) if dw_cudnn is not None else dw
+    dbias = dz.sum((0, 2, 3), dtype=torch.float32).to(spec.bias_dtype) if need_b and spec.bias_dtype else None
+    dres = dz.to(spec.res_dtype) if need_r and spec.res_dtype else None
+    return dx, dw, dbias, dres
+
+
 def _setup_context(ctx, inputs, output):
     x, weight, bias, residual, stride_h, stride_w, pad_h, pad_w, activation, precision, path = inputs[:11]
-    ctx.stride, ctx.padding, ctx.activation, ctx.precision = [stride_h, stride_w], [pad_h, pad_w], activation, precision
-    ctx.flat = uses_flat(weight.shape[1], weight.shape[2], weight.shape[3], path)
-    ctx.bias_dtype = bias.dtype if bias is not None else None
-    ctx.res_dtype = residual.dtype if residual is not None else None
+    ctx.spec = backward_spec(weight, bias, residual, (stride_h, stride_w), (pad_h, pad_w), precision, path)
     ctx.save_for_backward(x, weight, output if activation == "relu" else None)
 
 
 def _backward(ctx, dy):
-    """dz = dy behind the ReLU mask of the saved output; dw from the flat-K kernel on that path (fp32, then the
-    weight's dtype), else with dx from cuDNN's convolution backward (in x's dtype, dw then cast to the
-    weight's, as autocast's cast of the weight would give); dbias a sum, dresidual = dz."""
-    x, weight, y = ctx.saved_tensors
-    need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
-    dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
-    dx = dw = None
-    if need_w and ctx.flat:
-        dw = conv2d_weight_grad_flat(x, dz, weight, ctx.stride, ctx.padding, ctx.precision)
-        need_w = False
-    if need_x or need_w:
-        dx, dw_cudnn, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, ctx.stride,
-                                                              ctx.padding, [1, 1], False, [0, 0], 1,
-                                                              [bool(need_x), bool(need_w), False])
-        dw = dw_cudnn.to(weight.dtype) if dw_cudnn is not None else dw
-    dbias = dz.sum((0, 2, 3), dtype=torch.float32).to(ctx.bias_dtype) if need_b and ctx.bias_dtype else None
-    dres = dz.to(ctx.res_dtype) if need_r and ctx.res_dtype else None
-    return (dx, dw, dbias, dres) + (None,) * 8
+    return input_grads(ctx.spec, dy, *ctx.saved_tensors, ctx.needs_input_grad[:4]) + (None,) * 8
 
 
 _conv2d_call = register_op("tk::conv2d", _conv2d_op, setup_context=_setup_context, backward=_backward)
@@ -456,10 +491,19 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     the flat-K kernel on that path, the rest cuDNN's).
     precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). path: "auto" (the
     flat-K kernels for few input channels, see :func:`uses_flat`), "flat" or "tiled". config: force a
-    launch configuration (tests); default: the tuner's."""
+    launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
+    eager fast path (conv2d_eager.py)."""
+    if config is None:
+        y = conv2d_eager.fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path)
+        if y is not None:
+            return y
     (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
-    return _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
-                        config_str(config) if config is not None else "")
+    y = _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
+                     config_str(config) if config is not None else "")
+    if config is None and y.numel() > 0:
+        conv2d_eager.remember(x, weight, bias, residual, stride, padding, (sh, sw), (ph, pw), activation, precision,
+                              path)
+    return y
 
 
 def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
@@ -476,3 +520,6 @@ def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
                                       config_str(config) if config is not None else "")
     return y, mean, var
+
+
+from . import conv2d_eager  # noqa: E402  (it builds on this module's launchers and plans)
