@@ -47,7 +47,7 @@ from .conv2d_kernels import (_conv2d_epilogue, _conv2d_flat_dw_kernel, _conv2d_f
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
 from .runtime import (cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, config_from,
-                      config_str, is_fake, launch, num_sms, register_op, register_tuner)
+                      config_str, is_fake, next_power_of_2, num_sms, register_op, register_tuner)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -247,7 +247,8 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
 
 
 def _k_pad(K: int) -> int:
-    return max(16, 1 << (K - 1).bit_length())
+    """The flat-K kernels' padded reduction length (autotune.spaces' K_PAD of the flat spaces)."""
+    return max(16, next_power_of_2(K))
 
 
 def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
