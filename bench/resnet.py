@@ -206,6 +206,10 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
     if dist is not None and dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        # one cast node for every conv weight would hand DDP all their gradients at the end of the backward,
+        # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP
+        model.one_launch_prologue = False
+
         wrapped = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None,
                       gradient_as_bucket_view=True, static_graph=True)
         if args.ddp_bf16_compress:

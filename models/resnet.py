@@ -18,8 +18,9 @@ convolutions then get a bias, the only shift left); the relu / add then run as t
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch.nn import functional
@@ -27,6 +28,7 @@ from torch import nn
 
 from triton_kernels import batchnorm
 from triton_kernels import conv2d as _conv2d
+from triton_kernels import foreach_cast
 from triton_kernels import pool_head as _pool_head
 
 BACKENDS = ("eager", "compile", "triton", "triton+compile")
@@ -38,7 +40,8 @@ WIDTHS = (64, 128, 256, 512)
 # Convolutions: where a Triton implicit-GEMM conv2d plugs in
 # --------------------------------------------------------------------------------------------------
 def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    return functional.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+    weight = conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
+    return functional.conv2d(x, weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
@@ -88,9 +91,12 @@ def choose_conv(conv: nn.Conv2d, backend: str) -> str:
 
 
 class Conv2d(nn.Conv2d):
-    """nn.Conv2d whose forward goes through CONV_IMPLEMENTATIONS[self.impl] (same parameters)."""
+    """nn.Conv2d whose forward goes through CONV_IMPLEMENTATIONS[self.impl] (same parameters).
+    ``cast_weight``: the weight already cast to the autocast dtype, set by ResNet for the length of one
+    forward (one launch casts every layer's weight, see ResNet.one_launch_prologue); None otherwise."""
 
     impl = "cudnn"
+    cast_weight: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return CONV_IMPLEMENTATIONS[self.impl](self, x)
@@ -104,12 +110,15 @@ class BatchNormAct2d(nn.BatchNorm2d):
 
     On the eager backends these are torch's batch_norm, an in-place add and an in-place ReLU; with
     ``fused = True`` (the triton backends) one Triton op does all three, forward and backward. Momentum,
-    num_batches_tracked and track_running_stats behave exactly as in nn.BatchNorm2d."""
+    num_batches_tracked and track_running_stats behave exactly as in nn.BatchNorm2d. ``counted``: this
+    forward's num_batches_tracked increment is done already (ResNet.one_launch_prologue does every layer's
+    in one launch)."""
 
     def __init__(self, num_features: int, relu: bool = True, **kwargs) -> None:
         super().__init__(num_features, **kwargs)
         self.relu = relu
         self.fused = False
+        self.counted = False
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if not self.fused:
@@ -119,7 +128,8 @@ class BatchNormAct2d(nn.BatchNorm2d):
             return functional.relu(y, inplace=True) if self.relu else y
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
+            if not self.counted:
+                self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         training = self.training or (self.running_mean is None and self.running_var is None)
         use_running = not self.training or self.track_running_stats
@@ -192,6 +202,9 @@ class ResNet(nn.Module):
                 inplanes = planes
             setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
         self.fc = nn.Linear(inplanes, num_classes)
+        # on the triton backends: every batch norm's counter incremented and (under autocast) every cuDNN
+        # convolution's weight cast in one launch each per forward; False: each layer does its own
+        self.one_launch_prologue = True
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -210,14 +223,48 @@ class ResNet(nn.Module):
                 m.fused = self.fused
             if isinstance(m, Conv2d):
                 m.impl = choose_conv(m, backend)
+        self._norms = [m for m in self.modules() if isinstance(m, BatchNormAct2d)]
+        self._cudnn_convs = [m for m in self.modules() if isinstance(m, Conv2d) and m.impl == "cudnn"]
         return self
 
+    @contextlib.contextmanager
+    def _prologue(self, x: torch.Tensor) -> Iterator[None]:
+        """What every layer would launch for itself, in one launch each, on the triton backends (eager calls
+        and CUDA graphs; torch.compile fuses these itself): the training-mode num_batches_tracked increments
+        (layers with a momentum; momentum=None reads the counter on the host, so it counts for itself), and
+        under autocast the fp32 weights of the cuDNN convolutions cast to the autocast dtype
+        (foreach_cast.cast_parameters, whose backward casts their gradients back in one launch too)."""
+        if not (self.fused and self.one_launch_prologue) or torch.compiler.is_compiling():
+            yield
+            return
+        counted = [m for m in self._norms if m.training and m.track_running_stats
+                   and m.num_batches_tracked is not None and m.momentum is not None]
+        convs = []
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            convs = [m for m in self._cudnn_convs if m.weight.dtype == torch.float32 != dtype]
+        try:
+            if counted:
+                torch._foreach_add_([m.num_batches_tracked for m in counted], 1)
+                for m in counted:
+                    m.counted = True
+            if convs:
+                for m, w in zip(convs, foreach_cast.cast_parameters([m.weight for m in convs], dtype)):
+                    m.cast_weight = w
+            yield
+        finally:
+            for m in counted:
+                m.counted = False
+            for m in convs:
+                m.cast_weight = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.bn1(self.conv1(x))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        if self.fused:
-            return _pool_head.pool_head(x, self.fc.weight, self.fc.bias)
-        return self.fc(torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1))
+        with self._prologue(x):
+            x = self.bn1(self.conv1(x))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            if self.fused:
+                return _pool_head.pool_head(x, self.fc.weight, self.fc.bias)
+            return self.fc(torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 def resnet(name: str = "resnet18", num_classes: int = 10, no_batch_norm: bool = False, backend: str = "eager",
@@ -267,4 +314,4 @@ def fold_batch_norms(model: ResNet) -> ResNet:
             m.bn2 = _fold_pair(m.conv2, m.bn2)
             if m.downsample is not None:
                 m.downsample[1] = _fold_pair(m.downsample[0], m.downsample[1])
-    return folded
+    return folded.set_backend(folded.backend)

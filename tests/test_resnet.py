@@ -79,6 +79,39 @@ def test_triton_backend_matches_float64():
             assert torch.equal(b_f, b_ref), name
 
 
+def _prologue_pair(device, dtype):
+    """One autocast training step of the triton backend with the one-launch prologue (counters, weight
+    casts) and without: outputs, gradients and buffers must be equal bit for bit. Returns whether the
+    prologue's casts reached the convolutions."""
+    torch.manual_seed(0)
+    on = ResNet((1, 1, 1, 1), widths=TINY, backend="triton").to(device)
+    off = ResNet((1, 1, 1, 1), widths=TINY, backend="triton").to(device)
+    off.load_state_dict(on.state_dict())
+    off.one_launch_prologue = False
+    seen = []
+    on.layer1[0].conv1.register_forward_pre_hook(lambda m, args: seen.append(m.cast_weight is not None))
+    x = torch.randn(4, 3, 8, 8, device=device)
+    outs = []
+    for model in (on, off):
+        with torch.autocast(torch.device(device).type, dtype=dtype):
+            out = model(x)
+        out.float().square().sum().backward()
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    for (name, p), q in zip(on.named_parameters(), off.parameters()):
+        assert p.grad.dtype == p.dtype and torch.equal(p.grad, q.grad), name
+    for (name, b), c in zip(on.named_buffers(), off.buffers()):
+        assert torch.equal(b, c), name
+    assert on.bn1.num_batches_tracked.item() == 1 and not on.bn1.counted
+    assert on.layer1[0].conv1.cast_weight is None  # set for the length of one forward only
+    return seen == [True]
+
+
+def test_one_launch_prologue_equals_per_layer_casts():
+    """fp16 autocast on the CPU (the interpreter has no bf16)."""
+    assert _prologue_pair(DEVICE if DEVICE == "cpu" else "cpu", torch.float16)
+
+
 def test_state_dicts_interchange_and_eval():
     eager, fused = _pair()
     assert list(eager.state_dict()) == list(fused.state_dict())
@@ -331,6 +364,16 @@ def test_gpu_resnet18_triton_matches_eager_bf16():
     for (name, b32), be, bf in zip(exact.named_buffers(), eager.buffers(), fused.buffers()):
         if b32.is_floating_point():
             assert rel_err(bf, b32) <= max(2 * rel_err(be, b32), 1e-2), name
+
+
+@pytest.mark.gpu
+def test_gpu_one_launch_prologue_equals_per_layer_casts_bf16():
+    deterministic = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True
+    try:
+        assert _prologue_pair("cuda", torch.bfloat16)
+    finally:
+        torch.backends.cudnn.deterministic = deterministic
 
 
 @pytest.mark.gpu
