@@ -112,13 +112,16 @@ class BatchNormAct2d(nn.BatchNorm2d):
     ``fused = True`` (the triton backends) one Triton op does all three, forward and backward. Momentum,
     num_batches_tracked and track_running_stats behave exactly as in nn.BatchNorm2d. ``counted``: this
     forward's num_batches_tracked increment is done already (ResNet.one_launch_prologue does every layer's
-    in one launch)."""
+    in one launch). ``two_outputs`` (fused only): return (y, y2) for a y that a block uses twice, y2 sharing
+    its memory, so that the backward gets the two gradients apart and adds them in its kernels
+    (triton_kernels.batchnorm.batch_norm's two_outputs)."""
 
     def __init__(self, num_features: int, relu: bool = True, **kwargs) -> None:
         super().__init__(num_features, **kwargs)
         self.relu = relu
         self.fused = False
         self.counted = False
+        self.two_outputs = False
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if not self.fused:
@@ -136,7 +139,7 @@ class BatchNormAct2d(nn.BatchNorm2d):
         return batchnorm.batch_norm(x, self.running_mean if use_running else None,
                                     self.running_var if use_running else None,
                                     self.weight, self.bias, training, factor, self.eps,
-                                    residual=residual, relu=self.relu)
+                                    residual=residual, relu=self.relu, two_outputs=self.two_outputs)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}"
@@ -164,7 +167,8 @@ def _norm(channels: int, relu: bool, no_batch_norm: bool) -> nn.Module:
 # --------------------------------------------------------------------------------------------------
 class BasicBlock(nn.Module):
     """Two 3x3 convolutions; out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut a
-    1x1 convolution + BatchNorm when the shape changes."""
+    1x1 convolution + BatchNorm when the shape changes. x may come as a pair (x, x2) of tensors sharing
+    memory (the previous batch norm's two_outputs): conv1 takes x, the shortcut x2."""
 
     expansion = 1
 
@@ -179,8 +183,9 @@ class BasicBlock(nn.Module):
             self.downsample = nn.Sequential(Conv2d(inplanes, planes, 1, stride, bias=no_batch_norm),
                                             _norm(planes, False, no_batch_norm))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
+    def forward(self, x):
+        x, x2 = x if isinstance(x, tuple) else (x, x)
+        identity = x2 if self.downsample is None else self.downsample(x2)
         return self.bn2(self.conv2(self.bn1(self.conv1(x))), identity)
 
 
@@ -224,6 +229,12 @@ class ResNet(nn.Module):
             if isinstance(m, Conv2d):
                 m.impl = choose_conv(m, backend)
         self._norms = [m for m in self.modules() if isinstance(m, BatchNormAct2d)]
+        # the batch norms whose output a block uses twice (conv1 and the shortcut): the stem's and every
+        # block's last but the network's last
+        blocks = [m for m in self.modules() if isinstance(m, BasicBlock)]
+        feeding = [self.bn1] + [b.bn2 for b in blocks[:-1]]
+        for m in self._norms:
+            m.two_outputs = self.fused and any(m is f for f in feeding)
         self._cudnn_convs = [m for m in self.modules() if isinstance(m, Conv2d) and m.impl == "cudnn"]
         return self
 

@@ -180,6 +180,42 @@ def test_repeated_signature_takes_the_fast_path(relu, use_res, fmt):
 
 
 @pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("second_used", [True, False], ids=["both_used", "second_unused"])
+def test_two_outputs_gradients_apart(relu, use_res, dtype, second_used):
+    """two_outputs: (y, y2) share memory; the gradients reaching y and y2 (y2's in another layout) are
+    summed -- by autograd on the general path, in the backward kernels on the fast path -- and every gradient
+    matches float64. The fast path's backward gets the two apart (its node has two outputs); in fp32 it equals
+    the general path bit for bit (autograd's add is the kernels' fp32 add)."""
+    shape, C = (3, 12, 5, 4), 12
+    x = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=torch.channels_last).requires_grad_()
+    res = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=torch.channels_last).requires_grad_() \
+        if use_res else None
+    w, b = (torch.rand(C, device=DEVICE) + 0.5).requires_grad_(), torch.randn(C, device=DEVICE).requires_grad_()
+    a = torch.randn(shape, device=DEVICE).to(memory_format=torch.channels_last)
+    c = torch.randn(shape, device=DEVICE)  # NCHW: y2's gradient comes in another layout
+    leaves = [t for t in (x, w, b, res) if t is not None]
+    runs, nodes = [], []
+    for _ in range(3):
+        y, y2 = batchnorm.batch_norm(x, None, None, w, b, True, residual=res, relu=relu, two_outputs=True)
+        assert y2.data_ptr() == y.data_ptr() and torch.equal(y, y2)
+        nodes.append(type(y.grad_fn).__name__)
+        loss = (y.float() * a).sum() + ((y2.float() * c).sum() if second_used else 0.0)
+        runs.append((y,) + torch.autograd.grad(loss, leaves))
+    assert nodes[1] == nodes[2] == "_NodeBackward"
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = reference(ref_leaves[0], ref_leaves[1], ref_leaves[2], ref_leaves[3] if use_res else None, relu=relu,
+                    relu_mask=(runs[0][0].detach() > 0) if relu else None)
+    ref_grads = torch.autograd.grad((ref * (a + c if second_used else a).double()).sum(), ref_leaves)
+    for run in runs:
+        for name, got, want in zip(("dx", "dweight", "dbias", "dresidual"), run[1:], ref_grads):
+            assert_close(got, want, dtype, name=name)
+    if dtype == torch.float32:
+        for first, fast in zip(runs[0], runs[1]):
+            assert torch.equal(first, fast)
+
+
+@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
 def test_double_backward_is_refused(relu, use_res):
     """The backward kernels have no derivative: with create_graph=True the gradients are the plain
     backward's, and differentiating them again raises a RuntimeError naming the backward op -- on the

@@ -394,12 +394,12 @@ def _stats_flags(has_w: bool, has_b: bool, update_running: bool) -> dict:
     return {"HAS_W": has_w, "HAS_B": has_b, "UPDATE_RUNNING": update_running}
 
 
-def _reduce_flags(relu: bool, mask_from_y: bool, store_g: bool) -> dict:
-    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g}
+def _reduce_flags(relu: bool, mask_from_y: bool, store_g: bool, has_dy2: bool = False) -> dict:
+    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g, "HAS_DY2": has_dy2}
 
 
-def _dx_flags(relu: bool, mask_from_y: bool, load_g: bool) -> dict:
-    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": load_g}
+def _dx_flags(relu: bool, mask_from_y: bool, load_g: bool, has_dy2: bool = False) -> dict:
+    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": load_g, "HAS_DY2": has_dy2}
 
 
 def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False):
@@ -422,24 +422,29 @@ def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: 
 
 
 def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_g: bool,
-                              config: Optional[Config] = None):
+                              config: Optional[Config] = None, dy2: Optional[torch.Tensor] = None):
     """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``y`` is the
-    saved output when the relu mask is read from it (a residual was added), else None."""
-    (x, dy, y), fmt, geo = _prepare(x, dy, y)
+    saved output when the relu mask is read from it (a residual was added), else None. ``dy2``: the second
+    part of the output's gradient (two aliased outputs, see batch_norm's ``two_outputs``), added as it is
+    loaded."""
+    (x, dy, y, dy2), fmt, geo = _prepare(x, dy, y, dy2)
     dev = x.device
     mask_from_y = relu and y is not None
+    has_dy2 = dy2 is not None
+    dy2 = dy2 if has_dy2 else dy
     g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
     dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     _launch_planned(
-        "bwd_reduce", _bn_bwd_reduce_kernel, geo, (dy, x, y if y is not None else x, g if g is not None else dy, stats),
-        dy.dtype, _reduce_flags(relu, mask_from_y, store_g), dev, config, (coef, dwb, geo.M))
+        "bwd_reduce", _bn_bwd_reduce_kernel, geo,
+        (dy, dy2, x, y if y is not None else x, g if g is not None else dy, stats),
+        dy.dtype, _reduce_flags(relu, mask_from_y, store_g, has_dy2), dev, config, (coef, dwb, geo.M))
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)
         _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
-                        (dy, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
-                        _dx_flags(relu, mask_from_y, store_g), dev, config)
+                        (dy, dy2, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
+                        _dx_flags(relu, mask_from_y, store_g, has_dy2), dev, config)
     return dx, g, dwb
 
 
@@ -534,18 +539,27 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                running_var: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
                residual: Optional[torch.Tensor] = None, relu: bool = False,
-               config: Optional[Config] = None) -> torch.Tensor:
+               config: Optional[Config] = None, two_outputs: bool = False):
     """``act(F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps) [+ residual])``
     with act = relu when ``relu``, for x (N, C, H, W) fp32 / fp16 / bf16 (weight, bias and the running
     statistics in any of those dtypes). Training mode normalises with the batch statistics (fp32) and
     updates the running statistics as torch does; inference mode uses the running statistics (when a
     gradient is needed there, torch's own ops run). Differentiable in x, weight, bias and residual.
-    ``config``: the tiling of every kernel of the call (see :func:`check_config`) instead of the tuned ones."""
+    ``config``: the tiling of every kernel of the call (see :func:`check_config`) instead of the tuned ones.
+    ``two_outputs``: return (y, y2), y2 sharing y's memory, for a y used twice (a ResNet block's input: its
+    first convolution and its shortcut). Where the eager fast path runs the call, autograd hands y's two
+    gradients to this op's backward separately and the backward kernels add them as they load them, instead
+    of autograd adding them in a pass of its own; elsewhere y2 is y."""
+    if type(two_outputs) is not bool:
+        raise ValueError(f"two_outputs must be a bool, got {two_outputs!r}")
     if config is None:
         if training:
-            y = batchnorm_eager.fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu)
+            y = batchnorm_eager.fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu,
+                                           two_outputs)
         elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))):
             y = batchnorm_eager.fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu)
+            if y is not None and two_outputs:
+                y = (y, y)
         else:
             y = None
         if y is not None:
@@ -566,21 +580,23 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                 running_mean.copy_(running[0])
                 running_var.copy_(running[1])
         elif config is None:
-            batchnorm_eager.remember_train(x, running_mean, running_var, weight, bias, residual, bool(relu))
-        return y
+            batchnorm_eager.remember_train(x, running_mean, running_var, weight, bias, residual, bool(relu),
+                                           two_outputs)
+        return (y, y) if two_outputs else y
     if running_mean is None:
         raise ValueError("inference mode (training=False) needs running_mean and running_var")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         y = torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0, eps)
         y = y + residual if residual is not None else y
-        return torch.relu(y) if relu else y
-    if x.numel() == 0:
-        return torch.empty_like(x)
-    y = _bn_apply_call(x, residual, running_mean, running_var, weight, bias, float(eps), bool(relu),
-                       _config_str(config))
-    if config is None:
-        batchnorm_eager.remember_infer(x, running_mean, running_var, weight, bias, residual, relu)
-    return y
+        y = torch.relu(y) if relu else y
+    elif x.numel() == 0:
+        y = torch.empty_like(x)
+    else:
+        y = _bn_apply_call(x, residual, running_mean, running_var, weight, bias, float(eps), bool(relu),
+                           _config_str(config))
+        if config is None:
+            batchnorm_eager.remember_infer(x, running_mean, running_var, weight, bias, residual, relu)
+    return (y, y) if two_outputs else y
 
 
 def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,

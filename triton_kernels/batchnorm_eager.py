@@ -23,28 +23,29 @@ def _signature(t: Optional[torch.Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
-def _key(x, running_mean, running_var, weight, bias, residual, relu) -> tuple:
-    """A call's signature: every tensor's shape, strides, dtype and device, and relu."""
+def _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False) -> tuple:
+    """A call's signature: every tensor's shape, strides, dtype and device, relu and two_outputs."""
     return (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
-            _signature(running_var), bool(relu))
+            _signature(running_var), bool(relu), two_outputs)
 
 
 class _FastTrain:
-    """What a training call's signature (every tensor's shape, strides, dtype and device; relu) fixes:
-    the layout, the geometry's launch arguments and the plans of its kernels (the forward's from the first
-    call, the backward's from the first backward per (need_dx, store_g)). Kernels launch through fixed
+    """What a training call's signature (every tensor's shape, strides, dtype and device; relu; two_outputs)
+    fixes: the layout, the geometry's launch arguments and the plans of its kernels (the forward's from the
+    first call, the backward's from the first backward per (need_dx, store_g, two gradients)). Kernels launch through fixed
     launch functions (launcher.BoundKernel.fix: every argument but the tensors bound) made at the first
     fast call; the reductions' partials and the dx coefficients live in the stream's scratch."""
 
     MAX_FIXED = 4  # (momentum, eps) pairs with a fixed statistics launch; others take the general launch
 
-    def __init__(self, x, weight, bias, residual, running_mean, relu: bool):
+    def __init__(self, x, weight, bias, residual, running_mean, relu: bool, two_outputs: bool = False):
         fmt = _memory_format(x)
         self.fmt, self.shape = fmt, tuple(x.shape)
         geo = self.geo = _Geometry(self.shape, _pixel_strides(x))
         self.out_strides = x.stride()
         self.relu, self.has_res, self.mask_from_y = relu, residual is not None, relu and residual is not None
         self.has_running = running_mean is not None
+        self.two_outputs = two_outputs
         self.w_dtype = weight.dtype if weight is not None and weight.dtype != torch.float32 else None
         self.b_dtype = bias.dtype if bias is not None and bias.dtype != torch.float32 else None
         dev, C = x.device, geo.C
@@ -55,7 +56,7 @@ class _FastTrain:
         self.part_size = 3 * self.stats.groups * C
         self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
         self.apply_launch = None
-        self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g) -> [reduce plan, dx plan, launches]
+        self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g, has_dy2) -> [reduce, dx plan, launches]
 
     def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
         """(y, stats (5, C) fp32) of a training call; the running statistics are updated in place."""
@@ -85,17 +86,21 @@ class _FastTrain:
         self.apply_launch(x, res, y, stats, stats, stats, stats, stats)
         return y, stats
 
-    def run_backward(self, dy, x, y, stats, need_dx: bool, store_g: bool):
-        """(dx or None, g or None, dwb (2, C) fp32)."""
+    def run_backward(self, dy, x, y, stats, need_dx: bool, store_g: bool, dy2=None):
+        """(dx or None, g or None, dwb (2, C) fp32); ``dy2``: the gradient's second part (two_outputs)."""
         if dy.stride() != self.out_strides:
             dy = dy.contiguous(memory_format=self.fmt)
-        entry = self.backward_plans.get((need_dx, store_g))
+        has_dy2 = dy2 is not None
+        if has_dy2 and dy2.stride() != self.out_strides:
+            dy2 = dy2.contiguous(memory_format=self.fmt)
+        entry = self.backward_plans.get((need_dx, store_g, has_dy2))
         if entry is None:  # the general path tunes / finds the plans, then they are kept here
-            out = batch_norm_train_backward(dy, x, y, stats, self.relu, need_dx, store_g)
+            out = batch_norm_train_backward(dy, x, y, stats, self.relu, need_dx, store_g, dy2=dy2)
             geo, dev, relu, from_y = self.geo, x.device, self.relu, self.mask_from_y
-            self.backward_plans[(need_dx, store_g)] = [
-                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_y, store_g), dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_y, store_g), dev)] if need_dx else None,
+            self.backward_plans[(need_dx, store_g, has_dy2)] = [
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_y, store_g, has_dy2), dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_y, store_g, has_dy2), dev)]
+                if need_dx else None,
                 None]
             return out
         reduce_plan, dx_plan, launches = entry
@@ -108,15 +113,16 @@ class _FastTrain:
         dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
         y_or_x = y if y is not None else x
         g_or_dy = g if g is not None else dy
+        dy2 = dy2 if has_dy2 else dy
         if launches is None:
             launches = entry[2] = (
-                reduce_plan.kernel.fix(reduce_plan.grid, dy, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
+                reduce_plan.kernel.fix(reduce_plan.grid, dy, dy2, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
                                        *reduce_plan.scalars, counters, coef, dwb, geo.M),
-                dx_plan.kernel.fix(dx_plan.grid, dy, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
+                dx_plan.kernel.fix(dx_plan.grid, dy, dy2, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
                                    *dx_plan.scalars) if need_dx else None)
-        launches[0](dy, x, y_or_x, g_or_dy, stats, part, counters, coef, dwb)
+        launches[0](dy, dy2, x, y_or_x, g_or_dy, stats, part, counters, coef, dwb)
         if need_dx:
-            launches[1](dy, g_or_dy, x, y_or_x, dx, stats, coef)
+            launches[1](dy, dy2, g_or_dy, x, y_or_x, dx, stats, coef)
         return dx, g, dwb
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
@@ -124,13 +130,16 @@ class _FastTrain:
     def forward(self, ctx, x, weight, bias, residual, running_mean, running_var, momentum, eps):
         y, stats = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
         ctx.save_for_backward(x, y if self.mask_from_y else None, stats)
-        return y
+        # two outputs: autograd hands their gradients to backward() separately (y2 is a view of y)
+        return (y, y.view_as(y)) if self.two_outputs else y
 
-    def backward(self, ctx, dy):
+    def backward(self, ctx, dy, dy2=None):
         x, y, stats = ctx.saved_tensors
         need_x, need_w, need_b, need_res = ctx.needs_input_grad[1:5]
         store_g = bool(need_res and self.relu)
-        dx, g, dwb = self.run_backward(dy, x, y, stats, bool(need_x), store_g)
+        dx, g, dwb = self.run_backward(dy, x, y, stats, bool(need_x), store_g, dy2)
+        if need_res and not store_g and dy2 is not None:
+            dy = dy + dy2
         dw = db = None
         if need_w:
             dw = dwb[0] if self.w_dtype is None else dwb[0].to(self.w_dtype)
@@ -138,9 +147,10 @@ class _FastTrain:
             db = dwb[1] if self.b_dtype is None else dwb[1].to(self.b_dtype)
         return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None
 
-    def general_backward(self, ctx, dy):
+    def general_backward(self, ctx, dy, dy2=None):
         """The registered op's backward (batchnorm.backward_ops): a double backward."""
         x, y, stats = ctx.saved_tensors
+        dy = dy if dy2 is None else dy + dy2
         needs = tuple(bool(n) for n in ctx.needs_input_grad[1:5])
         dtypes = (self.w_dtype or torch.float32, self.b_dtype or torch.float32)
         return *backward_ops(dy, x, y, stats, self.relu, needs, "", dtypes), None, None, None, None
@@ -153,13 +163,14 @@ class _Node(EagerNode):
 _FAST: dict[tuple, _FastTrain] = {}
 
 
-def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu):
-    """The output of a training call through the fast path, or None when the call must take the general
-    one (first call of its signature, tracing, an unusual layout, a momentum or eps to validate)."""
+def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False):
+    """The output of a training call through the fast path ((y, y2) with two_outputs), or None when the call
+    must take the general one (first call of its signature, tracing, an unusual layout, a momentum or eps to
+    validate)."""
     if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
                                                             and type(eps) is float and 0.0 <= eps < float("inf")):
         return None
-    key = _key(x, running_mean, running_var, weight, bias, residual, relu)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs)
     fast = _FAST.get(key)
     if fast is None:
         return None
@@ -167,7 +178,8 @@ def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residu
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
         return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps)
-    return fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
+    y = fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
+    return (y, y) if two_outputs else y
 
 
 def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:
@@ -179,13 +191,13 @@ def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool
                 or any(t is not None and not t.is_contiguous() for t in (weight, bias, running_mean, running_var)))
 
 
-def remember_train(x, running_mean, running_var, weight, bias, residual, relu) -> None:
+def remember_train(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False) -> None:
     """After a general-path training call: keep its signature for the fast path (simple layouts only)."""
     if not _simple_layout(x, running_mean, running_var, weight, bias, residual):
         return
-    key = _key(x, running_mean, running_var, weight, bias, residual, relu)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs)
     try:
-        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu))
+        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu, two_outputs))
     except KeyError:  # a plan was not kept (explicit config): no fast path
         pass
 

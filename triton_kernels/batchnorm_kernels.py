@@ -176,6 +176,16 @@ def _bn_apply_kernel(
 
 
 @triton.jit
+def _load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2: tl.constexpr):
+    """The output's gradient in fp32: dy, or dy + dy2 when it comes in two parts (the sum rounded once, to
+    fp32, where autograd would have added the two in the activation dtype)."""
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_DY2:
+        dy += tl.load(dy2_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    return dy
+
+
+@triton.jit
 def _masked_grad(dy, x_minus_mean, y_ptr, offs, mask, scale, beta,
                  RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr):
     """g = dy where the forward's pre-activation was > 0 (relu), from the saved y or recomputed from x."""
@@ -190,14 +200,15 @@ def _masked_grad(dy, x_minus_mean, y_ptr, offs, mask, scale, beta,
 
 @triton.jit
 def _bn_bwd_reduce_kernel(
-    dy_ptr, x_ptr, y_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
+    dy_ptr, dy2_ptr, x_ptr, y_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
     TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
-    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, STORE_G: tl.constexpr,
+    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
-    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient). The last program of the
-    channel block to finish merges the partials (_merge_grads)."""
+    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient). HAS_DY2: the output's
+    gradient comes in two parts (its two aliased outputs), dy = dy + dy2 as it is loaded. The last program
+    of the channel block to finish merges the partials (_merge_grads)."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -210,7 +221,7 @@ def _bn_bwd_reduce_kernel(
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         offs = base + in_tile
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        dy = _load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2)
         xc = tl.where(mask, _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset), 0.0)
         g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
         if STORE_G:
@@ -250,12 +261,12 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
 
 @triton.jit
 def _bn_bwd_dx_kernel(
-    dy_ptr, g_ptr, x_ptr, y_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
-    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, LOAD_G: tl.constexpr,
+    dy_ptr, dy2_ptr, g_ptr, x_ptr, y_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c,
+    TILES_PER_SAMPLE, RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, LOAD_G: tl.constexpr, HAS_DY2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
-    reduce kernel stored it) or formed from dy and the relu mask."""
+    reduce kernel stored it) or formed from dy (+ dy2) and the relu mask."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
@@ -268,7 +279,7 @@ def _bn_bwd_dx_kernel(
     if LOAD_G:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
+        g = _masked_grad(_load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2), xc, y_ptr, offs, mask, scale, beta,
+                         RELU, MASK_FROM_Y)
     dx = scale[None, :] * g - k[None, :] * xc - c[None, :]
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
