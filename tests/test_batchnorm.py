@@ -76,10 +76,13 @@ def test_odd_shapes(shape):
 
 
 @pytest.mark.parametrize("config", [Config({"BLOCK_M": 4, "BLOCK_C": 8, "PER_SM": 5}, 4, 1),
-                                    Config({"BLOCK_M": 128, "BLOCK_C": 64}, 4, 1)], ids=["many_groups", "one_tile"])
+                                    Config({"BLOCK_M": 128, "BLOCK_C": 64}, 4, 1),
+                                    Config({"BLOCK_M": 16, "BLOCK_C": 4}, 4, 1)],
+                         ids=["many_groups", "one_tile", "half_byte_blocks"])
 def test_config_chooses_the_tiling(config):
-    """Explicit tilings: many small tiles in many groups (partial channel blocks, uneven groups), and
-    one tile holding every pixel; forward and backward use the same tiling."""
+    """Explicit tilings: many small tiles in many groups (partial channel blocks, uneven groups), one
+    tile holding every pixel, and channel blocks of 4 (the kernels storing and reading the relu bits widen
+    theirs to a byte's 8 channels); forward and backward use the same tiling."""
     x = (torch.randn(3, 20, 5, 7, device=DEVICE) * 2 + 1).to(memory_format=torch.channels_last).requires_grad_()
     res = torch.randn_like(x).requires_grad_()
     w = (torch.rand(20, device=DEVICE) + 0.5).requires_grad_()

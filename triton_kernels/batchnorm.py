@@ -14,12 +14,13 @@ Backward, with g = dy where the pre-activation was > 0 (relu; NaN counts as > 0,
 Passes over memory (kernels in batchnorm_kernels.py; the layout the kernels are written for is channels_last: the C values of a pixel
 are adjacent, so a tile row is one vector load):
     forward : _bn_stats_kernel (read x; its last programs merge the statistics) -> _bn_apply_kernel
-              (read x [+ residual], write y)
-    backward: _bn_bwd_reduce_kernel (read dy, x [+ y]; write g = dresidual when there is a residual; its
-              last programs merge dweight, dbias and the dx coefficients) -> _bn_bwd_dx_kernel (read g or dy,
-              x; write dx)
-The relu mask comes from the saved output y when a residual was added (y = 0 exactly where the
-pre-activation was <= 0), else it is recomputed from x with the forward's own expression.
+              (read x [+ residual], write y [+ the relu bits])
+    backward: _bn_bwd_reduce_kernel (read dy, x [+ the relu bits]; write g = dresidual when there is a
+              residual; its last programs merge dweight, dbias and the dx coefficients) -> _bn_bwd_dx_kernel
+              (read g or dy, x; write dx)
+The relu mask comes from bits the apply kernel stores when a residual was added (one bit per value: 1/16
+of a bf16 y, which the backward would otherwise read), else it is recomputed from x with the forward's own
+expression. dy may come in two parts (two_outputs), added as they are loaded.
 
 Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_hw, stride_c); a tile is
 BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
@@ -149,7 +150,8 @@ _tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_
 
 def check_config(config: Optional[Config]) -> None:
     """A tiling for every kernel of a call: BLOCK_M (pixels) and BLOCK_C (channels) per tile, powers of two,
-    and optionally PER_SM (reduction programs per SM, default 2); raise a ValueError naming ``config``."""
+    and optionally PER_SM (reduction programs per SM, default 2; the kernels that write or read the relu
+    bits take at least 8 channels per block when C > BLOCK_C); raise a ValueError naming ``config``."""
     if config is None:
         return
     if not isinstance(config, Config):
@@ -190,6 +192,8 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, 
             kw.setdefault("PER_SM", 2)
         else:
             kw.pop("PER_SM", None)
+        if (constexprs.get("STORE_BITS") or constexprs.get("MASK_FROM_BITS")) and kw["BLOCK_C"] < min(8, geo.C):
+            kw["BLOCK_C"] = 8  # a byte of relu bits holds 8 channels: one program writes or reads it whole
         return Config(kw, config.num_warps, config.num_stages)
     configs = _reduce_configs if name in ("stats", "bwd_reduce") else _stream_configs
     key = BatchNormKey(samples=geo.N, pixels=geo.HW, channels=geo.C, channels_contiguous=geo.stride_c == 1,
@@ -357,11 +361,17 @@ def _empty_like_layout(x: torch.Tensor, fmt: torch.memory_format, dtype=None) ->
     return torch.empty_strided(x.shape, _dense_strides(tuple(x.shape), fmt), device=x.device, dtype=dtype or x.dtype)
 
 
+def relu_bits(x: torch.Tensor, geo: "_Geometry") -> torch.Tensor:
+    """The relu bits' buffer of a call over x: (N*H*W, cdiv(C, 8)) uint8 (see batchnorm_kernels._bit_offsets)."""
+    return x.new_empty((geo.M, cdiv(geo.C, 8)), dtype=torch.uint8)
+
+
 def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
                              relu: bool, update_in_place: bool, config: Optional[Config] = None):
     """Training-mode forward: (y, stats (5, C) fp32 = s, offset, rstd, scale, beta; running (2, C) = the new
     running statistics when they are not updated in place (then the buffers must be contiguous), else an
-    empty tensor). weight / bias are copied when not contiguous."""
+    empty tensor; bits = the relu's mask when a residual was added, else None). weight / bias are copied
+    when not contiguous."""
     (x, residual), fmt, geo = _prepare(x, residual)
     dev = x.device
     weight, bias = (t.contiguous() if t is not None else None for t in (weight, bias))
@@ -385,25 +395,30 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     _launch_planned("stats", _bn_stats_kernel, geo, (x,), x.dtype, flags, dev, config, tail,
                     trial_tail if has_running else None)
     y = _empty_like_layout(x, fmt)
-    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, stats), x.dtype,
-                    _apply_flags(residual is not None, relu), dev, config, (stats, stats, stats, stats, 0.0))
-    return y, stats, running
+    bits = relu_bits(x, geo) if relu and residual is not None else None
+    _launch_planned("apply", _bn_apply_kernel, geo,
+                    (x, residual if residual is not None else x, y, bits if bits is not None else y, stats), x.dtype,
+                    _apply_flags(residual is not None, relu, store_bits=bits is not None), dev, config,
+                    (stats, stats, stats, stats, 0.0))
+    return y, stats, running, bits
 
 
 def _stats_flags(has_w: bool, has_b: bool, update_running: bool) -> dict:
     return {"HAS_W": has_w, "HAS_B": has_b, "UPDATE_RUNNING": update_running}
 
 
-def _reduce_flags(relu: bool, mask_from_y: bool, store_g: bool, has_dy2: bool = False) -> dict:
-    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "STORE_G": store_g, "HAS_DY2": has_dy2}
+def _reduce_flags(relu: bool, mask_from_bits: bool, store_g: bool, has_dy2: bool = False) -> dict:
+    return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "STORE_G": store_g, "HAS_DY2": has_dy2}
 
 
-def _dx_flags(relu: bool, mask_from_y: bool, load_g: bool, has_dy2: bool = False) -> dict:
-    return {"RELU": relu, "MASK_FROM_Y": mask_from_y, "LOAD_G": load_g, "HAS_DY2": has_dy2}
+def _dx_flags(relu: bool, mask_from_bits: bool, load_g: bool, has_dy2: bool = False) -> dict:
+    return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "LOAD_G": load_g, "HAS_DY2": has_dy2}
 
 
-def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False):
-    return {"HAS_RES": has_res, "RELU": relu, "FROM_RUNNING": from_running, "HAS_W": has_w, "HAS_B": has_b}
+def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False,
+                 store_bits: bool = False):
+    return {"HAS_RES": has_res, "RELU": relu, "FROM_RUNNING": from_running, "HAS_W": has_w, "HAS_B": has_b,
+            "STORE_BITS": store_bits}
 
 
 def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: float, relu: bool,
@@ -414,22 +429,22 @@ def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: 
     running_mean, running_var, weight, bias = (t.contiguous() if t is not None else None
                                                for t in (running_mean, running_var, weight, bias))
     y = _empty_like_layout(x, fmt)
-    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, x), x.dtype,
+    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, y, x), x.dtype,
                     _apply_flags(residual is not None, relu, True, weight is not None, bias is not None), x.device,
                     config, (running_mean, running_var, weight if weight is not None else running_mean,
                              bias if bias is not None else running_mean, eps))
     return y
 
 
-def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_g: bool,
+def batch_norm_train_backward(dy, x, bits, stats, relu: bool, need_dx: bool, store_g: bool,
                               config: Optional[Config] = None, dy2: Optional[torch.Tensor] = None):
-    """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``y`` is the
-    saved output when the relu mask is read from it (a residual was added), else None. ``dy2``: the second
-    part of the output's gradient (two aliased outputs, see batch_norm's ``two_outputs``), added as it is
-    loaded."""
-    (x, dy, y, dy2), fmt, geo = _prepare(x, dy, y, dy2)
+    """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``bits``: the
+    forward's relu bits when the mask is read from them (a residual was added), else None. ``dy2``: the
+    second part of the output's gradient (two aliased outputs, see batch_norm's ``two_outputs``), added as
+    it is loaded."""
+    (x, dy, dy2), fmt, geo = _prepare(x, dy, dy2)
     dev = x.device
-    mask_from_y = relu and y is not None
+    mask_from_bits = relu and bits is not None
     has_dy2 = dy2 is not None
     dy2 = dy2 if has_dy2 else dy
     g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
@@ -437,14 +452,14 @@ def batch_norm_train_backward(dy, x, y, stats, relu: bool, need_dx: bool, store_
     coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
     _launch_planned(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo,
-        (dy, dy2, x, y if y is not None else x, g if g is not None else dy, stats),
-        dy.dtype, _reduce_flags(relu, mask_from_y, store_g, has_dy2), dev, config, (coef, dwb, geo.M))
+        (dy, dy2, x, bits if bits is not None else x, g if g is not None else dy, stats),
+        dy.dtype, _reduce_flags(relu, mask_from_bits, store_g, has_dy2), dev, config, (coef, dwb, geo.M))
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)
         _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
-                        (dy, dy2, g if g is not None else dy, x, y if y is not None else x, dx, stats, coef), x.dtype,
-                        _dx_flags(relu, mask_from_y, store_g, has_dy2), dev, config)
+                        (dy, dy2, g if g is not None else dy, x, bits if bits is not None else x, dx, stats, coef),
+                        x.dtype, _dx_flags(relu, mask_from_bits, store_g, has_dy2), dev, config)
     return dx, g, dwb
 
 
@@ -455,19 +470,19 @@ def _bn_train_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional
                  residual: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
                  running_var: Optional[torch.Tensor], momentum: float, eps: float, relu: bool,
                  update_in_place: bool, config: str) -> list[torch.Tensor]:
-    y, stats, running = batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum, eps,
-                                                 relu, update_in_place, _config_from(config))
-    return [y, stats, running]
+    y, stats, running, bits = batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum,
+                                                       eps, relu, update_in_place, _config_from(config))
+    return [y, stats, running, bits if bits is not None else x.new_empty((0,), dtype=torch.uint8)]
 
 
-def _bn_backward_eager(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
-                       need_dx: bool, store_g: bool, config: str) -> list:
-    return list(batch_norm_train_backward(dy, x, y, stats, relu, need_dx, store_g, _config_from(config)))
+def _bn_backward_eager(dy: torch.Tensor, x: torch.Tensor, bits: Optional[torch.Tensor], stats: torch.Tensor,
+                       relu: bool, need_dx: bool, store_g: bool, config: str) -> list:
+    return list(batch_norm_train_backward(dy, x, bits, stats, relu, need_dx, store_g, _config_from(config)))
 
 
-def _bn_backward_op(dy: torch.Tensor, x: torch.Tensor, y: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
+def _bn_backward_op(dy: torch.Tensor, x: torch.Tensor, bits: Optional[torch.Tensor], stats: torch.Tensor, relu: bool,
                     need_dx: bool, store_g: bool, config: str) -> list[torch.Tensor]:
-    dx, g, dwb = _bn_backward_eager(dy, x, y, stats, relu, need_dx, store_g, config)
+    dx, g, dwb = _bn_backward_eager(dy, x, bits, stats, relu, need_dx, store_g, config)
     empty = x.new_empty((0,))
     return [dx if dx is not None else empty, g if g is not None else empty.clone(), dwb]
 
@@ -480,30 +495,30 @@ def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], running_mean
 
 def _setup_context(ctx, inputs, output):
     x, weight, bias, residual, _, _, _, _, relu, _, config = inputs
-    y, stats, _ = output
+    _, stats, _, bits = output
     ctx.relu, ctx.has_res, ctx.config = relu, residual is not None, config
     ctx.w_dtype = weight.dtype if weight is not None else None
     ctx.b_dtype = bias.dtype if bias is not None else None
-    # the relu mask is read from y when a residual was added (recomputed from x otherwise)
-    ctx.save_for_backward(x, y if (relu and residual is not None) else None, stats)
+    # the relu mask is read from its bits when a residual was added (recomputed from x otherwise)
+    ctx.save_for_backward(x, bits if (relu and residual is not None) else None, stats)
 
 
-def backward_ops(dy, x, y, stats, relu: bool, needs: tuple, config: str, dtypes: tuple) -> tuple:
+def backward_ops(dy, x, bits, stats, relu: bool, needs: tuple, config: str, dtypes: tuple) -> tuple:
     """(dx, dweight, dbias, dresidual), None where ``needs`` (x, weight, bias, residual) wants none; dweight /
     dbias in ``dtypes``. Through the registered backward op, which has no derivative: in a double backward
     (create_graph=True) its outputs raise a RuntimeError when differentiated again."""
     need_x, need_w, need_b, need_res = needs
     store_g = need_res and relu
-    dx, g, dwb = _bn_backward_call(dy, x, y, stats, relu, need_x, store_g, config)
+    dx, g, dwb = _bn_backward_call(dy, x, bits, stats, relu, need_x, store_g, config)
     dres = (g if store_g else dy) if need_res else None
     return (dx if need_x else None, dwb[0].to(dtypes[0]) if need_w else None,
             dwb[1].to(dtypes[1]) if need_b else None, dres)
 
 
 def _backward(ctx, grads):
-    x, y, stats = ctx.saved_tensors
+    x, bits, stats = ctx.saved_tensors
     needs = tuple(bool(n) for n in ctx.needs_input_grad[:4])
-    return (*backward_ops(grads[0], x, y, stats, ctx.relu, needs, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
+    return (*backward_ops(grads[0], x, bits, stats, ctx.relu, needs, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
             None, None, None, None, None, None, None)
 
 
@@ -573,8 +588,8 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
         tracing = is_tracing(x)
         in_place = (running_mean is not None and not tracing and running_mean.is_contiguous()
                     and running_var.is_contiguous())
-        y, _, running = _bn_train_call(x, weight, bias, residual, running_mean, running_var, float(momentum),
-                                       float(eps), bool(relu), in_place, _config_str(config))
+        y, _, running, _ = _bn_train_call(x, weight, bias, residual, running_mean, running_var, float(momentum),
+                                          float(eps), bool(relu), in_place, _config_str(config))
         if running_mean is not None and not in_place:
             with torch.no_grad():
                 running_mean.copy_(running[0])

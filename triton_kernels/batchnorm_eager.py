@@ -14,8 +14,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
-                        _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, stream_counters,
-                        stream_scratch)
+                        _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, relu_bits,
+                        stream_counters, stream_scratch)
 from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
 
@@ -43,7 +43,7 @@ class _FastTrain:
         self.fmt, self.shape = fmt, tuple(x.shape)
         geo = self.geo = _Geometry(self.shape, _pixel_strides(x))
         self.out_strides = x.stride()
-        self.relu, self.has_res, self.mask_from_y = relu, residual is not None, relu and residual is not None
+        self.relu, self.has_res, self.mask_from_bits = relu, residual is not None, relu and residual is not None
         self.has_running = running_mean is not None
         self.two_outputs = two_outputs
         self.w_dtype = weight.dtype if weight is not None and weight.dtype != torch.float32 else None
@@ -51,7 +51,8 @@ class _FastTrain:
         dev, C = x.device, geo.C
         self.stats = _PLANS[plan_key("stats", geo, x.dtype, _stats_flags(weight is not None, bias is not None,
                                                                           self.has_running), dev)]
-        self.apply = _PLANS[plan_key("apply", geo, x.dtype, _apply_flags(self.has_res, relu), dev)]
+        self.apply = _PLANS[plan_key("apply", geo, x.dtype, _apply_flags(self.has_res, relu,
+                                                                         store_bits=self.mask_from_bits), dev)]
         self.geo_args = (C, geo.HW, *geo.strides)
         self.part_size = 3 * self.stats.groups * C
         self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
@@ -59,7 +60,8 @@ class _FastTrain:
         self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g, has_dy2) -> [reduce, dx plan, launches]
 
     def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
-        """(y, stats (5, C) fp32) of a training call; the running statistics are updated in place."""
+        """(y, stats (5, C) fp32, the relu bits or None) of a training call; the running statistics are updated
+        in place."""
         geo, stats_plan = self.geo, self.stats
         stats = x.new_empty((5, geo.C), dtype=torch.float32)
         part = stream_scratch(x, "part", self.part_size)
@@ -79,14 +81,16 @@ class _FastTrain:
             stats_plan.kernel.launch(stats_plan.grid, *args)
         y = x.new_empty_strided(self.shape, self.out_strides)
         res = residual if residual is not None else x
+        bits = relu_bits(x, geo) if self.mask_from_bits else None
+        bits_or_y = bits if bits is not None else y
         if self.apply_launch is None:
             apply_plan = self.apply
-            self.apply_launch = apply_plan.kernel.fix(apply_plan.grid, x, res, y, stats, *self.geo_args,
+            self.apply_launch = apply_plan.kernel.fix(apply_plan.grid, x, res, y, bits_or_y, stats, *self.geo_args,
                                                       *apply_plan.scalars, stats, stats, stats, stats, 0.0)
-        self.apply_launch(x, res, y, stats, stats, stats, stats, stats)
-        return y, stats
+        self.apply_launch(x, res, y, bits_or_y, stats, stats, stats, stats, stats)
+        return y, stats, bits
 
-    def run_backward(self, dy, x, y, stats, need_dx: bool, store_g: bool, dy2=None):
+    def run_backward(self, dy, x, bits, stats, need_dx: bool, store_g: bool, dy2=None):
         """(dx or None, g or None, dwb (2, C) fp32); ``dy2``: the gradient's second part (two_outputs)."""
         if dy.stride() != self.out_strides:
             dy = dy.contiguous(memory_format=self.fmt)
@@ -95,11 +99,11 @@ class _FastTrain:
             dy2 = dy2.contiguous(memory_format=self.fmt)
         entry = self.backward_plans.get((need_dx, store_g, has_dy2))
         if entry is None:  # the general path tunes / finds the plans, then they are kept here
-            out = batch_norm_train_backward(dy, x, y, stats, self.relu, need_dx, store_g, dy2=dy2)
-            geo, dev, relu, from_y = self.geo, x.device, self.relu, self.mask_from_y
+            out = batch_norm_train_backward(dy, x, bits, stats, self.relu, need_dx, store_g, dy2=dy2)
+            geo, dev, relu, from_bits = self.geo, x.device, self.relu, self.mask_from_bits
             self.backward_plans[(need_dx, store_g, has_dy2)] = [
-                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_y, store_g, has_dy2), dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_y, store_g, has_dy2), dev)]
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_bits, store_g, has_dy2), dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_bits, store_g, has_dy2), dev)]
                 if need_dx else None,
                 None]
             return out
@@ -111,33 +115,33 @@ class _FastTrain:
         counters = stream_counters(x, reduce_plan.grid[1])
         dwb = x.new_empty((2, geo.C), dtype=torch.float32)
         dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
-        y_or_x = y if y is not None else x
+        bits_or_x = bits if bits is not None else x
         g_or_dy = g if g is not None else dy
         dy2 = dy2 if has_dy2 else dy
         if launches is None:
             launches = entry[2] = (
-                reduce_plan.kernel.fix(reduce_plan.grid, dy, dy2, x, y_or_x, g_or_dy, stats, part, *self.geo_args,
+                reduce_plan.kernel.fix(reduce_plan.grid, dy, dy2, x, bits_or_x, g_or_dy, stats, part, *self.geo_args,
                                        *reduce_plan.scalars, counters, coef, dwb, geo.M),
-                dx_plan.kernel.fix(dx_plan.grid, dy, dy2, g_or_dy, x, y_or_x, dx, stats, coef, *self.geo_args,
+                dx_plan.kernel.fix(dx_plan.grid, dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef, *self.geo_args,
                                    *dx_plan.scalars) if need_dx else None)
-        launches[0](dy, dy2, x, y_or_x, g_or_dy, stats, part, counters, coef, dwb)
+        launches[0](dy, dy2, x, bits_or_x, g_or_dy, stats, part, counters, coef, dwb)
         if need_dx:
-            launches[1](dy, dy2, g_or_dy, x, y_or_x, dx, stats, coef)
+            launches[1](dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef)
         return dx, g, dwb
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
     # running_mean, running_var, momentum, eps)
     def forward(self, ctx, x, weight, bias, residual, running_mean, running_var, momentum, eps):
-        y, stats = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
-        ctx.save_for_backward(x, y if self.mask_from_y else None, stats)
+        y, stats, bits = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
+        ctx.save_for_backward(x, bits, stats)
         # two outputs: autograd hands their gradients to backward() separately (y2 is a view of y)
         return (y, y.view_as(y)) if self.two_outputs else y
 
     def backward(self, ctx, dy, dy2=None):
-        x, y, stats = ctx.saved_tensors
+        x, bits, stats = ctx.saved_tensors
         need_x, need_w, need_b, need_res = ctx.needs_input_grad[1:5]
         store_g = bool(need_res and self.relu)
-        dx, g, dwb = self.run_backward(dy, x, y, stats, bool(need_x), store_g, dy2)
+        dx, g, dwb = self.run_backward(dy, x, bits, stats, bool(need_x), store_g, dy2)
         if need_res and not store_g and dy2 is not None:
             dy = dy + dy2
         dw = db = None
@@ -149,11 +153,11 @@ class _FastTrain:
 
     def general_backward(self, ctx, dy, dy2=None):
         """The registered op's backward (batchnorm.backward_ops): a double backward."""
-        x, y, stats = ctx.saved_tensors
+        x, bits, stats = ctx.saved_tensors
         dy = dy if dy2 is None else dy + dy2
         needs = tuple(bool(n) for n in ctx.needs_input_grad[1:5])
         dtypes = (self.w_dtype or torch.float32, self.b_dtype or torch.float32)
-        return *backward_ops(dy, x, y, stats, self.relu, needs, "", dtypes), None, None, None, None
+        return *backward_ops(dy, x, bits, stats, self.relu, needs, "", dtypes), None, None, None, None
 
 
 class _Node(EagerNode):
@@ -221,7 +225,7 @@ def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) 
     if fast is None:
         return None
     y = x.new_empty_strided(fast.shape, fast.strides)
-    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, x, *fast.geo_args,
+    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, y, x, *fast.geo_args,
                             *fast.plan.scalars, running_mean, running_var,
                             weight if weight is not None else running_mean,
                             bias if bias is not None else running_mean, eps)

@@ -23,6 +23,34 @@ def _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _bit_offsets(t, TILES_PER_SAMPLE, HW, C, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Tile t's relu bits: their byte offsets (BLOCK_M, BLOCK_C // G) and mask, G = min(8, BLOCK_C) channels
+    per byte. Pixel p = n * HW + hw keeps cdiv(C, 8) bytes, channel c in bit c % 8 of byte c // 8."""
+    G: tl.constexpr = BLOCK_C if BLOCK_C < 8 else 8
+    n = t // TILES_PER_SAMPLE
+    hw = (t - n * TILES_PER_SAMPLE) * BLOCK_M + tl.arange(0, BLOCK_M)
+    first = tl.program_id(1) * BLOCK_C // 8 + tl.arange(0, BLOCK_C // G)
+    offs = (n.to(tl.int64) * HW + hw)[:, None] * ((C + 7) // 8) + first[None, :]
+    return offs, (hw < HW)[:, None] & (first * 8 < C)[None, :]
+
+
+@triton.jit
+def _pack_bits(keep, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(BLOCK_M, BLOCK_C) booleans -> (BLOCK_M, BLOCK_C // G) bytes, channel j of a byte's G in bit j."""
+    G: tl.constexpr = BLOCK_C if BLOCK_C < 8 else 8
+    bits = tl.reshape(keep.to(tl.int32), (BLOCK_M, BLOCK_C // G, G)) << tl.arange(0, G)[None, None, :]
+    return tl.sum(bits, axis=2).to(tl.uint8)
+
+
+@triton.jit
+def _unpack_bits(packed, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """_pack_bits' inverse: (BLOCK_M, BLOCK_C // G) bytes -> (BLOCK_M, BLOCK_C) booleans."""
+    G: tl.constexpr = BLOCK_C if BLOCK_C < 8 else 8
+    bits = (packed.to(tl.int32)[:, :, None] >> tl.arange(0, G)[None, None, :]) & 1
+    return tl.reshape(bits, (BLOCK_M, BLOCK_C)) != 0
+
+
+@triton.jit
 def _last_arrival(count_ptr, GROUPS):
     """Whether this program is the last of its channel block's GROUPS programs to finish its partials.
     Every thread's partial stores are done (barrier) before one atomic add publishes them (release); the
@@ -141,15 +169,16 @@ def _centered(x, shift, offset):
 
 @triton.jit
 def _bn_apply_kernel(
-    x_ptr, res_ptr, y_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
+    x_ptr, res_ptr, y_ptr, bits_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
     rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps,
     HAS_RES: tl.constexpr, RELU: tl.constexpr, FROM_RUNNING: tl.constexpr, HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    HAS_B: tl.constexpr, STORE_BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
-    (and the residual), one write of y. Per-channel vectors from stats (5, C) (training), or with
-    FROM_RUNNING from the running statistics (inference): mean = running_mean, scale = w / sqrt(running_var
-    + eps), beta = b."""
+    (and the residual), one write of y; with STORE_BITS also the relu's mask, one bit per value (pre-activation
+    > 0, or NaN), for the backward. Per-channel vectors from stats (5, C) (training), or with FROM_RUNNING
+    from the running statistics (inference): mean = running_mean, scale = w / sqrt(running_var + eps),
+    beta = b."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
@@ -171,6 +200,9 @@ def _bn_apply_kernel(
     if HAS_RES:
         y += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if RELU:
+        if STORE_BITS:
+            bit_offs, bit_mask = _bit_offsets(tl.program_id(0), TILES_PER_SAMPLE, HW, C, BLOCK_M, BLOCK_C)
+            tl.store(bits_ptr + bit_offs, _pack_bits(~(y <= 0.0), BLOCK_M, BLOCK_C), mask=bit_mask)
         y = tl.where(y <= 0.0, 0.0, y)  # NaN stays NaN, as torch.relu
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -186,23 +218,25 @@ def _load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2: tl.constexpr):
 
 
 @triton.jit
-def _masked_grad(dy, x_minus_mean, y_ptr, offs, mask, scale, beta,
-                 RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr):
-    """g = dy where the forward's pre-activation was > 0 (relu), from the saved y or recomputed from x."""
+def _masked_grad(dy, x_minus_mean, bits_ptr, t, TILES_PER_SAMPLE, HW, C, scale, beta,
+                 RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """g = dy where tile t's forward pre-activation was > 0 (relu): from the bits the apply kernel stored (a
+    residual was added), or recomputed from x."""
     if RELU:
-        if MASK_FROM_Y:
-            pre = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        if MASK_FROM_BITS:
+            bit_offs, bit_mask = _bit_offsets(t, TILES_PER_SAMPLE, HW, C, BLOCK_M, BLOCK_C)
+            keep = _unpack_bits(tl.load(bits_ptr + bit_offs, mask=bit_mask, other=0), BLOCK_M, BLOCK_C)
         else:
-            pre = x_minus_mean * scale[None, :] + beta[None, :]
-        dy = tl.where(pre <= 0.0, 0.0, dy)
+            keep = ~(x_minus_mean * scale[None, :] + beta[None, :] <= 0.0)
+        dy = tl.where(keep, dy, 0.0)
     return dy
 
 
 @triton.jit
 def _bn_bwd_reduce_kernel(
-    dy_ptr, dy2_ptr, x_ptr, y_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
+    dy_ptr, dy2_ptr, x_ptr, bits_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
     TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
-    RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
+    RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
@@ -223,7 +257,8 @@ def _bn_bwd_reduce_kernel(
         offs = base + in_tile
         dy = _load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2)
         xc = tl.where(mask, _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset), 0.0)
-        g = _masked_grad(dy, xc, y_ptr, offs, mask, scale, beta, RELU, MASK_FROM_Y)
+        g = _masked_grad(dy, xc, bits_ptr, t, TILES_PER_SAMPLE, HW, C, scale, beta, RELU, MASK_FROM_BITS,
+                         BLOCK_M, BLOCK_C)
         if STORE_G:
             tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
         acc_g += g
@@ -261,8 +296,8 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
 
 @triton.jit
 def _bn_bwd_dx_kernel(
-    dy_ptr, dy2_ptr, g_ptr, x_ptr, y_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c,
-    TILES_PER_SAMPLE, RELU: tl.constexpr, MASK_FROM_Y: tl.constexpr, LOAD_G: tl.constexpr, HAS_DY2: tl.constexpr,
+    dy_ptr, dy2_ptr, g_ptr, x_ptr, bits_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c,
+    TILES_PER_SAMPLE, RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, LOAD_G: tl.constexpr, HAS_DY2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
@@ -279,7 +314,7 @@ def _bn_bwd_dx_kernel(
     if LOAD_G:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
-        g = _masked_grad(_load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2), xc, y_ptr, offs, mask, scale, beta,
-                         RELU, MASK_FROM_Y)
+        g = _masked_grad(_load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2), xc, bits_ptr, tl.program_id(0),
+                         TILES_PER_SAMPLE, HW, C, scale, beta, RELU, MASK_FROM_BITS, BLOCK_M, BLOCK_C)
     dx = scale[None, :] * g - k[None, :] * xc - c[None, :]
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
