@@ -1,7 +1,7 @@
 """The eager fast path of the fused batch norm (triton_kernels/batchnorm.py): a call whose signature (every
-tensor's shape, strides, dtype and device; relu) was seen before skips validation, layout analysis and plan
-lookups. Training runs as two allocations + two launches forward and four allocations + two launches
-backward through ``_Node`` (a runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the
+tensor's shape, strides, dtype and device; relu; two_outputs) was seen before skips validation, layout
+analysis and plan lookups. Training runs as two allocations (three with the relu bits of a residual layer)
++ two launches forward and four allocations + two launches backward through ``_Node`` (a runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the
 registered op); inference as one allocation + one launch. The first call of a signature takes the general
 path (which validates, tunes and makes the plans) and is remembered here when its layout is the simple one:
 x dense, the residual in x's strides, contiguous parameters and running statistics. torch.compile always
@@ -32,9 +32,10 @@ def _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs
 class _FastTrain:
     """What a training call's signature (every tensor's shape, strides, dtype and device; relu; two_outputs)
     fixes: the layout, the geometry's launch arguments and the plans of its kernels (the forward's from the
-    first call, the backward's from the first backward per (need_dx, store_g, two gradients)). Kernels launch through fixed
-    launch functions (launcher.BoundKernel.fix: every argument but the tensors bound) made at the first
-    fast call; the reductions' partials and the dx coefficients live in the stream's scratch."""
+    first call, the backward's from the first backward per (need_dx, store_g, two gradients)). Kernels
+    launch through fixed launch functions (launcher.BoundKernel.fix: every argument but the tensors bound)
+    made at the first fast call; the reductions' partials and the dx coefficients live in the stream's
+    scratch."""
 
     MAX_FIXED = 4  # (momentum, eps) pairs with a fixed statistics launch; others take the general launch
 
