@@ -1,8 +1,8 @@
 """foreach_cast / cast_parameters: every tensor equals ``Tensor.to`` bit for bit with its shape and strides
 (contiguous, channels_last, empty, one element, more tensors than one launch takes), outputs poisoned
 before the launch; gradients come back in each tensor's dtype and layout (float64 inputs: the cast's
-backward is exact), None for an output not used; bad input raises naming the argument. On the GPU: bf16,
-the casts inside a CUDA graph, every launch config."""
+backward is exact), None for an output not used; bad input raises naming the argument; the op suite's case
+passes the harness's check. On the GPU: bf16, the casts inside a CUDA graph, every launch config."""
 import pytest
 import torch
 
@@ -135,3 +135,16 @@ def test_gpu_under_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(o, s.bfloat16()) for s, o in zip(srcs, outs))
+
+
+def test_op_suite_case_runs_and_checks():
+    """bench/cases/foreach_cast.py's interpreter case passes the harness's check (exact: a cast has one answer)
+    on both backends; its weight list is ResNet-18's."""
+    from bench import harness
+    from bench.cases import foreach_cast as cases
+
+    assert len(cases.conv_weight_shapes((2, 2, 2, 2))) == 19 and len(cases.conv_weight_shapes((3, 4, 6, 3))) == 35
+    for case in cases.cases():
+        rows = harness.run_case(case, harness.RunConfig(backends=["eager", "triton"], rep=1))
+        timed = [r for r in rows if r["metric"] == "time_ms"]
+        assert len(timed) == 2 and all(r["status"] == "ok" and r["error_vs_fp64"] == 0 for r in timed), rows

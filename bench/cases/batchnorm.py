@@ -4,7 +4,8 @@ torch.compile, added by the harness), at ResNet-18's CIFAR shapes (batch 512, ch
 bn_act_fwd:      y = act(batch_norm(x) [+ residual]), training mode (batch statistics, running update)
                  bytes = read x (+ residual) + write y     flops = 10 per value (+1 add, +1 relu)
 bn_act_fwdbwd:   y and the gradients of x, weight, bias (and residual) for an upstream dy
-                 bytes = the forward's + read dy, x (+ y for the relu mask after an add) + write dx (+ d residual)
+                 bytes = the forward's + read dy, x (+ the relu mask after an add, one bit per value) + write dx
+                 (+ d residual)
                  flops = the forward's + 12 per value
 pool_head_fwdbwd: logits = linear(mean over H, W of x) and the gradients of x, weight, bias
                  bytes = read x + write dx (+ the fp32 (K, C) weight and its gradient)
@@ -95,7 +96,7 @@ def bn_act_case(shape: tuple, dtype: torch.dtype, relu: bool = True, residual: b
 
     values, es = N * C * H * W, _es(dtype)
     fwd_bytes = (2 + residual) * values * es
-    bwd_bytes = (3 + (residual and relu) + residual) * values * es
+    bwd_bytes = (3 + residual) * values * es + (residual and relu) * values / 8
     fwd_flops = (10 + residual + relu) * values
     moved = fwd_bytes + (bwd_bytes if mode == "fwdbwd" else 0)
     flops = fwd_flops + (12 * values if mode == "fwdbwd" else 0)
