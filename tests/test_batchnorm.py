@@ -102,31 +102,18 @@ def test_momentum_extremes():
     _check((2, 6, 4, 4), torch.float32, torch.contiguous_format, False, False, momentum=0.0)
 
 
-@pytest.mark.parametrize("shape,config", [
-    ((8, 40, 5, 7), Config({"BLOCK_M": 16, "BLOCK_C": 16}, 4, 1)),  # 3 channel blocks, several groups each
-    ((4, 8, 16, 16), Config({"BLOCK_M": 4, "BLOCK_C": 8, "PER_SM": 64}, 4, 1)),  # >= 64 groups: two-level arrivals
-], ids=["one_level", "two_level"])
-def test_reductions_leave_their_counters_at_zero(shape, config):
-    """The last program of each channel block merges the partials and resets its arrival counters (one, or
-    sub-counters and the block's with many groups): calls in a row give the same statistics and gradients bit
-    for bit, they match float64, and the counters end at zero."""
-    C = shape[1]
-    x = torch.randn(shape, device=DEVICE).to(memory_format=torch.channels_last).requires_grad_()
-    w = torch.rand(C, device=DEVICE).requires_grad_()
-    geo = batchnorm._Geometry(tuple(x.shape), batchnorm._pixel_strides(x))
-    groups = batchnorm._groups(geo, Config({"PER_SM": 2, **config.kwargs}, 4, 1), x.device)[3]
-    assert (groups >= batchnorm._TWO_LEVEL_GROUPS) == (config.kwargs.get("PER_SM") == 64), groups
+def test_reductions_leave_their_counters_at_zero():
+    """The last program of each channel block merges the partials and resets its arrival counter: calls
+    in a row give the same statistics and gradients bit for bit, and the counters end at zero."""
+    x = torch.randn(8, 40, 5, 7, device=DEVICE).to(memory_format=torch.channels_last).requires_grad_()
+    w = torch.rand(40, device=DEVICE).requires_grad_()
+    config = Config({"BLOCK_M": 16, "BLOCK_C": 16}, 4, 1)  # 3 channel blocks, several groups each
     outs = []
     for _ in range(3):
-        rm, rv = torch.zeros(C, device=DEVICE), torch.ones(C, device=DEVICE)
+        rm, rv = torch.zeros(40, device=DEVICE), torch.ones(40, device=DEVICE)
         y = batchnorm.batch_norm(x, rm, rv, w, None, True, 0.1, 1e-5, relu=True, config=config)
         dx, dw = torch.autograd.grad(y, (x, w), torch.ones_like(y))
         outs.append((y, rm, rv, dx, dw))
-    leaves = [t.detach().double().requires_grad_() for t in (x, w)]
-    ref = reference(leaves[0], leaves[1], None, relu=True, relu_mask=outs[0][0].detach() > 0)
-    assert_close(outs[0][0], ref, torch.float32, name="y")
-    for name, got, want in zip(("dx", "dweight"), outs[0][3:], torch.autograd.grad(ref, leaves, torch.ones_like(ref))):
-        assert_close(got, want, torch.float32, name=name)
     for later in outs[1:]:
         for a, b in zip(outs[0], later):
             assert torch.equal(a, b)

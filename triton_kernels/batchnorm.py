@@ -27,11 +27,10 @@ BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge
 dense) the launcher makes them one pixel dim (N = 1, HW = N * H * W) so tiles run across samples.
 Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping
 per-element fp32 sums of x - s, s = the channel's value at the first pixel of the batch, and writes one
-partial (count, mean of x - s, M2) per channel, then adds 1 to its channel block's arrival counter (with
-many groups, to one of 16 sub-counters whose last arrivals add to the block's counter: fewer atomic adds in
-a row on one address); the program that arrives last merges all partials (two passes: the mean offset, then
-sum M2_g + n_g (offset_g - offset)^2) in a fixed order, so results are deterministic whichever program it
-is, and resets the counter. The counters (int32) are zeroed once per device and stream and left at zero by
+partial (count, mean of x - s, M2) per channel, then adds 1 to its channel block's arrival counter; the
+program that arrives last merges all partials (two passes: the mean offset, then sum M2_g + n_g (offset_g -
+offset)^2) in a fixed order, so results are deterministic whichever program it is, and resets the counter.
+The counters (int32, one per channel block) are zeroed once per device and stream and left at zero by
 every launch (torch.compile and CUDA-graph capture get fresh zeros per call). The mean is kept as s + offset and the kernels centre x as (x - s) - offset: x - s is exact for
 values near the mean, so a large mean costs no precision (stats rows: s, offset, rstd, scale, beta).
 
@@ -214,9 +213,6 @@ def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int, in
 
 
 _MERGE_BLOCK_G = 32  # partials merged per step by a reduction's last program
-# a reduction of at least _TWO_LEVEL_GROUPS groups counts its arrivals in two levels of _ARRIVAL_SUB counters
-# (batchnorm_kernels._last_arrival): ~GROUPS / 16 + 16 atomic adds on one address instead of GROUPS
-_TWO_LEVEL_GROUPS, _ARRIVAL_SUB = 64, 16
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -226,14 +222,13 @@ class _Plan(NamedTuple):
     """One kernel of a call bound to its config (launcher.bind), its grid, the ints that follow the
     strides in its arguments (per_sample, and for a reduction tiles, per_group, groups), and a
     reduction's partial buffer: rows (3 for the statistics, 2 for the backward) x groups (0 x 0 for an
-    elementwise kernel) and its arrival counters (int32)."""
+    elementwise kernel)."""
 
     kernel: BoundKernel
     grid: tuple
     scalars: tuple
     rows: int
     groups: int
-    counters: int = 0
 
 
 # One plan per (kernel, geometry, dtype, flags, device), found once (tuner or cache): later calls are a
@@ -245,11 +240,10 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Pla
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
-        sub = _ARRIVAL_SUB if groups >= _TWO_LEVEL_GROUPS else 1
-        bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G), SUB=sub,
+        bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G),
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
-                     3 if name == "stats" else 2, groups, channel_blocks * (sub + 1 if sub > 1 else 1))
+                     3 if name == "stats" else 2, groups)
     per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs
     bound = bind(kernel, **constexprs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
@@ -319,7 +313,7 @@ def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -
         return
     part = torch.empty((plan.rows, plan.groups, geo.C), device=device, dtype=torch.float32)
     plan.kernel.launch(plan.grid, *inputs, part, geo.C, geo.HW, *geo.strides, *plan.scalars,
-                       _counters(inputs[0], plan.counters), *tail)
+                       _counters(inputs[0], plan.grid[1]), *tail)
 
 
 def plan_key(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, device) -> tuple:

@@ -66,7 +66,7 @@ class _FastTrain:
         geo, stats_plan = self.geo, self.stats
         stats = x.new_empty((5, geo.C), dtype=torch.float32)
         part = stream_scratch(x, "part", self.part_size)
-        counters = stream_counters(x, stats_plan.counters)
+        counters = stream_counters(x, stats_plan.grid[1])
         w = weight if weight is not None else stats
         b = bias if bias is not None else stats
         rm = running_mean if self.has_running else stats
@@ -113,7 +113,7 @@ class _FastTrain:
         g = x.new_empty_strided(self.shape, self.out_strides, dtype=dy.dtype) if store_g else None
         part = stream_scratch(x, "part", 2 * reduce_plan.groups * geo.C)
         coef = stream_scratch(x, "coef", 2 * geo.C)
-        counters = stream_counters(x, reduce_plan.counters)
+        counters = stream_counters(x, reduce_plan.grid[1])
         dwb = x.new_empty((2, geo.C), dtype=torch.float32)
         dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
         bits_or_x = bits if bits is not None else x

@@ -51,29 +51,15 @@ def _unpack_bits(packed, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
 
 
 @triton.jit
-def _last_arrival(count_ptr, GROUPS, SUB: tl.constexpr):
+def _last_arrival(count_ptr, GROUPS):
     """Whether this program is the last of its channel block's GROUPS programs to finish its partials.
-    Every thread's partial stores are done (barrier) before an atomic add publishes them (release); the
-    last arrival acquires them, and resets its counter to 0 for the next launch. SUB = 1: one counter per
-    channel block. SUB > 1: SUB + 1 counters per block, so that no counter takes more than ~GROUPS / SUB
-    adds one after another: group g adds to sub-counter 1 + g % SUB, the last of each sub-group adds to
-    counter 0 (passing on what it acquired), and the last there merges."""
+    Every thread's partial stores are done (barrier) before one atomic add publishes them (release); the
+    last arrival acquires them, and resets the counter to 0 for the next launch."""
     tl.debug_barrier()
-    if SUB == 1:
-        arrived = tl.atomic_add(count_ptr + tl.program_id(1), 1, sem="acq_rel")
-        last = arrived == GROUPS - 1
-        if last:
-            tl.store(count_ptr + tl.program_id(1), 0)
-    else:
-        block = count_ptr + tl.program_id(1) * (SUB + 1)
-        sub = tl.program_id(0) % SUB
-        arrived = tl.atomic_add(block + 1 + sub, 1, sem="acq_rel")
-        last = arrived < 0  # False
-        if arrived == (GROUPS - sub + SUB - 1) // SUB - 1:
-            tl.store(block + 1 + sub, 0)
-            last = tl.atomic_add(block, 1, sem="acq_rel") == tl.minimum(GROUPS, SUB) - 1
-            if last:
-                tl.store(block, 0)
+    arrived = tl.atomic_add(count_ptr + tl.program_id(1), 1, sem="acq_rel")
+    last = arrived == GROUPS - 1
+    if last:
+        tl.store(count_ptr + tl.program_id(1), 0)
     return last
 
 
@@ -82,7 +68,7 @@ def _bn_stats_kernel(
     x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
     count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, SUB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
     [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
@@ -114,7 +100,7 @@ def _bn_stats_kernel(
     tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
     tl.store(out + GROUPS * C, s1 / n, mask=cmask)
     tl.store(out + 2 * GROUPS * C, tl.maximum(s2 - s1 * (s1 / n), 0.0), mask=cmask)
-    if _last_arrival(count_ptr, GROUPS, SUB):
+    if _last_arrival(count_ptr, GROUPS):
         _merge_stats(part_ptr, shift, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
                      cols, cmask, C, GROUPS, M, eps, momentum, HAS_W, HAS_B, UPDATE_RUNNING, BLOCK_G, BLOCK_C)
 
@@ -251,7 +237,7 @@ def _bn_bwd_reduce_kernel(
     dy_ptr, dy2_ptr, x_ptr, bits_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
     TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, SUB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
     (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient). HAS_DY2: the output's
@@ -280,7 +266,7 @@ def _bn_bwd_reduce_kernel(
     out = part_ptr + group * C + cols
     tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
     tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
-    if _last_arrival(count_ptr, GROUPS, SUB):
+    if _last_arrival(count_ptr, GROUPS):
         _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M, BLOCK_G, BLOCK_C)
 
 
