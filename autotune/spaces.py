@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from triton_kernels.conv2d_kernels import flat_k_pad
 from triton_kernels.runtime import Config, bucket, next_power_of_2
 
 # ----------------------------------------------------------------------------------------------------
@@ -536,7 +537,7 @@ CONV2D_FLAT_DW_INTERPRET_CONFIG = _flat_dw_cfg(32, 32, 4, 1)
 
 def _flat_context(M: int, N: int, K: int, dtype: Any = "float32", stats: bool = False) -> dict:
     """M = batch x output pixels, N = output channels, K = KH x KW x C_in (padded to K_PAD in the kernel)."""
-    return {"M": int(M), "N": int(N), "K": int(K), "K_PAD": max(16, next_power_of_2(int(K))),
+    return {"M": int(M), "N": int(N), "K": int(K), "K_PAD": flat_k_pad(int(K)),
             "elem": elem_bytes(dtype), "stats": bool(stats)}
 
 

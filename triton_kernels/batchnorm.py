@@ -53,7 +53,7 @@ import triton
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
 from .launcher import BoundKernel, _capturing, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
-from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, next_power_of_2, num_sms, register_op,
+from .runtime import (INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_op,
                       register_tuner)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -567,14 +567,20 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
     of autograd adding them in a pass of its own; elsewhere y2 is y."""
     if type(two_outputs) is not bool:
         raise ValueError(f"two_outputs must be a bool, got {two_outputs!r}")
+    y = _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
+                    two_outputs)
+    return y if isinstance(y, tuple) or not two_outputs else (y, y)
+
+
+def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
+                two_outputs: bool):
+    """batch_norm's output: y, or the fast path's aliased (y, y2) when it runs a two_outputs call with autograd."""
     if config is None:
         if training:
             y = batchnorm_eager.fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu,
                                            two_outputs)
         elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))):
             y = batchnorm_eager.fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu)
-            if y is not None and two_outputs:
-                y = (y, y)
         else:
             y = None
         if y is not None:
@@ -597,7 +603,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
         elif config is None:
             batchnorm_eager.remember_train(x, running_mean, running_var, weight, bias, residual, bool(relu),
                                            two_outputs)
-        return (y, y) if two_outputs else y
+        return y
     if running_mean is None:
         raise ValueError("inference mode (training=False) needs running_mean and running_var")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
@@ -611,7 +617,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                            _config_str(config))
         if config is None:
             batchnorm_eager.remember_infer(x, running_mean, running_var, weight, bias, residual, relu)
-    return (y, y) if two_outputs else y
+    return y
 
 
 def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,

@@ -169,9 +169,9 @@ _FAST: dict[tuple, _FastTrain] = {}
 
 
 def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False):
-    """The output of a training call through the fast path ((y, y2) with two_outputs), or None when the call
-    must take the general one (first call of its signature, tracing, an unusual layout, a momentum or eps to
-    validate)."""
+    """The output of a training call through the fast path (with two_outputs and autograd, the node's aliased
+    (y, y2)), or None when the call must take the general one (first call of its signature, tracing, an unusual
+    layout, a momentum or eps to validate)."""
     if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
                                                             and type(eps) is float and 0.0 <= eps < float("inf")):
         return None
@@ -183,8 +183,7 @@ def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residu
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
         return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps)
-    y = fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
-    return (y, y) if two_outputs else y
+    return fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
 
 
 def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:

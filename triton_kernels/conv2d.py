@@ -43,11 +43,11 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from autotune import spaces
 
 from .conv2d_kernels import (_conv2d_epilogue, _conv2d_flat_dw_kernel, _conv2d_flat_kernel, _conv2d_kernel,
-                             _flat_columns, _pixels, _sum_partials_kernel, _taps)
+                             _flat_columns, _pixels, _sum_partials_kernel, _taps, flat_k_pad)
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
 from .runtime import (cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, config_from,
-                      config_str, is_fake, next_power_of_2, num_sms, register_op, register_tuner)
+                      config_str, is_fake, num_sms, register_op, register_tuner)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -177,9 +177,10 @@ def out_size(size: int, k: int, stride: int, pad: int) -> int:
 
 def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activation: str, precision: str,
              has_bias: bool, has_res: bool, stats: bool, flat: bool) -> tuple:
-    """The (Conv2dKey, padding, flat, device) a forward's plan is kept under (precision: as the kernel runs it,
-    "ieee" for 16-bit inputs)."""
+    """The (Conv2dKey, padding, flat, device) a forward's plan is kept under; precision as the call asks it
+    (the key holds it as the kernel runs it: "ieee" for 16-bit inputs)."""
     B, C, H, W = x.shape
+    precision = precision if x.dtype == torch.float32 else "ieee"
     (sh, sw), (ph, pw) = stride, padding
     M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
     key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=precision,
@@ -209,21 +210,20 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
     else:
         y = out
     M = B * H_out * W_out
-    prec = precision if x.dtype == torch.float32 else "ieee"
     has_bias, has_res = bias is not None, residual is not None
     flat = "BLOCK_K" not in config.kwargs if config is not None and path == "auto" else uses_flat(C, KH, KW, path)
     if config is not None and ("BLOCK_K" in config.kwargs) == flat:
         raise ValueError(f"config {config} is not a {'flat-K' if flat else 'tiled'} conv2d config (path={path!r}: "
                          f"the tiled kernel's configs have BLOCK_K, the flat-K kernel's do not)")
-    key = plan_key(x, KH, KW, N, (sh, sw), (ph, pw), activation, prec, has_bias, has_res, stats, flat)
+    key = plan_key(x, KH, KW, N, (sh, sw), (ph, pw), activation, precision, has_bias, has_res, stats, flat)
     fake = is_fake(x, w_packed)
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
         flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, HAS_BIAS=has_bias,
-                     HAS_RES=has_res, ACT=activation, STATS=bool(stats), PRECISION=prec)
+                     HAS_RES=has_res, ACT=activation, STATS=bool(stats), PRECISION=key[0].precision)
         kernel = _conv2d_flat_kernel if flat else _conv2d_kernel
         if flat:
-            flags.update(C_IN=C, K_PAD=_k_pad(KH * KW * C))
+            flags.update(C_IN=C, K_PAD=flat_k_pad(KH * KW * C))
 
         def bound(cfg: Config) -> _Conv2dPlan:
             return _Conv2dPlan(bind(kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
@@ -244,11 +244,6 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
             plan = bound(config)
     part = _launch(plan, x, w_packed, bias, residual, y, stats, M)
     return (y, part) if stats else y
-
-
-def _k_pad(K: int) -> int:
-    """The flat-K kernels' padded reduction length (autotune.spaces' K_PAD of the flat spaces)."""
-    return max(16, next_power_of_2(K))
 
 
 def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
@@ -322,7 +317,7 @@ def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precis
     if M == 0:
         return dw.zero_()
     prec = precision if dz.dtype == torch.float32 else "ieee"
-    k_pad = _k_pad(K)
+    k_pad = flat_k_pad(K)
     key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
                               precision=prec)
     plan = _WEIGHT_GRAD_PLANS.get((key, ph, pw, weight.dtype, dz.device)) if config is None else None

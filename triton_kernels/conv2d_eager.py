@@ -104,8 +104,7 @@ def remember(x, weight, bias, residual, stride, padding, stride_pair: tuple, pad
             or any(t is not None and type(t) not in _PLAIN for t in (bias, residual))):
         return
     N, C, KH, KW = weight.shape
-    prec = precision if x.dtype == torch.float32 else "ieee"
-    plan = _PLANS.get(plan_key(x, KH, KW, N, stride_pair, padding_pair, activation, prec, bias is not None,
+    plan = _PLANS.get(plan_key(x, KH, KW, N, stride_pair, padding_pair, activation, precision, bias is not None,
                                residual is not None, False, uses_flat(C, KH, KW, path)))
     key = _key(x, weight, bias, residual, stride, padding, activation, precision, path)
     if plan is None or key is None:

@@ -9,6 +9,13 @@ import triton
 import triton.language as tl
 
 from .gemm_kernels import _apply_act, _tile_coords
+from .runtime import next_power_of_2
+
+
+def flat_k_pad(K: int) -> int:
+    """The flat-K kernels' reduction length K = KH * KW * C_in padded to a power of two (at least 16, one
+    tensor-core step): the K_PAD constexpr, which the tuning spaces size their tiles by too."""
+    return max(16, next_power_of_2(K))
 
 
 # ----------------------------------------------------------------------------------------------------

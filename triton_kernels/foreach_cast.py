@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, register_tuner
 
 
 @triton.jit
@@ -90,8 +90,7 @@ def _launch_group(srcs: list[torch.Tensor], dsts: list[torch.Tensor], config: Op
 
     if config is None:
         key = ForeachCastKey(n=bucket(sum(numels), 1 << 16), tensors=bucket(len(srcs), 4),
-                             src_dtype=str(srcs[0].dtype).removeprefix("torch."),
-                             dst_dtype=str(dsts[0].dtype).removeprefix("torch."))
+                             src_dtype=dtype_name(srcs[0].dtype), dst_dtype=dtype_name(dsts[0].dtype))
         config = _tuner.pick(key, run)
     run(config)
 
@@ -102,6 +101,11 @@ def foreach_cast(tensors: Sequence[torch.Tensor], dtype: torch.dtype, *,
     in one launch per MAX_TENSORS tensors. The results are views of one new buffer. ``config`` forces a
     launch config (tests); by default the tuner picks one per ForeachCastKey."""
     _check(tensors, dtype)
+    return _cast(tensors, dtype, config)
+
+
+def _cast(tensors: Sequence[torch.Tensor], dtype: torch.dtype, config: Optional[Config] = None) -> list[torch.Tensor]:
+    """foreach_cast on tensors already checked."""
     offsets, total = [], 0
     for t in tensors:
         offsets.append(total)
@@ -124,7 +128,7 @@ class _CastParameters(torch.autograd.Function):
     def forward(ctx, dtype: torch.dtype, *tensors: torch.Tensor):
         ctx.set_materialize_grads(False)
         ctx.layouts = [(t.dtype, t.stride()) for t in tensors]
-        return tuple(foreach_cast(tensors, dtype))
+        return tuple(_cast(tensors, dtype))  # cast_parameters checked them
 
     @staticmethod
     def backward(ctx, *grads):
@@ -137,8 +141,8 @@ class _CastParameters(torch.autograd.Function):
                 by_dtype.setdefault(dtype, []).append(i)
             else:
                 out[i] = torch.empty_strided(g.shape, stride, dtype=dtype, device=g.device).copy_(g)
-        for dtype, idx in by_dtype.items():
-            for i, cast in zip(idx, foreach_cast([grads[i] for i in idx], dtype)):
+        for dtype, idx in by_dtype.items():  # dense gradients of the checked outputs' shapes and dtype
+            for i, cast in zip(idx, _cast([grads[i] for i in idx], dtype)):
                 out[i] = cast
         return (None, *out)
 

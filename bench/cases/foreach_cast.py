@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from triton_kernels import foreach_cast
+from triton_kernels.runtime import dtype_name
 
 from ..harness import Case
 
@@ -44,7 +45,7 @@ def cast_case(model: str, shapes: list[tuple], src: torch.dtype, dst: torch.dtyp
     values = sum(torch.Size(s).numel() for s in shapes)
     src_bytes, dst_bytes = (torch.tensor([], dtype=t).element_size() for t in (src, dst))
     return Case(suite="ops", name="cast_weights", params={"model": model, "tensors": len(shapes), "values": values,
-                                                          "to": str(dst).removeprefix("torch.")},
+                                                          "to": dtype_name(dst)},
                 dtype=src, inputs=inputs, fns={"eager": eager, "triton": triton}, reference=reference,
                 bytes=float(values * (src_bytes + dst_bytes)), tol=0.0)
 
