@@ -77,12 +77,15 @@ def test_odd_shapes(shape):
 
 @pytest.mark.parametrize("config", [Config({"BLOCK_M": 4, "BLOCK_C": 8, "PER_SM": 5}, 4, 1),
                                     Config({"BLOCK_M": 128, "BLOCK_C": 64}, 4, 1),
-                                    Config({"BLOCK_M": 16, "BLOCK_C": 4}, 4, 1)],
-                         ids=["many_groups", "one_tile", "half_byte_blocks"])
+                                    Config({"BLOCK_M": 16, "BLOCK_C": 4}, 4, 1),
+                                    Config({"BLOCK_M": 32, "BLOCK_C": 16, "ACC_ROWS": 4, "PER_SM": 3}, 4, 1),
+                                    Config({"BLOCK_M": 16, "BLOCK_C": 8, "ACC_ROWS": 1}, 4, 1)],
+                         ids=["many_groups", "one_tile", "half_byte_blocks", "folded", "folded_to_one_row"])
 def test_config_chooses_the_tiling(config):
     """Explicit tilings: many small tiles in many groups (partial channel blocks, uneven groups), one
-    tile holding every pixel, and channel blocks of 4 (the kernels storing and reading the relu bits widen
-    theirs to a byte's 8 channels); forward and backward use the same tiling."""
+    tile holding every pixel, channel blocks of 4 (the kernels storing and reading the relu bits widen
+    theirs to a byte's 8 channels), and reductions whose accumulators fold the tile's rows (ACC_ROWS < BLOCK_M,
+    partial tiles included); forward and backward use the same tiling."""
     x = (torch.randn(3, 20, 5, 7, device=DEVICE) * 2 + 1).to(memory_format=torch.channels_last).requires_grad_()
     res = torch.randn_like(x).requires_grad_()
     w = (torch.rand(20, device=DEVICE) + 0.5).requires_grad_()
@@ -395,6 +398,10 @@ def test_module_matches_batchnorm2d(momentum):
     (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 4}, 4, 1)), "config must name BLOCK_M and BLOCK_C"),
     (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 6, "BLOCK_C": 4}, 4, 1)),
      "BLOCK_M must be a positive"),
+    (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 8, "BLOCK_C": 4, "ACC_ROWS": 3}, 4, 1)),
+     "ACC_ROWS must be a positive power of two"),
+    (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 8, "BLOCK_C": 4, "ACC_ROWS": 16}, 4, 1)),
+     "ACC_ROWS \\(16\\) must be at most its BLOCK_M"),
     (lambda x: batchnorm.fold_into_conv(torch.ones(5, 4, 3, 3), None, torch.zeros(4), torch.ones(4)),
      "expected \\(5,\\)"),
 ])
@@ -431,13 +438,25 @@ def test_gpu_odd_and_nchw(dtype, fmt):
 
 @pytest.mark.gpu
 def test_gpu_explicit_configs():
-    """Tilings the tuner may not pick, at a real shape: many groups of small tiles, and large tiles."""
+    """Tilings the tuner may not pick, at a real shape, forward and backward: many groups of small tiles,
+    large tiles, and folded accumulators."""
     for cfg in (Config({"BLOCK_M": 16, "BLOCK_C": 32, "PER_SM": 8}, 4, 1),
-                Config({"BLOCK_M": 32, "BLOCK_C": 128}, 8, 3)):
+                Config({"BLOCK_M": 32, "BLOCK_C": 128}, 8, 3),
+                Config({"BLOCK_M": 256, "BLOCK_C": 128, "ACC_ROWS": 32, "PER_SM": 4}, 8, 1),
+                Config({"BLOCK_M": 128, "BLOCK_C": 128, "ACC_ROWS": 16}, 4, 1)):
         x = (torch.randn(256, 128, 16, 16, device="cuda") + 1).to(torch.bfloat16).to(memory_format=torch.channels_last)
-        res = torch.randn_like(x)
+        x.requires_grad_()
+        res = torch.randn_like(x).requires_grad_()
         y = batchnorm.batch_norm(x, residual=res, relu=True, config=cfg)
-        assert_close(y, reference(x.cpu(), torch.ones(128), torch.zeros(128), res.cpu(), relu=True), torch.bfloat16)
+        leaves = [t.detach().cpu().double().requires_grad_() for t in (x, res)]
+        ref = reference(leaves[0], torch.ones(128, dtype=torch.float64), torch.zeros(128, dtype=torch.float64),
+                        leaves[1], relu=True, relu_mask=y.detach().cpu() > 0)
+        assert_close(y, ref, torch.bfloat16)
+        g = torch.randn_like(y)
+        y.backward(g)
+        ref.backward(g.cpu().double())
+        for t, leaf in zip((x, res), leaves):
+            assert_close(t.grad, leaf.grad, torch.bfloat16)
 
 
 @pytest.mark.gpu

@@ -128,17 +128,23 @@ def _stream_configs(geo: _Geometry) -> list[Config]:
 
 
 def _reduce_configs(geo: _Geometry) -> list[Config]:
-    # two fp32 accumulators per tile element live in registers (8192 values: 64 per thread at 4 warps);
-    # stages > 1 let Triton issue the next tile's loads before the current one is summed. More programs
-    # per SM mean more partials for the last program of a channel block to merge, one after another
-    return [Config({"BLOCK_M": m, "BLOCK_C": c, "PER_SM": p}, w, st)
-            for m, c in _tile_shapes(geo, (8192, 4096, 2048)) for p, w, st in ((2, 4, 1), (2, 8, 1), (2, 4, 3), (4, 4, 1))]
+    # Unfolded (ACC_ROWS = BLOCK_M): two fp32 accumulators per tile element live in registers (8192 values:
+    # 64 per thread at 4 warps); stages > 1 let Triton issue the next tile's loads before the current one
+    # is summed. Folded (ACC_ROWS rows of accumulators, _fold_rows): larger tiles for the same registers.
+    # More programs per SM mean more partials for the last program of a channel block to merge, one after
+    # another
+    unfolded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": m, "PER_SM": p}, w, st)
+                for m, c in _tile_shapes(geo, (8192, 4096, 2048)) for p, w, st in ((2, 4, 1), (2, 8, 1), (2, 4, 3), (4, 4, 1))]
+    folded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": a, "PER_SM": p}, w, 1)
+              for m, c in _tile_shapes(geo, (16384, 32768, 8192)) for a, p, w in ((16, 2, 4), (32, 2, 8), (32, 4, 8))
+              if a < m]
+    return unfolded + [c for c in folded if c not in unfolded]
 
 
 # the interpreter pays per program, not per value: few large tiles; a reduction still splits into several
 # groups when there are several tiles, so tests cover partial tiles and the merges
 _INTERPRET_STREAM = Config({"BLOCK_M": 64, "BLOCK_C": 32}, 4, 1)
-_INTERPRET_REDUCE = Config({"BLOCK_M": 32, "BLOCK_C": 32, "PER_SM": 2}, 4, 1)
+_INTERPRET_REDUCE = Config({"BLOCK_M": 32, "BLOCK_C": 32, "ACC_ROWS": 8, "PER_SM": 2}, 4, 1)
 _SAMPLE = _Geometry((512, 64, 32, 32), (65536, 64, 1))  # ResNet-18's widest layer, for the default lists
 _tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_SAMPLE), interpret_config=interp))
            for name, kernel, configs, interp in (
@@ -150,19 +156,23 @@ _tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_
 
 def check_config(config: Optional[Config]) -> None:
     """A tiling for every kernel of a call: BLOCK_M (pixels) and BLOCK_C (channels) per tile, powers of two,
-    and optionally PER_SM (reduction programs per SM, default 2; the kernels that write or read the relu
-    bits take at least 8 channels per block when C > BLOCK_C); raise a ValueError naming ``config``."""
+    and optionally PER_SM (reduction programs per SM, default 2) and ACC_ROWS (a power of two: the
+    reductions' rows of accumulators, default BLOCK_M; at most BLOCK_M); the kernels that write or read the
+    relu bits take at least 8 channels per block when C > BLOCK_C. Raise a ValueError naming ``config``."""
     if config is None:
         return
     if not isinstance(config, Config):
         raise ValueError(f"config must be a triton_kernels.runtime.Config or None, got {type(config).__name__}")
     keys = set(config.kwargs)
-    if not {"BLOCK_M", "BLOCK_C"} <= keys <= {"BLOCK_M", "BLOCK_C", "PER_SM"}:
-        raise ValueError(f"config must name BLOCK_M and BLOCK_C (and optionally PER_SM), got {sorted(keys)}")
+    if not {"BLOCK_M", "BLOCK_C"} <= keys <= {"BLOCK_M", "BLOCK_C", "PER_SM", "ACC_ROWS"}:
+        raise ValueError(f"config must name BLOCK_M and BLOCK_C (and optionally PER_SM, ACC_ROWS), got {sorted(keys)}")
     for k, v in config.kwargs.items():
         if not isinstance(v, int) or v < 1 or (k != "PER_SM" and v & (v - 1)):
             what = "positive int" if k == "PER_SM" else "positive power of two"
             raise ValueError(f"config's {k} must be a {what}, got {v!r}")
+    if config.kwargs.get("ACC_ROWS", 1) > config.kwargs["BLOCK_M"]:
+        raise ValueError(f"config's ACC_ROWS ({config.kwargs['ACC_ROWS']}) must be at most its BLOCK_M "
+                         f"({config.kwargs['BLOCK_M']})")
 
 
 def _config_str(config: Optional[Config]) -> str:
@@ -190,8 +200,10 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, 
         kw = dict(config.kwargs)
         if name in ("stats", "bwd_reduce"):
             kw.setdefault("PER_SM", 2)
+            kw.setdefault("ACC_ROWS", kw["BLOCK_M"])
         else:
             kw.pop("PER_SM", None)
+            kw.pop("ACC_ROWS", None)
         if (constexprs.get("STORE_BITS") or constexprs.get("MASK_FROM_BITS")) and kw["BLOCK_C"] < min(8, geo.C):
             kw["BLOCK_C"] = 8  # a byte of relu bits holds 8 channels: one program writes or reads it whole
         return Config(kw, config.num_warps, config.num_stages)
@@ -240,6 +252,7 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Pla
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
+        kw.setdefault("ACC_ROWS", kw["BLOCK_M"])
         bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G),
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),

@@ -64,17 +64,27 @@ def _last_arrival(count_ptr, GROUPS):
 
 
 @triton.jit
+def _fold_rows(v, ACC_ROWS: tl.constexpr):
+    """A (BLOCK_M, BLOCK_C) tile summed down to (ACC_ROWS, BLOCK_C): pixel p adds into row p % ACC_ROWS. The
+    tile's low pixel bits are spread over threads and warps, its high bits over each thread's registers,
+    so with ACC_ROWS at least the pixels one pass of the warps covers the sum stays inside each thread, and
+    a reduction keeps ACC_ROWS x BLOCK_C accumulators instead of one per tile element (ACC_ROWS = BLOCK_M:
+    no folding)."""
+    return tl.sum(tl.reshape(v, (v.shape[0] // ACC_ROWS, ACC_ROWS, v.shape[1])), axis=0)
+
+
+@triton.jit
 def _bn_stats_kernel(
     x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
     count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
     [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
-    kept per element in (BLOCK_M, BLOCK_C) registers and reduced over the pixels once at the end. The last
-    program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one launch
-    gives the batch statistics."""
+    kept in (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) and reduced over the pixels once at the end. The
+    last program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one
+    launch gives the batch statistics."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -82,18 +92,17 @@ def _bn_stats_kernel(
     t_start = group * TILES_PER_GROUP
     t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)
     shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
-    acc1 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
-    acc2 = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
-    count = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc1 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
+    acc2 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
+    n = 0.0
     for t in range(t_start, t_end):
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         x = tl.load(x_ptr + base + in_tile, mask=mask, other=0.0).to(tl.float32)
         d = tl.where(mask, x - shift[None, :], 0.0)
-        acc1 += d
-        acc2 += d * d
-        count += pmask.to(tl.float32)
-    n = tl.sum(count, axis=0)
+        acc1 += _fold_rows(d, ACC_ROWS)
+        acc2 += _fold_rows(d * d, ACC_ROWS)
+        n += tl.sum(pmask.to(tl.float32), axis=0)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     out = part_ptr + group * C + cols
@@ -237,19 +246,20 @@ def _bn_bwd_reduce_kernel(
     dy_ptr, dy2_ptr, x_ptr, bits_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
     TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
-    """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles -> part
-    (2, GROUPS, C) fp32; with STORE_G also writes g (the residual's gradient). HAS_DY2: the output's
-    gradient comes in two parts (its two aliased outputs), dy = dy + dy2 as it is loaded. The last program
-    of the channel block to finish merges the partials (_merge_grads)."""
+    """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles, kept in
+    (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) -> part (2, GROUPS, C) fp32; with STORE_G also writes g (the
+    residual's gradient). HAS_DY2: the output's gradient comes in two parts (its two aliased outputs),
+    dy = dy + dy2 as it is loaded. The last program of the channel block to finish merges the partials
+    (_merge_grads)."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
     shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
-    acc_g = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
-    acc_gx = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+    acc_g = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
+    acc_gx = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     t_start = group * TILES_PER_GROUP
     for t in range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES)):
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
@@ -261,8 +271,8 @@ def _bn_bwd_reduce_kernel(
                          BLOCK_M, BLOCK_C)
         if STORE_G:
             tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
-        acc_g += g
-        acc_gx += g * xc
+        acc_g += _fold_rows(g, ACC_ROWS)
+        acc_gx += _fold_rows(g * xc, ACC_ROWS)
     out = part_ptr + group * C + cols
     tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
     tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
