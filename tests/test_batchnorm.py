@@ -79,15 +79,13 @@ def test_odd_shapes(shape):
                                     Config({"BLOCK_M": 128, "BLOCK_C": 64}, 4, 1),
                                     Config({"BLOCK_M": 16, "BLOCK_C": 4}, 4, 1),
                                     Config({"BLOCK_M": 32, "BLOCK_C": 16, "ACC_ROWS": 4, "PER_SM": 3}, 4, 1),
-                                    Config({"BLOCK_M": 16, "BLOCK_C": 8, "ACC_ROWS": 1}, 4, 1),
-                                    Config({"BLOCK_M": 4, "BLOCK_C": 8, "ACC_ROWS": 2, "PER_SM": 5, "GROUPS": 3}, 4, 1)],
-                         ids=["many_groups", "one_tile", "half_byte_blocks", "folded", "folded_to_one_row", "few_groups"])
+                                    Config({"BLOCK_M": 16, "BLOCK_C": 8, "ACC_ROWS": 1}, 4, 1)],
+                         ids=["many_groups", "one_tile", "half_byte_blocks", "folded", "folded_to_one_row"])
 def test_config_chooses_the_tiling(config):
     """Explicit tilings: many small tiles in many groups (partial channel blocks, uneven groups), one
     tile holding every pixel, channel blocks of 4 (the kernels storing and reading the relu bits widen
-    theirs to a byte's 8 channels), reductions whose accumulators fold the tile's rows (ACC_ROWS < BLOCK_M,
-    partial tiles included) and reductions capped at a few programs per channel block (GROUPS); forward and
-    backward use the same tiling."""
+    theirs to a byte's 8 channels), and reductions whose accumulators fold the tile's rows (ACC_ROWS < BLOCK_M,
+    partial tiles included); forward and backward use the same tiling."""
     x = (torch.randn(3, 20, 5, 7, device=DEVICE) * 2 + 1).to(memory_format=torch.channels_last).requires_grad_()
     res = torch.randn_like(x).requires_grad_()
     w = (torch.rand(20, device=DEVICE) + 0.5).requires_grad_()
@@ -404,8 +402,6 @@ def test_module_matches_batchnorm2d(momentum):
      "ACC_ROWS must be a positive power of two"),
     (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 8, "BLOCK_C": 4, "ACC_ROWS": 16}, 4, 1)),
      "ACC_ROWS \\(16\\) must be at most its BLOCK_M"),
-    (lambda x: batchnorm.batch_norm(x, config=Config({"BLOCK_M": 8, "BLOCK_C": 4, "GROUPS": 0}, 4, 1)),
-     "GROUPS must be a positive int"),
     (lambda x: batchnorm.fold_into_conv(torch.ones(5, 4, 3, 3), None, torch.zeros(4), torch.ones(4)),
      "expected \\(5,\\)"),
 ])
@@ -447,8 +443,7 @@ def test_gpu_explicit_configs():
     for cfg in (Config({"BLOCK_M": 16, "BLOCK_C": 32, "PER_SM": 8}, 4, 1),
                 Config({"BLOCK_M": 32, "BLOCK_C": 128}, 8, 3),
                 Config({"BLOCK_M": 256, "BLOCK_C": 128, "ACC_ROWS": 32, "PER_SM": 4}, 8, 1),
-                Config({"BLOCK_M": 128, "BLOCK_C": 128, "ACC_ROWS": 16}, 4, 1),
-                Config({"BLOCK_M": 64, "BLOCK_C": 128, "ACC_ROWS": 16, "GROUPS": 16}, 4, 1)):
+                Config({"BLOCK_M": 128, "BLOCK_C": 128, "ACC_ROWS": 16}, 4, 1)):
         x = (torch.randn(256, 128, 16, 16, device="cuda") + 1).to(torch.bfloat16).to(memory_format=torch.channels_last)
         x.requires_grad_()
         res = torch.randn_like(x).requires_grad_()

@@ -138,15 +138,7 @@ def _reduce_configs(geo: _Geometry) -> list[Config]:
     folded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": a, "PER_SM": p}, w, 1)
               for m, c in _tile_shapes(geo, (16384, 32768, 8192)) for a, p, w in ((16, 2, 4), (32, 2, 8), (32, 4, 8))
               if a < m]
-    # a layer of at most _FEW_GROUPS_MAX values, which the L2 holds: few programs per channel block, so the
-    # last one merges few partials (the merge, not the read, sets these kernels' time)
-    few = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": a, "PER_SM": 2, "GROUPS": g}, w, 1)
-           for m, c in _tile_shapes(geo, (8192, 16384)) for a, w in ((16, 4), (32, 8)) for g in (16, 32)
-           if a < m] if geo.M * geo.C <= _FEW_GROUPS_MAX else []
-    return unfolded + [c for c in folded + few if c not in unfolded]
-
-
-_FEW_GROUPS_MAX = 1 << 23
+    return unfolded + [c for c in folded if c not in unfolded]
 
 
 # the interpreter pays per program, not per value: few large tiles; a reduction still splits into several
@@ -164,21 +156,19 @@ _tuners = {name: register_tuner(Autotuner(f"batchnorm_{name}", kernel, configs(_
 
 def check_config(config: Optional[Config]) -> None:
     """A tiling for every kernel of a call: BLOCK_M (pixels) and BLOCK_C (channels) per tile, powers of two,
-    and optionally PER_SM (reduction programs per SM, default 2), GROUPS (at most this many reduction programs
-    per channel block) and ACC_ROWS (a power of two: the reductions' rows of accumulators, default BLOCK_M; at
-    most BLOCK_M); the kernels that write or read the relu bits take at least 8 channels per block when
-    C > BLOCK_C. Raise a ValueError naming ``config``."""
+    and optionally PER_SM (reduction programs per SM, default 2) and ACC_ROWS (a power of two: the
+    reductions' rows of accumulators, default BLOCK_M; at most BLOCK_M); the kernels that write or read the
+    relu bits take at least 8 channels per block when C > BLOCK_C. Raise a ValueError naming ``config``."""
     if config is None:
         return
     if not isinstance(config, Config):
         raise ValueError(f"config must be a triton_kernels.runtime.Config or None, got {type(config).__name__}")
     keys = set(config.kwargs)
-    if not {"BLOCK_M", "BLOCK_C"} <= keys <= {"BLOCK_M", "BLOCK_C", "PER_SM", "ACC_ROWS", "GROUPS"}:
-        raise ValueError(f"config must name BLOCK_M and BLOCK_C (and optionally PER_SM, ACC_ROWS, GROUPS), "
-                         f"got {sorted(keys)}")
+    if not {"BLOCK_M", "BLOCK_C"} <= keys <= {"BLOCK_M", "BLOCK_C", "PER_SM", "ACC_ROWS"}:
+        raise ValueError(f"config must name BLOCK_M and BLOCK_C (and optionally PER_SM, ACC_ROWS), got {sorted(keys)}")
     for k, v in config.kwargs.items():
-        if not isinstance(v, int) or v < 1 or (k not in ("PER_SM", "GROUPS") and v & (v - 1)):
-            what = "positive int" if k in ("PER_SM", "GROUPS") else "positive power of two"
+        if not isinstance(v, int) or v < 1 or (k != "PER_SM" and v & (v - 1)):
+            what = "positive int" if k == "PER_SM" else "positive power of two"
             raise ValueError(f"config's {k} must be a {what}, got {v!r}")
     if config.kwargs.get("ACC_ROWS", 1) > config.kwargs["BLOCK_M"]:
         raise ValueError(f"config's ACC_ROWS ({config.kwargs['ACC_ROWS']}) must be at most its BLOCK_M "
@@ -212,8 +202,8 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, 
             kw.setdefault("PER_SM", 2)
             kw.setdefault("ACC_ROWS", kw["BLOCK_M"])
         else:
-            for k in ("PER_SM", "ACC_ROWS", "GROUPS"):
-                kw.pop(k, None)
+            kw.pop("PER_SM", None)
+            kw.pop("ACC_ROWS", None)
         if (constexprs.get("STORE_BITS") or constexprs.get("MASK_FROM_BITS")) and kw["BLOCK_C"] < min(8, geo.C):
             kw["BLOCK_C"] = 8  # a byte of relu bits holds 8 channels: one program writes or reads it whole
         return Config(kw, config.num_warps, config.num_stages)
@@ -225,12 +215,11 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, 
 
 def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int, int]:
     """(tiles per sample, tiles, tiles per group, groups, channel blocks) of a reduction config:
-    about PER_SM programs per SM, at most GROUPS per channel block, never an empty group."""
+    about PER_SM programs per SM, never an empty group."""
     block_m, block_c = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_C"]
     per_sample, tiles = geo.tiles(block_m)
     channel_blocks = cdiv(geo.C, block_c)
-    want = max(1, min(tiles, cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks),
-                      cfg.kwargs.get("GROUPS", tiles)))
+    want = max(1, min(tiles, cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks)))
     per_group = cdiv(tiles, want)
     return per_sample, tiles, per_group, cdiv(tiles, per_group), channel_blocks
 
@@ -262,7 +251,7 @@ _PLANS: dict[tuple, _Plan] = {}
 def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Plan:
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
-        kw = {k: v for k, v in cfg.kwargs.items() if k not in ("PER_SM", "GROUPS")}
+        kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
         kw.setdefault("ACC_ROWS", kw["BLOCK_M"])
         bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G),
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
