@@ -90,6 +90,12 @@ def choose_conv(conv: nn.Conv2d, backend: str) -> str:
     return "cudnn"
 
 
+def _set_plain(module: nn.Module, name: str, value) -> None:
+    """module.<name> = value for a plain attribute (no parameter, buffer or submodule of that name), without
+    nn.Module.__setattr__'s registration checks: ResNet's prologue sets two per layer on every step."""
+    object.__setattr__(module, name, value)
+
+
 class Conv2d(nn.Conv2d):
     """nn.Conv2d whose forward goes through CONV_IMPLEMENTATIONS[self.impl] (same parameters).
     ``cast_weight``: the weight already cast to the autocast dtype, set by ResNet for the length of one
@@ -258,16 +264,16 @@ class ResNet(nn.Module):
             if counted:
                 torch._foreach_add_([m.num_batches_tracked for m in counted], 1)
                 for m in counted:
-                    m.counted = True
+                    _set_plain(m, "counted", True)
             if convs:
                 for m, w in zip(convs, foreach_cast.cast_parameters([m.weight for m in convs], dtype)):
-                    m.cast_weight = w
+                    _set_plain(m, "cast_weight", w)
             yield
         finally:
             for m in counted:
-                m.counted = False
+                _set_plain(m, "counted", False)
             for m in convs:
-                m.cast_weight = None
+                _set_plain(m, "cast_weight", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self._prologue(x):

@@ -271,7 +271,17 @@ def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
     torch.compile traces or a CUDA graph is captured (the graph then zeroes them on every replay)."""
     if is_tracing(x):
         return torch.zeros(n, device=x.device, dtype=torch.int32)
-    return stream_counters(x, n)
+    return _stream_counters(x, n, _stream_key(x), _capturing_on(x))
+
+
+def _stream_counters(x: torch.Tensor, n: int, key: tuple, capturing: bool) -> torch.Tensor:
+    """The (device, stream) ``key``'s counters, made (and kept unless ``capturing``) when missing or short."""
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        if capturing:
+            return torch.zeros(n, device=x.device, dtype=torch.int32)
+        buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
+    return buf
 
 
 def _stream_key(x: torch.Tensor) -> tuple:
@@ -283,35 +293,31 @@ def _capturing_on(x: torch.Tensor) -> bool:
     return x.device.type == "cuda" and _capturing()
 
 
-def stream_counters(x: torch.Tensor, n: int) -> torch.Tensor:
-    """_counters for a caller that knows it is not tracing (the eager fast path)."""
-    key = _stream_key(x)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        if _capturing_on(x):
-            return torch.zeros(n, device=x.device, dtype=torch.int32)
-        buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
-    return buf
+# the eager fast path's scratch per (device, stream, host thread): a reduction's partials, the dx coefficients
+_SCRATCH: dict[tuple, tuple] = {}
 
 
-# the eager fast path's scratch per (device, stream, slot, host thread): a reduction's partials, the dx coefficients
-_SCRATCH: dict[tuple, torch.Tensor] = {}
-
-
-def stream_scratch(x: torch.Tensor, slot: str, n: int) -> torch.Tensor:
-    """At least n fp32 values of scratch for the eager fast path (not tracing): a buffer per device, stream, slot
-    and host thread, reused because kernels of one stream run in order (a reduction's partials are dead when it
-    ends; the dx coefficients when the dx kernel that the same thread launches next ends); a fresh buffer while a
-    CUDA graph is captured (the graph keeps it)."""
-    if _capturing_on(x):
-        return x.new_empty(n, dtype=torch.float32)
-    key = (*_stream_key(x), slot, threading.get_ident())
-    buf = _SCRATCH.get(key)
-    if buf is None or buf.numel() < n:
-        if len(_SCRATCH) >= 256:  # threads come and go: drop the old buffers
+def stream_buffers(x: torch.Tensor, part: int, counters: int, coef: int = 0) -> tuple:
+    """The eager fast path's buffers for one launch (not tracing), found with one stream key and one capture
+    check: (at least ``part`` fp32 values for a reduction's partials, the stream's arrival counters (at least
+    ``counters`` int32 zeros, as ``_counters``), at least ``coef`` fp32 values for the dx coefficients or None
+    when 0). The scratch is kept per device, stream and host thread and reused, because kernels of one stream
+    run in order (the partials are dead when their reduction ends, the coefficients when the dx kernel that
+    the same thread launches next ends); fresh scratch while a CUDA graph is captured (the graph keeps it)."""
+    stream, capturing = _stream_key(x), _capturing_on(x)
+    counter_buf = _stream_counters(x, counters, stream, capturing)
+    if capturing:
+        return (x.new_empty(part, dtype=torch.float32), counter_buf,
+                x.new_empty(coef, dtype=torch.float32) if coef else None)
+    key = (*stream, threading.get_ident())
+    bufs = _SCRATCH.get(key)
+    if bufs is None or bufs[0].numel() < part or bufs[1].numel() < coef:
+        if bufs is None and len(_SCRATCH) >= 256:  # threads come and go: drop the old buffers
             _SCRATCH.clear()
-        buf = _SCRATCH[key] = x.new_empty(max(n, 1024), dtype=torch.float32)
-    return buf
+        have = (bufs[0].numel(), bufs[1].numel()) if bufs is not None else (0, 0)
+        bufs = _SCRATCH[key] = (x.new_empty(max(part, have[0], 1024), dtype=torch.float32),
+                                x.new_empty(max(coef, have[1], 1024), dtype=torch.float32))
+    return bufs[0], counter_buf, bufs[1] if coef else None
 
 
 def _current_stream(index: int) -> int:

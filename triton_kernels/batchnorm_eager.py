@@ -15,7 +15,7 @@ import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
                         _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, relu_bits,
-                        stream_counters, stream_scratch)
+                        stream_buffers)
 from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
 
@@ -65,8 +65,7 @@ class _FastTrain:
         in place."""
         geo, stats_plan = self.geo, self.stats
         stats = x.new_empty((5, geo.C), dtype=torch.float32)
-        part = stream_scratch(x, "part", self.part_size)
-        counters = stream_counters(x, stats_plan.grid[1])
+        part, counters, _ = stream_buffers(x, self.part_size, stats_plan.grid[1])
         w = weight if weight is not None else stats
         b = bias if bias is not None else stats
         rm = running_mean if self.has_running else stats
@@ -111,9 +110,7 @@ class _FastTrain:
         reduce_plan, dx_plan, launches = entry
         geo = self.geo
         g = x.new_empty_strided(self.shape, self.out_strides, dtype=dy.dtype) if store_g else None
-        part = stream_scratch(x, "part", 2 * reduce_plan.groups * geo.C)
-        coef = stream_scratch(x, "coef", 2 * geo.C)
-        counters = stream_counters(x, reduce_plan.grid[1])
+        part, counters, coef = stream_buffers(x, 2 * reduce_plan.groups * geo.C, reduce_plan.grid[1], 2 * geo.C)
         dwb = x.new_empty((2, geo.C), dtype=torch.float32)
         dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
         bits_or_x = bits if bits is not None else x
