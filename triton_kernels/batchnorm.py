@@ -25,8 +25,9 @@ expression. dy may come in two parts (two_outputs), added as they are loaded.
 Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_hw, stride_c); a tile is
 BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
 dense) the launcher makes them one pixel dim (N = 1, HW = N * H * W) so tiles run across samples.
-Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping
-per-element fp32 sums of x - s, s = the channel's value at the first pixel of the batch, and writes one
+Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping fp32
+sums of x - s in ACC_ROWS x BLOCK_C registers (each tile's pixels folded onto ACC_ROWS rows; ACC_ROWS =
+BLOCK_M keeps one per element), s = the channel's value at the first pixel of the batch, and writes one
 partial (count, mean of x - s, M2) per channel, then adds 1 to its channel block's arrival counter; the
 program that arrives last merges all partials (two passes: the mean offset, then sum M2_g + n_g (offset_g -
 offset)^2) in a fixed order, so results are deterministic whichever program it is, and resets the counter.
@@ -134,7 +135,8 @@ def _reduce_configs(geo: _Geometry) -> list[Config]:
     # More programs per SM mean more partials for the last program of a channel block to merge, one after
     # another
     unfolded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": m, "PER_SM": p}, w, st)
-                for m, c in _tile_shapes(geo, (8192, 4096, 2048)) for p, w, st in ((2, 4, 1), (2, 8, 1), (2, 4, 3), (4, 4, 1))]
+                for m, c in _tile_shapes(geo, (8192, 4096, 2048))
+                for p, w, st in ((2, 4, 1), (2, 8, 1), (2, 4, 3), (4, 4, 1))]
     folded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": a, "PER_SM": p}, w, 1)
               for m, c in _tile_shapes(geo, (16384, 32768, 8192)) for a, p, w in ((16, 2, 4), (32, 2, 8), (32, 4, 8))
               if a < m]
