@@ -253,8 +253,7 @@ _PLANS: dict[tuple, _Plan] = {}
 def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Plan:
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
-        kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}
-        kw.setdefault("ACC_ROWS", kw["BLOCK_M"])
+        kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}  # ACC_ROWS: in every config (_pick)
         bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G),
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
