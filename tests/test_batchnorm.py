@@ -465,6 +465,57 @@ def test_gpu_explicit_configs():
             assert_close(t.grad, leaf.grad, torch.bfloat16)
 
 
+def _check_calls_against_float64(y, dx, dres, x, res, w, b, g):
+    leaves = [t.detach().double().requires_grad_() for t in (x, res, w, b)]
+    ref = reference(leaves[0], leaves[2], leaves[3], leaves[1], relu=True, relu_mask=y.detach() > 0)
+    ref_dx, ref_dres = torch.autograd.grad(ref, leaves[:2], g.double())
+    assert_close(y, ref, torch.bfloat16, name="y")
+    assert_close(dx, ref_dx, torch.bfloat16, name="dx")
+    assert_close(dres, ref_dres, torch.bfloat16, name="dresidual")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(512, 256, 8, 8), (128, 64, 32, 32)], ids=lambda s: "x".join(map(str, s)))
+def test_gpu_dependent_launches_wait_for_their_reduction(shape):
+    """On sm_90 and later a training call's apply and dx kernels are programmatic dependent launches: they
+    start while the reduction ahead of them ends and wait for it before they read its statistics or
+    coefficients. Calls back to back on inputs of different means and scales (the general path, the fast
+    path, then replays of one CUDA graph) each match float64: a kernel that read before its reduction ended
+    would have used the previous call's values."""
+    C = shape[1]
+    xs = [(torch.randn(shape, device="cuda") * (i + 1) + 3 * i).to(torch.bfloat16).to(memory_format=torch.channels_last)
+          for i in range(4)]
+    res = torch.randn_like(xs[0]).requires_grad_()
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    g = torch.randn_like(xs[0])
+
+    def call(x):
+        y = batchnorm.batch_norm(x, None, None, w, b, residual=res, relu=True)
+        return (y, *torch.autograd.grad(y, (x, res), g))
+
+    for _ in range(2):  # the general path (first call of the signature), then the fast path
+        for x in xs:
+            x = x.clone().requires_grad_()
+            _check_calls_against_float64(*call(x), x, res, w, b, g)
+    static_x = xs[0].clone().requires_grad_()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = call(static_x)
+    for x in xs[::-1]:
+        with torch.no_grad():
+            static_x.copy_(x)
+        graph.replay()
+        _check_calls_against_float64(*outs, static_x, res, w, b, g)
+    dependent = torch.cuda.get_device_capability() >= (9, 0)
+    plans = [plan for key, plan in batchnorm._PLANS.items() if key[0] in ("apply", "bwd_dx") and key[3] == C]
+    assert plans and all(plan.kernel.options.get("launch_pdl", False) == dependent for plan in plans)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
 @pytest.mark.parametrize("case", CASES, ids=str)

@@ -250,16 +250,32 @@ class _Plan(NamedTuple):
 _PLANS: dict[tuple, _Plan] = {}
 
 
+# Programmatic dependent launch (sm_90 and later): a training call's apply and dx kernels are launched as
+# dependents of the reduction ahead of them, so they start while its last programs merge, load their tiles
+# and wait for it (the kernels' PDL flag); elsewhere each kernel starts when the one ahead has ended
+_PDL: dict = {}  # device -> whether its kernels chain that way
+
+
+def _pdl(device) -> bool:
+    ok = _PDL.get(device)
+    if ok is None:
+        ok = _PDL[device] = (not INTERPRET and device.type == "cuda"
+                             and torch.cuda.get_device_capability(device) >= (9, 0))
+    return ok
+
+
 def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Plan:
+    pdl = _pdl(device) and not constexprs.get("FROM_RUNNING")  # an inference apply follows a convolution
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}  # ACC_ROWS: in every config (_pick)
-        bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G),
+        bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G), PDL=pdl,
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
                      3 if name == "stats" else 2, groups)
     per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs
-    bound = bind(kernel, **constexprs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    bound = bind(kernel, **constexprs, **cfg.kwargs, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
+                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
 
 

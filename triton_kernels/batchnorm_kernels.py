@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -79,12 +80,14 @@ def _bn_stats_kernel(
     count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
     [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
     kept in (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) and reduced over the pixels once at the end. The
     last program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one
-    launch gives the batch statistics."""
+    launch gives the batch statistics. PDL: once its tiles are summed, a program lets the apply kernel, a
+    programmatic dependent launch, start (it loads its tiles, then waits for this grid to end)."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -103,6 +106,8 @@ def _bn_stats_kernel(
         acc1 += _fold_rows(d, ACC_ROWS)
         acc2 += _fold_rows(d * d, ACC_ROWS)
         n += tl.sum(pmask.to(tl.float32), axis=0)
+    if PDL:
+        gdc_launch_dependents()
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     out = part_ptr + group * C + cols
@@ -182,17 +187,25 @@ def _bn_apply_kernel(
     rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps,
     HAS_RES: tl.constexpr, RELU: tl.constexpr, FROM_RUNNING: tl.constexpr, HAS_W: tl.constexpr,
     HAS_B: tl.constexpr, STORE_BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
     (and the residual), one write of y; with STORE_BITS also the relu's mask, one bit per value (pre-activation
     > 0, or NaN), for the backward. Per-channel vectors from stats (5, C) (training), or with FROM_RUNNING
     from the running statistics (inference): mean = running_mean, scale = w / sqrt(running_var + eps),
-    beta = b."""
+    beta = b. PDL (training): launched as a programmatic dependent of the statistics kernel, which may still
+    run; the program loads its tiles (written before that kernel started), then waits for it to end
+    (gdc_wait) before it reads the statistics and stores anything."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
     mask = pmask[:, None] & cmask[None, :]
     offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    if HAS_RES:
+        res = tl.load(res_ptr + offs, mask=mask, other=0.0)
+    if PDL:
+        gdc_wait()
     if FROM_RUNNING:
         shift = tl.load(rmean_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
         offset = tl.zeros((BLOCK_C,), dtype=tl.float32)
@@ -204,10 +217,9 @@ def _bn_apply_kernel(
             beta = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     else:
         shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
-    xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
-    y = xc * scale[None, :] + beta[None, :]
+    y = _centered(x, shift, offset) * scale[None, :] + beta[None, :]
     if HAS_RES:
-        y += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y += res.to(tl.float32)
     if RELU:
         if STORE_BITS:
             bit_offs, bit_mask = _bit_offsets(tl.program_id(0), TILES_PER_SAMPLE, HW, C, BLOCK_M, BLOCK_C)
@@ -247,12 +259,14 @@ def _bn_bwd_reduce_kernel(
     TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles, kept in
     (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) -> part (2, GROUPS, C) fp32; with STORE_G also writes g (the
     residual's gradient). HAS_DY2: the output's gradient comes in two parts (its two aliased outputs),
     dy = dy + dy2 as it is loaded. The last program of the channel block to finish merges the partials
-    (_merge_grads)."""
+    (_merge_grads). PDL: once its tiles are summed, a program lets the dx kernel (a programmatic dependent
+    launch) start."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -273,6 +287,8 @@ def _bn_bwd_reduce_kernel(
             tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
         acc_g += _fold_rows(g, ACC_ROWS)
         acc_gx += _fold_rows(g * xc, ACC_ROWS)
+    if PDL:
+        gdc_launch_dependents()
     out = part_ptr + group * C + cols
     tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
     tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
@@ -308,23 +324,28 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
 def _bn_bwd_dx_kernel(
     dy_ptr, dy2_ptr, g_ptr, x_ptr, bits_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c,
     TILES_PER_SAMPLE, RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, LOAD_G: tl.constexpr, HAS_DY2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
-    reduce kernel stored it) or formed from dy (+ dy2) and the relu mask."""
+    reduce kernel stored it) or formed from dy (+ dy2) and the relu mask. PDL: launched as a programmatic
+    dependent of the reduce kernel, which may still run; the program reads what was written before that
+    kernel started (x, dy, the forward's statistics and relu bits), then waits for it to end (gdc_wait)
+    before it reads the coefficients (and g) and stores dx."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
     mask = pmask[:, None] & cmask[None, :]
     offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
     shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
-    k = tl.load(coef_ptr + cols, mask=cmask, other=0.0)
-    c = tl.load(coef_ptr + C + cols, mask=cmask, other=0.0)
     xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
-    if LOAD_G:
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    else:
+    if not LOAD_G:
         g = _masked_grad(_load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2), xc, bits_ptr, tl.program_id(0),
                          TILES_PER_SAMPLE, HW, C, scale, beta, RELU, MASK_FROM_BITS, BLOCK_M, BLOCK_C)
+    if PDL:
+        gdc_wait()
+    if LOAD_G:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    k = tl.load(coef_ptr + cols, mask=cmask, other=0.0)
+    c = tl.load(coef_ptr + C + cols, mask=cmask, other=0.0)
     dx = scale[None, :] * g - k[None, :] * xc - c[None, :]
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)

@@ -133,7 +133,10 @@ class BoundKernel:
     # -- the normal Triton path ---------------------------------------------------------------------
     def _slow(self, grid, *args, **kwargs):
         if not INTERPRET and is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
-            return torch.library.wrap_triton(self.kernel)[grid](*args, **kwargs, **self.constexprs, **self.options)
+            # torch.compile launches the kernel its own way, without programmatic dependent launch (the
+            # kernel's grid-dependency waits are then no-ops)
+            options = {k: v for k, v in self.options.items() if k != "launch_pdl"}
+            return torch.library.wrap_triton(self.kernel)[grid](*args, **kwargs, **self.constexprs, **options)
         return self.kernel[grid](*args, **kwargs, **self.constexprs, **self.options)
 
     def _miss(self, grid, key, args):
@@ -298,7 +301,7 @@ def launch({', '.join(tensors)}):
 
 
 _BOUND: dict[tuple, BoundKernel] = {}
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
 
 
 def bind(kernel: Any, **constexprs_and_options: Any) -> BoundKernel:
