@@ -264,8 +264,10 @@ def _pdl(device) -> bool:
     return ok
 
 
-def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device) -> _Plan:
-    pdl = _pdl(device) and not constexprs.get("FROM_RUNNING")  # an inference apply follows a convolution
+def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, dependent: bool = False) -> _Plan:
+    """``dependent``: chain the kernel by programmatic dependent launch (see _pdl); never for an inference
+    apply, which follows a convolution."""
+    pdl = dependent and not constexprs.get("FROM_RUNNING")
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}  # ACC_ROWS: in every config (_pick)
@@ -368,11 +370,14 @@ def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config
     if plan is None:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         trial = tail if trial_tail is None else trial_tail()
+        fake = _is_fake(*tensors)  # torch.compile orders and launches the kernels its own way: no chaining
+        dependent = _pdl(device) and not fake
         cfg = _pick(name, geo, dtype, constexprs,
-                    lambda c: _run(_make_plan(name, kernel, geo, c, constexprs, device), geo, inputs, device, trial),
+                    lambda c: _run(_make_plan(name, kernel, geo, c, constexprs, device, dependent), geo, inputs,
+                                   device, trial),
                     tensors, config)
-        plan = _make_plan(name, kernel, geo, cfg, constexprs, device)
-        if config is None and not _is_fake(*tensors):
+        plan = _make_plan(name, kernel, geo, cfg, constexprs, device, dependent)
+        if config is None and not fake:
             _PLANS[key] = plan
     _run(plan, geo, inputs, device, tail)
 
