@@ -350,6 +350,54 @@ def test_gpu_study_shapes(shape, act):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("act", ["relu", "none"])
+def test_gpu_chained_backward(act):
+    """A Linear whose backward chains dB -> dA (a programmatic dependent launch, above CHAIN_MIN_FLOPS): the
+    prepared calls equal the general path (dA then dB, plain launches) bit for bit and float64; back-to-back
+    calls on new inputs and graph replays each give their own gradients (a dA that ended before dB, or read
+    what dB writes, would not)."""
+    M, K, N = 2048, 4096, 1024
+    assert 2 * M * N * K >= gemm_eager.CHAIN_MIN_FLOPS
+    x = _leaf(M, K, dtype=torch.bfloat16)
+    weight = (torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16) / K ** 0.5).requires_grad_()
+    bias = _leaf(N, dtype=torch.bfloat16)
+    _check("linear", x, weight, bias, None, act, torch.bfloat16)
+    call = _prepared("linear", x, weight, bias, None, act)
+    assert call.chain == (torch.cuda.get_device_capability() >= (9, 0))
+    grad_out = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+
+    def step(inp):
+        y = gemm.linear(inp, weight, bias, act)
+        return torch.autograd.grad(y, (inp, weight), grad_out)
+
+    inputs = [(torch.randn(M, K, device=DEVICE) * (i + 1)).to(torch.bfloat16).requires_grad_() for i in range(3)]
+    with torch.no_grad():
+        refs = [gemm.backward_ops(grad_out, inp.detach(), weight.detach().t(),
+                                  gemm.gemm_forward(inp.detach(), weight.detach().t(), bias.detach(),
+                                                    activation=act)[0] if act != "none" else None,
+                                  (True, True, False, False), act, "ieee", None, fused=False)[:2]
+                for inp in inputs]
+    for inp, (ref_dx, ref_dwt) in zip(inputs, refs):  # back to back on the prepared call
+        dx, dw = step(inp)
+        assert torch.equal(dx, ref_dx) and torch.equal(dw, ref_dwt.t())
+    static = inputs[0].detach().clone().requires_grad_()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(static)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step(static)
+    for inp, (ref_dx, ref_dwt) in zip(inputs[::-1], refs[::-1]):
+        with torch.no_grad():
+            static.copy_(inp)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], ref_dx) and torch.equal(outs[1], ref_dwt.t())
+
+
+@pytest.mark.gpu
 def test_gpu_launch_hook_takes_tritons_launch():
     """With a launch hook installed (a profiler), the prepared call's launches go through Triton's own
     launch, which calls the hook, and give the same result."""

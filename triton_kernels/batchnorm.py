@@ -21,7 +21,7 @@ are adjacent, so a tile row is one vector load):
 The relu mask comes from bits the apply kernel stores when a residual was added (one bit per value: 1/16
 of a bf16 y, which the backward would otherwise read), else it is recomputed from x with the forward's own
 expression. dy may come in two parts (two_outputs), added as they are loaded. On sm_90 and later the
-apply and dx kernels are programmatic dependent launches of the reductions ahead of them (``_pdl``).
+apply and dx kernels are programmatic dependent launches of the reductions ahead of them (``_make_plan``).
 
 Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_hw, stride_c); a tile is
 BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
@@ -55,8 +55,8 @@ import triton
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
 from .launcher import BoundKernel, _capturing, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
-from .runtime import (INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_op,
-                      register_tuner)
+from .runtime import (INTERPRET, Autotuner, Config, check_tensor, dependent_launch, next_power_of_2, num_sms,
+                      register_op, register_tuner)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # bf16 stores in the interpreter truncate instead of rounding to nearest: refused there
@@ -251,22 +251,10 @@ class _Plan(NamedTuple):
 _PLANS: dict[tuple, _Plan] = {}
 
 
-# Programmatic dependent launch (sm_90 and later): a training call's apply and dx kernels are launched as
-# dependents of the reduction ahead of them, so they start while its last programs merge, load their tiles
-# and wait for it (the kernels' PDL flag); elsewhere each kernel starts when the one ahead has ended
-_PDL: dict = {}  # device -> whether its kernels chain that way
-
-
-def _pdl(device) -> bool:
-    ok = _PDL.get(device)
-    if ok is None:
-        ok = _PDL[device] = (not INTERPRET and device.type == "cuda"
-                             and torch.cuda.get_device_capability(device) >= (9, 0))
-    return ok
-
-
 def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, dependent: bool = False) -> _Plan:
-    """``dependent``: chain the kernel by programmatic dependent launch (see _pdl); never for an inference
+    """``dependent``: chain a training call's kernels by programmatic dependent launch (runtime.dependent_launch):
+    the apply and dx kernels are launched as dependents of the reduction ahead of them, so they start while its
+    last programs merge, load their tiles and wait for it (the kernels' PDL flag); never for an inference
     apply, which follows a convolution."""
     pdl = dependent and not constexprs.get("FROM_RUNNING")
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
@@ -372,7 +360,7 @@ def _launch_planned(name, kernel, geo, inputs, dtype, constexprs, device, config
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         trial = tail if trial_tail is None else trial_tail()
         fake = _is_fake(*tensors)  # torch.compile orders and launches the kernels its own way: no chaining
-        dependent = _pdl(device) and not fake
+        dependent = dependent_launch(device) and not fake
         cfg = _pick(name, geo, dtype, constexprs,
                     lambda c: _run(_make_plan(name, kernel, geo, c, constexprs, device, dependent), geo, inputs,
                                    device, trial),

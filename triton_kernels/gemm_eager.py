@@ -8,7 +8,9 @@ chose (the pointer kernel, split-K partials + reduction, or the persistent TMA k
 in ``_Node`` (a runtime.EagerNode): the activation-backward / dbias pass, dA = dZ @ B^T and dB, each
 launched the same way (or, where gemm_backward.applies, its one launch), with the same plans and the same
 formulas as gemm.py's backward, so both paths give the same gradients (dW of nn.Linear's weight written in
-the weight's own layout, see gemm.grad_b_transposed).
+the weight's own layout, see gemm.grad_b_transposed). Where both products are wanted and large
+(``CHAIN_MIN_FLOPS``, on a GPU with dependent launches), dB runs first and dA is launched as its programmatic
+dependent: dA's programs start on the SMs that dB's last tiles leave idle (the kernels' PDL flag).
 
 The first call of a signature takes the general path (which validates, so bad input raises a ValueError
 naming the argument before any launch, and tunes) and is remembered here (at most
@@ -27,9 +29,15 @@ from .gemm import (CURVED, _ensure_allocator, _flags, _forced_plan, _launch_plan
                    act_backward_launch, backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches,
                    relayout)
 from . import gemm_backward
-from .runtime import INTERPRET, EagerNode, remember_call
+from .launcher import bind
+from .runtime import INTERPRET, EagerNode, dependent_launch, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
+# the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs: a
+# dependent TMA launch goes through Triton's launcher wrapper, which allocates its descriptor scratch at every
+# launch (host time), so the studies' smaller Linears, host-bound as eager calls, keep plain launches (H100,
+# Linear 4096 x 8704 -> 1024: dX + dW 235 -> 225 us replayed, cuBLAS 212)
+CHAIN_MIN_FLOPS = 2**34
 
 
 def _launched_and_fixed(kernel, grid, args: dict):
@@ -45,7 +53,10 @@ class _FixedGemm:
     with every argument but the tensors fixed. Made from the signature's first fast call (which it
     launches); called with the tensors of each later one."""
 
-    def __init__(self, a, b, c, bias, residual, z, activation: str, precision: str, config=None) -> None:
+    def __init__(self, a, b, c, bias, residual, z, activation: str, precision: str, config=None,
+                 chain: str = "") -> None:
+        """``chain``: "first" (the kernel lets the next one launch early) or "second" (a dependent launch of
+        the GEMM ahead, which it neither reads nor writes: see _chained) where the plan is one launch."""
         M, K = a.shape
         N = b.shape[1]
         self.shape, self.activation, self.config = (M, N, K), activation, config
@@ -53,6 +64,9 @@ class _FixedGemm:
         self.index_64 = index_64_needed(a, b, bias, residual, None, M, N)
         plan, b_read = self._plan(a, b, c, bias, residual, z)
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
+        # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read)
+        if chain and len(steps) == 1 and not plan.relayout and b_read is b:
+            steps = [_chained(*steps[0], dependent=chain == "second")]
         self.launches = [_launched_and_fixed(kernel, grid, args) for kernel, grid, args in steps]
         self.partials = steps[0][2]["part_ptr"].shape if plan.split_k > 1 else None  # split-K's fp32 buffer
         # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
@@ -87,6 +101,14 @@ class _FixedGemm:
         self.launches[0](a, b, c, bias_ptr, res_ptr, z_ptr)
 
 
+def _chained(kernel, grid, args: dict, dependent: bool) -> tuple:
+    """One GEMM launch (plan_launches') with the kernel's PDL flag set: it lets the next kernel launch once all
+    its programs have started, and with ``dependent`` it is launched as a programmatic dependent of the kernel
+    ahead and ends only after that kernel has."""
+    options = dict(kernel.options, launch_pdl=True) if dependent else kernel.options
+    return bind(kernel.kernel, **kernel.constexprs, PDL=True, **options), grid, args
+
+
 class _Node(EagerNode):
     """The autograd node of an eager GEMM / linear call of a known signature."""
 
@@ -109,6 +131,9 @@ class _Call:
         # the one-launch backward, by gemm.backward_ops' rule
         self.fused = needs is not None and gemm_backward.applies(self.M, self.N, self.K, activation, needs)
         self.forward_gemm: Optional[_FixedGemm] = None
+        # dB first, then dA as its dependent launch (see the module docstring)
+        self.chain = (needs is not None and not self.fused and bool(needs[0] and needs[1])
+                      and 2 * self.M * self.N * self.K >= CHAIN_MIN_FLOPS and dependent_launch(a.device))
         # (dC's strides, dtype) -> [act pass, dA GEMM, dB GEMM], or the fused backward's fixed launch
         self.backward_launches: dict[tuple, object] = {}
 
@@ -166,19 +191,29 @@ class _Call:
             dz = dz_ if dz_ is not None else dc
             if dbias is not None and dbias.dtype != self.bias_dtype:  # summed in fp32 by atomics
                 dbias = dbias.to(self.bias_dtype)
-        da = db = None
-        if need_a:  # dA = dZ @ B^T
-            da = dz.new_empty((self.M, self.K))
-            fixed[1] = self._gemm(fixed[1], dz, operand.t(), da)
-        if need_b and self.b_transposed:  # dB^T = dZ^T @ A, (N, K): for linear the weight's gradient itself
-            db = dz.new_empty((self.N, self.K))
-            fixed[2] = self._gemm(fixed[2], dz.t(), a, db)
-            db = db if self.weight else db.t()
-        elif need_b:  # dB = A^T @ dZ, (K, N)
-            db = a.new_empty((self.K, self.N))
-            fixed[2] = self._gemm(fixed[2], a.t(), dz, db)
-            db = db.t() if self.weight else db
+        if self.chain:  # dB, then dA launched as its dependent
+            db = self._grad_b(fixed, dz, a, "first")
+            da = self._grad_a(fixed, dz, operand, "second")
+        else:
+            da = self._grad_a(fixed, dz, operand, "") if need_a else None
+            db = self._grad_b(fixed, dz, a, "") if need_b else None
         return da, db, dbias, dc if need_res else None
+
+    def _grad_a(self, fixed: list, dz, operand, chain: str):
+        """dA = dZ @ B^T."""
+        da = dz.new_empty((self.M, self.K))
+        fixed[1] = self._gemm(fixed[1], dz, operand.t(), da, chain)
+        return da
+
+    def _grad_b(self, fixed: list, dz, a, chain: str):
+        """dB, returned in the layout autograd expects (the weight's for linear)."""
+        if self.b_transposed:  # dB^T = dZ^T @ A, (N, K): for linear the weight's gradient itself
+            db = dz.new_empty((self.N, self.K))
+            fixed[2] = self._gemm(fixed[2], dz.t(), a, db, chain)
+            return db if self.weight else db.t()
+        db = a.new_empty((self.K, self.N))  # dB = A^T @ dZ, (K, N)
+        fixed[2] = self._gemm(fixed[2], a.t(), dz, db, chain)
+        return db.t() if self.weight else db
 
     def _fused_backward(self, dc, a, b, saved) -> tuple:
         """The one-launch backward (gemm_backward.py) on B as the GEMM read it."""
@@ -194,10 +229,11 @@ class _Call:
                   dbias if dbias is not None else dc)
         return da, (db.t() if self.weight else db), dbias, dc if need_res else None
 
-    def _gemm(self, fixed: Optional[_FixedGemm], a, b, c) -> _FixedGemm:
-        """C = A @ B through ``fixed`` (made and launched here the first time); returns it."""
+    def _gemm(self, fixed: Optional[_FixedGemm], a, b, c, chain: str = "") -> _FixedGemm:
+        """C = A @ B through ``fixed`` (made and launched here the first time, ``chain`` as _FixedGemm's);
+        returns it."""
         if fixed is None:
-            return _FixedGemm(a, b, c, None, None, None, "none", self.precision)
+            return _FixedGemm(a, b, c, None, None, None, "none", self.precision, chain=chain)
         fixed(a, b, c, None, None, None)
         return fixed
 

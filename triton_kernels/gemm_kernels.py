@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # ----------------------------------------------------------------------------------------------------
 # Kernels
@@ -102,6 +103,7 @@ def _gemm_kernel(
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
     PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """One program computes a BLOCK_M x BLOCK_N tile of C.
 
@@ -109,7 +111,10 @@ def _gemm_kernel(
     (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers; Triton pipelines the loads
     over `num_stages` shared-memory buffers and issues tensor-core MMAs (wgmma on Hopper).
     Tile order: grouped (see `_tile_coords`). Epilogue: see `_epilogue_tile` and `_epilogue`.
+    PDL: see `_gemm_tma_kernel`.
     """
+    if PDL:
+        gdc_launch_dependents()
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -142,6 +147,8 @@ def _gemm_kernel(
     _epilogue_tile(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm,
                    stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z,
                    ACT, INDEX_64)
+    if PDL:
+        gdc_wait()
 
 
 @triton.jit
@@ -154,6 +161,7 @@ def _gemm_tma_kernel(
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
     PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Persistent variant for Hopper: NUM_PROGS programs (<= #SMs) loop over the C tiles.
 
@@ -163,7 +171,12 @@ def _gemm_tma_kernel(
     A is (M, K) row-major, or its transpose is (A_T: A is stored K-major, as a (K, M) row-major matrix);
     likewise B is (K, N) row-major or, with B_T, stored as (N, K) row-major -- nn.Linear's weight.
     The math per tile and the fused epilogue are those of `_gemm_kernel`.
+    PDL (two GEMMs of one backward that read nothing the other writes): the next kernel may launch once
+    every program has started (gdc_launch_dependents), so it fills the SMs this one's last tiles leave idle;
+    launched as a programmatic dependent itself, the kernel ends only after the one ahead has (gdc_wait).
     """
+    if PDL:
+        gdc_launch_dependents()
     if A_T:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1], block_shape=[BLOCK_K, BLOCK_M])
     else:
@@ -199,6 +212,8 @@ def _gemm_tma_kernel(
         _epilogue_tile(acc, off_m, off_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
                        stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
                        INDEX_64)
+    if PDL:
+        gdc_wait()
 
 
 @triton.jit

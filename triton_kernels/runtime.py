@@ -100,6 +100,20 @@ def sm_count(t: torch.Tensor, default: int = 2) -> int:
     return _SM_COUNTS[key]
 
 
+_DEPENDENT_LAUNCH: dict = {}  # device -> whether its kernels can be programmatic dependent launches
+
+
+def dependent_launch(device: torch.device) -> bool:
+    """Whether kernels on ``device`` can chain by programmatic dependent launch (sm_90 and later; never in
+    the interpreter): a kernel launched with ``launch_pdl=True`` may start once the kernel ahead of it
+    lets it (``gdc_launch_dependents``), and reads what that kernel writes only after ``gdc_wait``."""
+    ok = _DEPENDENT_LAUNCH.get(device)
+    if ok is None:
+        ok = _DEPENDENT_LAUNCH[device] = (not INTERPRET and device.type == "cuda"
+                                          and torch.cuda.get_device_capability(device) >= (9, 0))
+    return ok
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for ints: triton.cdiv's arithmetic without its constexpr wrapping (host hot paths)."""
     return -(-a // b)
