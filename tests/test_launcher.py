@@ -166,14 +166,17 @@ def test_the_c_entry_point_is_called_where_the_wrapper_adds_nothing(monkeypatch)
 def test_a_fixed_launch_with_scratch_memory_reuses_one_buffer_per_stream(monkeypatch):
     """Triton 3.6, a kernel with global scratch memory (device-side TMA descriptors): fix()'s function calls
     the C entry point with a buffer from the allocator Triton would call, sized for its grid, allocated once
-    per (device, stream, size) and passed again on the next call; while a CUDA graph is being captured each
-    launch gets its own. The general launch() keeps the wrapper, which allocates per launch."""
+    per (device, stream, size) and passed again on the next call; a dependent launch (pdl) takes a buffer
+    apart; while a CUDA graph is being captured each launch gets its own. The general launch() keeps the
+    wrapper, which allocates per launch."""
     monkeypatch.setattr(triton, "__version__", "3.6.0")
     run = _Wrapper(global_scratch_size=128)
     run.launch_pdl, run.num_ctas, run.global_scratch_align = 0, 1, 64
     entry = launcher._scratch_entry(run)
-    assert entry == (run.launch, (False, False), 128, 64)
-    for attr, value in (("launch_pdl", 1), ("profile_scratch_size", 8), ("global_scratch_size", 0)):
+    assert entry == (run.launch, (False, False), 128, 64, False)
+    run.launch_pdl = 1
+    assert launcher._scratch_entry(run) == (run.launch, (False, True), 128, 64, True)
+    for attr, value in (("profile_scratch_size", 8), ("global_scratch_size", 0)):
         other = _Wrapper(global_scratch_size=128)
         other.launch_pdl, other.num_ctas, other.global_scratch_align = 0, 1, 64
         setattr(other, attr, value)
@@ -193,10 +196,13 @@ def test_a_fixed_launch_with_scratch_memory_reuses_one_buffer_per_stream(monkeyp
         fixed(x, y)
         calls, wrapped = [], []
         bound._compiled[misses[0][1]] = (lambda *a: wrapped.append(a), "function", "metadata", ())
-        bound._scratch_entries[misses[0][1]] = (lambda *a: calls.append(a), (False, False), 128, 64)
+        bound._scratch_entries[misses[0][1]] = (lambda *a: calls.append(a), (False, False), 128, 64, False)
         fixed(x, y)
         fixed(x, y)
         assert allocations == [(6 * 128, 64, 1234)] and not wrapped
+        assert launcher._scratch(6 * 128, 64, 0, 1234, True) is not calls[0][7]  # dependent launches: apart
+        assert launcher._scratch(6 * 128, 64, 0, 1234, True) is launcher._scratch(6 * 128, 64, 0, 1234, True)
+        del allocations[1:]
         assert calls[0][:5] == (3, 2, 1, 1234, "function") and calls[0][5:7] == (False, False)
         assert calls[0][7] is calls[1][7] and calls[0][7].numel() == 6 * 128
         assert calls[0][8:13] == (None, "metadata", None, None, None)

@@ -63,30 +63,33 @@ def _entry(run) -> tuple:
 
 
 def _scratch_entry(run) -> tuple | None:
-    """(C entry point, (cooperative, pdl), scratch bytes per program, alignment) of a Triton 3.6 launcher
+    """(C entry point, (cooperative, pdl), scratch bytes per program, alignment, pdl) of a Triton 3.6 launcher
     whose wrapper adds only global scratch memory (device-side TMA descriptors), else None. A kernel launched
-    with programmatic dependent launch (pdl) may start before the one ahead of it ends, so it gets none."""
+    with programmatic dependent launch (pdl) may start before the one ahead of it ends, so it takes a buffer
+    apart from the other launches' (``_scratch``)."""
     size = getattr(run, "global_scratch_size", 0)
-    if (not size or not _plain_wrapper(run) or getattr(run, "launch_pdl", True)
-            or not isinstance(getattr(run, "num_ctas", None), int)):
+    if not size or not _plain_wrapper(run) or not isinstance(getattr(run, "num_ctas", None), int):
         return None
-    return run.launch, (bool(run.launch_cooperative_grid), False), size * run.num_ctas, run.global_scratch_align
+    pdl = bool(getattr(run, "launch_pdl", False))
+    return run.launch, (bool(run.launch_cooperative_grid), pdl), size * run.num_ctas, run.global_scratch_align, pdl
 
 
 # whether the current CUDA stream is capturing a graph (a CPU build of torch has only a stub that raises)
 _capturing = torch._C._cuda_isCurrentStreamCapturing if torch.version.cuda else (lambda: False)
-_SCRATCH: dict[tuple, Any] = {}  # (device, stream, bytes) -> a scratch buffer, reused on that stream
+_SCRATCH: dict[tuple, Any] = {}  # (device, stream, bytes, dependent) -> a scratch buffer, reused on that stream
 MAX_SCRATCH_BUFFERS = 64
 
 
-def _scratch(nbytes: int, align: int, device: int, stream: int) -> Any:
+def _scratch(nbytes: int, align: int, device: int, stream: int, dependent: bool = False) -> Any:
     """Global scratch memory for one launch on ``stream``, from the allocator Triton would call (what
     ``triton.set_allocator`` set in this context). Launches on one stream run one after another, so one
-    buffer per (device, stream, size) serves them all, where the wrapper allocates at every launch. A launch
-    being captured into a CUDA graph gets a buffer of its own, which the graph keeps."""
+    buffer per (device, stream, size) serves them all, where the wrapper allocates at every launch. A
+    ``dependent`` launch (programmatic dependent launch) overlaps only the launch ahead of it, which is not
+    one (the callers chain one dependent GEMM after a plain one): the dependent launches share a buffer of
+    their own. A launch being captured into a CUDA graph gets a buffer of its own, which the graph keeps."""
     if _capturing():
         return triton.runtime._allocation._allocator.get()(nbytes, align, stream)
-    key = (device, stream, nbytes)
+    key = (device, stream, nbytes, dependent)
     buf = _SCRATCH.get(key)
     if buf is None:
         if len(_SCRATCH) >= MAX_SCRATCH_BUFFERS:
@@ -294,7 +297,8 @@ def launch({', '.join(tensors)}):
                    {', '.join(call)})
     else:  # the C entry point with this stream's scratch buffer (no profile scratch)
         _lp_direct[0](_lp_g0, _lp_g1, _lp_g2, _lp_s, _lp_hit[1], *_lp_direct[1],
-                      _lp_scratch(_lp_programs * _lp_direct[2], _lp_direct[3], _lp_dev, _lp_s), None, _lp_hit[2],
+                      _lp_scratch(_lp_programs * _lp_direct[2], _lp_direct[3], _lp_dev, _lp_s, _lp_direct[4]), None,
+                      _lp_hit[2],
                       None, None, None, {', '.join(call)})
 """
         return compile(src, f"<fixed launch {self.kernel.__name__}>", "exec")
