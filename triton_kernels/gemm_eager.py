@@ -106,7 +106,7 @@ def _chained(kernel, grid, args: dict, dependent: bool) -> tuple:
     its programs have started, and with ``dependent`` it is launched as a programmatic dependent of the kernel
     ahead and ends only after that kernel has."""
     options = dict(kernel.options, launch_pdl=True) if dependent else kernel.options
-    return bind(kernel.kernel, **kernel.constexprs, PDL=True, **options), grid, args
+    return bind(kernel.kernel, **dict(kernel.constexprs, PDL=True), **options), grid, args
 
 
 class _Node(EagerNode):
