@@ -247,10 +247,11 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
                       num_warps=4)
         return _Plan(partial, tiles["BLOCK_M"], tiles["BLOCK_N"], 0, False, False, False, split, tiles["BLOCK_K"],
                      reduce)
+    # PDL (gemm_eager's chained backward sets it) passed explicitly: torch.compile's launcher for a traced kernel
+    # misses a defaulted constexpr
     if cfg.kwargs.get("TMA", 0):
         kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, PDL=False, **options)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)
-    # PDL passed explicitly: torch.compile's launcher for a traced kernel misses a defaulted constexpr
     return _Plan(bind(_gemm_kernel, **flags, **tiles, PDL=False, **options), tiles["BLOCK_M"], tiles["BLOCK_N"], 0,
                  False, False, False)
 

@@ -33,10 +33,10 @@ from .launcher import bind
 from .runtime import INTERPRET, EagerNode, dependent_launch, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
-# the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs: a
-# dependent TMA launch goes through Triton's launcher wrapper, which allocates its descriptor scratch at every
-# launch (host time), so the studies' smaller Linears, host-bound as eager calls, keep plain launches (H100,
-# Linear 4096 x 8704 -> 1024: dX + dW 235 -> 225 us replayed, cuBLAS 212)
+# the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs, the
+# GEMMs whose last wave of tiles leaves SMs idle long enough to matter; it was measured there only (H100, Linear
+# 4096 x 8704 -> 1024: dX + dW 235 -> 225 us replayed, cuBLAS 212), so the studies' smaller Linears, host-bound
+# as eager calls, keep plain launches
 CHAIN_MIN_FLOPS = 2**34
 
 

@@ -84,9 +84,10 @@ def _scratch(nbytes: int, align: int, device: int, stream: int, dependent: bool 
     """Global scratch memory for one launch on ``stream``, from the allocator Triton would call (what
     ``triton.set_allocator`` set in this context). Launches on one stream run one after another, so one
     buffer per (device, stream, size) serves them all, where the wrapper allocates at every launch. A
-    ``dependent`` launch (programmatic dependent launch) overlaps only the launch ahead of it, which is not
-    one (the callers chain one dependent GEMM after a plain one): the dependent launches share a buffer of
-    their own. A launch being captured into a CUDA graph gets a buffer of its own, which the graph keeps."""
+    ``dependent`` launch (programmatic dependent launch) may overlap the launch ahead of it: the dependent
+    launches share a buffer of their own, which holds as long as no dependent launch with scratch follows
+    another (the one caller, gemm_eager's chained backward, launches one after a plain GEMM). A launch
+    being captured into a CUDA graph gets a buffer of its own, which the graph keeps."""
     if _capturing():
         return triton.runtime._allocation._allocator.get()(nbytes, align, stream)
     key = (device, stream, nbytes, dependent)
