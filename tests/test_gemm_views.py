@@ -364,7 +364,7 @@ def sm90_ptx(sizes, strides_a, strides_b) -> str:
                 stride_bn=strides_b[1], stride_cm=N, stride_cn=1, stride_bias=1, stride_rm=0, stride_rn=0,
                 stride_zm=0, stride_zn=0)
     constants = dict(HAS_BIAS=False, HAS_RES=False, SAVE_Z=False, ACT="none", PRECISION="ieee", INDEX_64=False,
-                     BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8)
+                     BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, PDL=False)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(gemm._gemm_kernel.arg_names):
         if name.endswith("_ptr"):
