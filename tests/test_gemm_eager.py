@@ -334,6 +334,23 @@ def test_double_backward_matches_float64(op, act, has_bias, has_res):
             assert torch.equal(second[i], runs[0][1][i]), f"run {run}: second derivative {i} differs"
 
 
+def test_chained_launch_sets_the_flag_and_the_dependent_option():
+    """The chained backward's launches (gemm_eager._chained): the plan's kernel rebound with PDL=True (the plan
+    itself binds PDL=False), launched as a programmatic dependent only for the second GEMM; grid and arguments
+    unchanged. On the CPU no backward chains (runtime.dependent_launch)."""
+    a, b = torch.randn(64, 32, device=DEVICE), torch.randn(32, 48, device=DEVICE)
+    c = torch.empty(64, 48, device=DEVICE)
+    plan = gemm.find_plan(a, b, c, None, None, None, "none", "ieee", False)
+    (kernel, grid, args), = gemm.plan_launches(plan, a, b, c, None, None, None, 64, 48, 32)
+    assert kernel.constexprs["PDL"] is False
+    for dependent in (False, True):
+        chained, grid2, args2 = gemm_eager._chained(kernel, grid, args, dependent)
+        assert chained.constexprs == dict(kernel.constexprs, PDL=True) and grid2 == grid and args2 is args
+        assert chained.options.get("launch_pdl", False) is dependent
+    if DEVICE == "cpu":
+        assert not runtime.dependent_launch(a.device)
+
+
 # ------------------------------------------------------------------------------------------ GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("act", ["relu", "gelu"])
