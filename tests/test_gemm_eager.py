@@ -8,7 +8,7 @@ import torch
 
 from models.layers import Linear
 from triton_kernels import gemm, gemm_eager, runtime
-from triton_kernels.testing import assert_close, captured, second_derivatives
+from triton_kernels.testing import assert_close, second_derivatives
 
 from .conftest import DEVICE
 from .test_gemm import REF_ACT, SPLITK_SMALL, TMA_SMALL, _reference
@@ -398,7 +398,7 @@ def test_gpu_chained_backward(act):
         dx, dw = step(inp)
         assert torch.equal(dx, ref_dx) and torch.equal(dw, ref_dwt.t())
     static = inputs[0].detach().clone().requires_grad_()
-    graph, outs = captured(step, static)
+    graph, outs = runtime.capture_graph(lambda: step(static), warmup=1)
     for inp, (ref_dx, ref_dwt) in zip(inputs[::-1], refs[::-1]):
         with torch.no_grad():
             static.copy_(inp)

@@ -3,10 +3,10 @@ tensor's shape, strides, dtype and device; relu; two_outputs) was seen before sk
 analysis and plan lookups. Training runs as two allocations (three with the relu bits of a residual layer)
 + two launches forward and up to three allocations + two launches backward through ``_Node`` (a
 runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the registered op), the reductions'
-scratch reused per stream (batchnorm.stream_buffers); inference as one allocation + one launch. The first call of a signature takes the general
-path (which validates, tunes and makes the plans) and is remembered here when its layout is the simple one:
-x dense, the residual in x's strides, contiguous parameters and running statistics. torch.compile always
-traces the registered ops.
+scratch reused per stream (batchnorm.stream_buffers); inference as one allocation + one launch. The first
+call of a signature takes the general path (which validates, tunes and makes the plans) and is remembered
+here when its layout is the simple one: x dense, the residual in x's strides, contiguous parameters and
+running statistics. torch.compile always traces the registered ops.
 """
 from __future__ import annotations
 

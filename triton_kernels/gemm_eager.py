@@ -63,14 +63,14 @@ class _FixedGemm:
         self.precision = precision if a.dtype == torch.float32 else "ieee"  # as gemm.gemm_forward runs it
         self.index_64 = index_64_needed(a, b, bias, residual, None, M, N)
         plan, b_read = self._plan(a, b, c, bias, residual, z)
+        # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
+        self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
         # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read)
-        if chain and len(steps) == 1 and not plan.relayout and b_read is b:
+        if chain and len(steps) == 1 and not self.relayout:
             steps = [_chained(*steps[0], dependent=chain == "second")]
         self.launches = [_launched_and_fixed(kernel, grid, args) for kernel, grid, args in steps]
         self.partials = steps[0][2]["part_ptr"].shape if plan.split_k > 1 else None  # split-K's fp32 buffer
-        # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
-        self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
 
     def _plan(self, a, b, c, bias, residual, z) -> tuple:
         """(plan, B as its kernels read it) for these operands, as gemm.gemm_forward finds them."""

@@ -67,17 +67,3 @@ def second_derivatives(fn, inputs: list, out_weight: torch.Tensor, directions: l
     grads = torch.autograd.grad(loss, inputs, create_graph=True)
     total = sum((g.double() * d).sum() for g, d in zip(grads, directions))
     return grads, torch.autograd.grad(total, inputs, allow_unused=True, materialize_grads=True)
-
-
-def captured(fn, *args) -> tuple:
-    """(CUDA graph, its outputs) of ``fn(*args)``: run once on a side stream (first-call work such as tuning
-    and allocations stays out of the graph), then captured; each ``graph.replay()`` rewrites the outputs."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn(*args)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = fn(*args)
-    return graph, outputs
