@@ -60,7 +60,6 @@ def gemm_features(shape: dict, elem: int, variant: dict, kwargs: dict, warps: in
     M, N, K = shape["M"], shape["N"], shape["K"]
     bm, bn, bk, group = kwargs["BLOCK_M"], kwargs["BLOCK_N"], kwargs["BLOCK_K"], kwargs.get("GROUP_M", 8)
     tma, relayout = int(kwargs.get("TMA", 0) or 0), int(kwargs.get("B_RELAYOUT", 0) or 0)
-    swap = int(kwargs.get("SWAP_AB", 0) or 0)  # the TMA kernel's swapped product (tf32, N-major B)
     split = int(kwargs.get("SPLIT_K", 1) or 1)  # split-K: programs per tile, each over a slice of K
     tiles_m, tiles_n, k_steps = math.ceil(M / bm), math.ceil(N / bn), math.ceil(K / bk)
     tiles = tiles_m * tiles_n * split
@@ -71,7 +70,6 @@ def gemm_features(shape: dict, elem: int, variant: dict, kwargs: dict, warps: in
         "log_bytes": _log2((M * K + K * N + M * N) * elem), "elem": float(elem),
         "log_bm": _log2(bm), "log_bn": _log2(bn), "log_bk": _log2(bk), "log_group": _log2(group),
         "log_warps": _log2(warps), "stages": float(stages), "tma": float(tma), "relayout": float(relayout),
-        "swap_ab": float(swap),
         "a_t": float(layout[0] == "t"), "b_t": float(layout[1] == "t"),
         "log_tiles": _log2(tiles), "log_waves": _log2(tiles / sms), "last_wave": tiles / (waves * sms),
         "pad_m": _log2(tiles_m * bm / M), "pad_n": _log2(tiles_n * bn / N), "pad_k": _log2(k_steps * bk / K),

@@ -264,18 +264,10 @@ GEMM_FP32_CONFIGS = [
     _gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 16, 8, 3), _gemm_cfg(128, 64, 32, 4, 4),
     _gemm_cfg(64, 128, 32, 4, 4),
 ]
-# tf32 with an N-major B, no copy: the TMA kernel's swapped product (C^T = B^T A^T, B^T from registers; see
-# gemm_kernels._gemm_tma_kernel). The register operand is BLOCK_N x BLOCK_K and the product's width is
-# BLOCK_M, so wide BLOCK_M tiles spread each register load over more multiply-adds
-GEMM_TF32_SWAP_CONFIGS = [
-    Config({**c.kwargs, "TMA": 1, "SWAP_AB": 1}, c.num_warps, c.num_stages) for c in (
-        _gemm_cfg(256, 128, 32, 8, 3), _gemm_cfg(256, 128, 32, 8, 4), _gemm_cfg(256, 64, 32, 4, 4),
-        _gemm_cfg(128, 64, 32, 4, 5), _gemm_cfg(128, 128, 32, 8, 4))
-]
 GEMM_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
 # every config the GEMM tuner may try (its persistent cache is keyed by a hash of these)
 GEMM_TUNER_CONFIGS = (GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS + GEMM_SPLITK_CONFIGS
-                      + GEMM_SPLITK_SKINNY_CONFIGS + GEMM_FP32_CONFIGS + GEMM_TF32_SWAP_CONFIGS)
+                      + GEMM_SPLITK_SKINNY_CONFIGS + GEMM_FP32_CONFIGS)
 SPLITK_MAX_TILES = 64   # split-K is offered when C has fewer 128 x 128 tiles than this ...
 SPLITK_MIN_K = 1024     # ... and K is at least this long
 
@@ -319,11 +311,6 @@ def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
     return bm * bn * accumulators <= MAX_ACC_REGS * WARP * c.num_warps
 
 
-def _swap_wanted(ctx: dict) -> bool:
-    """The swapped product is for 4-byte operands where a copy of B would be made: tf32 with an N-major B."""
-    return ctx["relayout"] and ctx["elem"] == 4
-
-
 def _gemm_tuner(ctx: dict) -> list[Config]:
     """gemm.py's ``_prune``: the lists above (TMA ones where TMA can read the operands, re-laid-out ones
     where the copy of B stays TMA-aligned, split-K ones where C has few tiles and K is long), minus what
@@ -336,7 +323,6 @@ def _gemm_tuner(ctx: dict) -> list[Config]:
     if ctx["elem"] == 4:  # the 4-byte tiles, each only where its kernel can run
         pool += [c for c in GEMM_FP32_CONFIGS if (not c.kwargs.get("TMA") or ctx["tma"])
                  and (not c.kwargs.get("B_RELAYOUT") or ctx["relayout"])]
-        pool += GEMM_TF32_SWAP_CONFIGS if _swap_wanted(ctx) else []
     pool = list(dict.fromkeys(pool))
     for c in pool:
         if (_gemm_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx)
@@ -369,8 +355,6 @@ GEMM = _register(Space(
         Variant("tma", _GEMM_TILES, _GEMM_WARPS, _GEMM_TMA_STAGES, fixed=(("TMA", 1),), when=lambda ctx: ctx["tma"]),
         Variant("tma_relayout", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1), ("B_RELAYOUT", 1)),
                 when=lambda ctx: ctx["relayout"]),
-        Variant("tma_swap", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1), ("SWAP_AB", 1)),
-                when=_swap_wanted),
         # split-K only where C has few tiles and K is long (elsewhere every SM already has a tile)
         Variant("splitk", _GEMM_TILES + (("SPLIT_K", (2, 4, 8, 16)),), _GEMM_WARPS, _GEMM_STAGES,
                 when=_splitk_wanted),

@@ -236,7 +236,7 @@ _REDUCE_BLOCK = (32, 32) if INTERPRET else (32, 128)  # the split-K reduction's 
 def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: int) -> _Plan:
     """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
     ``flags`` (the kernels' other constexprs)."""
-    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "SWAP_AB")}
+    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K")}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     split = cfg.kwargs.get("SPLIT_K", 1)
     if split > 1:
@@ -247,11 +247,10 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
                       num_warps=4)
         return _Plan(partial, tiles["BLOCK_M"], tiles["BLOCK_N"], 0, False, False, False, split, tiles["BLOCK_K"],
                      reduce)
-    # SWAP_AB and PDL (gemm_eager's chained backward sets it) passed explicitly: torch.compile's launcher for a
-    # traced kernel misses a defaulted constexpr
+    # PDL (gemm_eager's chained backward sets it) passed explicitly: torch.compile's launcher for a traced kernel
+    # misses a defaulted constexpr
     if cfg.kwargs.get("TMA", 0):
-        kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles,
-                      SWAP_AB=bool(cfg.kwargs.get("SWAP_AB", 0)), PDL=False, **options)
+        kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, PDL=False, **options)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)
     return _Plan(bind(_gemm_kernel, **flags, **tiles, PDL=False, **options), tiles["BLOCK_M"], tiles["BLOCK_N"], 0,
                  False, False, False)

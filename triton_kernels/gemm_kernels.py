@@ -161,7 +161,7 @@ def _gemm_tma_kernel(
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SAVE_Z: tl.constexpr, ACT: tl.constexpr,
     PRECISION: tl.constexpr, INDEX_64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SWAP_AB: tl.constexpr = False, PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Persistent variant for Hopper: NUM_PROGS programs (<= #SMs) loop over the C tiles.
 
@@ -171,13 +171,6 @@ def _gemm_tma_kernel(
     A is (M, K) row-major, or its transpose is (A_T: A is stored K-major, as a (K, M) row-major matrix);
     likewise B is (K, N) row-major or, with B_T, stored as (N, K) row-major -- nn.Linear's weight.
     The math per tile and the fused epilogue are those of `_gemm_kernel`.
-    SWAP_AB (tf32 with an N-major B): the tile is computed transposed, C^T = B^T A^T, and transposed back
-    for the epilogue. wgmma reads a 32-bit operand from shared memory only K-major; an N-major B tile is
-    not, and the compiler would copy it into K-major order through registers before each product, waiting
-    for that product to finish. In the swapped product that tile is the first operand, which wgmma may
-    also take from registers: the `+ 0.0` makes it a register value (a tile straight from a load is kept
-    in shared memory), so each thread loads its part from shared memory and the products stay
-    asynchronous. A^T, the second operand, is K-major when A is row-major.
     PDL (two GEMMs of one backward that read nothing the other writes): the next kernel may launch once
     every program has started (gdc_launch_dependents), so it fills the SMs this one's last tiles leave idle;
     launched as a programmatic dependent itself, the kernel ends only after the one ahead has (gdc_wait).
@@ -204,10 +197,7 @@ def _gemm_tma_kernel(
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        if SWAP_AB:
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
             if A_T:
@@ -218,12 +208,7 @@ def _gemm_tma_kernel(
                 b = b_desc.load([off_n, off_k]).T
             else:
                 b = b_desc.load([off_k, off_n])
-            if SWAP_AB:
-                acc = tl.dot(b.T + 0.0, a.T, acc, input_precision=PRECISION)
-            else:
-                acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        if SWAP_AB:
-            acc = acc.T
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
         _epilogue_tile(acc, off_m, off_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
                        stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
                        INDEX_64)
