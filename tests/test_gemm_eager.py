@@ -367,13 +367,14 @@ def test_gpu_study_shapes(shape, act):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2048, 4096, 1024), (512, 8704, 1024)], ids=["2048x4096x1024", "char_cnn_fc1"])
 @pytest.mark.parametrize("act", ["relu", "none"])
-def test_gpu_chained_backward(act):
+def test_gpu_chained_backward(act, shape):
     """A Linear whose backward chains dB -> dA (a programmatic dependent launch, above CHAIN_MIN_FLOPS): the
     prepared calls equal the general path (dA then dB, plain launches) bit for bit and float64; back-to-back
     calls on new inputs and graph replays each give their own gradients (a dA that ended before dB, or read
     what dB writes, would not)."""
-    M, K, N = 2048, 4096, 1024
+    M, K, N = shape
     assert 2 * M * N * K >= gemm_eager.CHAIN_MIN_FLOPS
     x = _leaf(M, K, dtype=torch.bfloat16)
     weight = (torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16) / K ** 0.5).requires_grad_()
