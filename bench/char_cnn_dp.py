@@ -2,7 +2,7 @@
 shards, every rank runs its part, the logits are gathered on the root -- the seed study's asynchronous
 MPI scatter / compute / gather, with NCCL on GPUs and gloo on the CPU.
 
-    torchrun --nproc-per-node 4 -m bench.char_cnn_dp [--batch 512] [--shards 8] [--rounds 5]
+    torchrun --nproc-per-node 4 -m bench.char_cnn_dp [--batch 512[,2048,...]] [--shards 8] [--rounds 5]
              [--backend triton|compile|eager] [--dtype bfloat16] [--overlap both|on|off]
              [--weights PATH] [--data DIR] [--synthetic] [--machine KIND] [--out DIR]
     (several nodes: the same command with torchrun's --nnodes / --rdzv-endpoint rendezvous)
@@ -46,7 +46,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="torchrun ... -m bench.char_cnn_dp", description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch", type=int, default=None, help="inputs per rank per step (default 512; CPU 3)")
+    p.add_argument("--batch", default=None, help="inputs per rank per step, or several (512,2048,8192), each "
+                   "measured in turn in the same processes (default 512; CPU 3)")
     p.add_argument("--shards", type=int, default=8, help="steps per round")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds (after one warm-up round)")
     p.add_argument("--backend", choices=("triton", "triton-per-op", "compile", "eager"), default=None,
@@ -66,10 +67,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     cpu = not torch.cuda.is_available()
-    a.batch = a.batch or (3 if cpu else 512)
+    try:
+        a.batches = [int(b) for b in (a.batch or ("3" if cpu else "512")).split(",")]
+    except ValueError:
+        p.error(f"--batch: expected integers separated by commas, got {a.batch!r}")
+    a.batch = a.batches[0]
     a.backend = a.backend or ("eager" if cpu else "triton")
     a.dtype = DTYPES[a.dtype or ("float32" if cpu else "bfloat16")]
-    if a.batch < 1 or a.shards < 1 or a.rounds < 1:
+    if min(a.batches) < 1 or a.shards < 1 or a.rounds < 1:
         p.error("--batch, --shards and --rounds must be positive")
     return a
 
@@ -167,6 +172,16 @@ def main(argv=None) -> int:
 def _main(args, rank, world, device) -> int:
     model, weights_note = make_model(args, device)
     fn = (lambda idx: model(idx)) if args.backend != "eager" else (lambda idx: model.forward_eager(idx))
+    ok = True
+    for batch in args.batches:
+        args.batch = batch
+        ok &= _measure(args, model, fn, weights_note, rank, world, device)
+    return 0 if ok else 1
+
+
+def _measure(args, model, fn, weights_note, rank, world, device) -> bool:
+    """One per-rank batch size: warm-up round, timed rounds (overlapped and not), the single-process
+    check and the rows (root). False if the gathered predictions differ from the single-process run."""
     S, B, L = args.shards, args.batch, model.length
     classes = model.fc3.out_features
     data = gather_out = None
@@ -191,7 +206,7 @@ def _main(args, rank, world, device) -> int:
             timings[overlap] = (walls, stage_ms)
     stages = _gather_stage_means(timings.get(False, (None, []))[1], world, device)
     if rank != 0:
-        return 0
+        return True
     match = None
     if not args.no_check:
         with torch.no_grad():
@@ -208,7 +223,10 @@ def _main(args, rank, world, device) -> int:
         path = results.write_rows(rows, args.out, SUITE)
         results.write_rows(_speedups(path), args.out, SUITE)
         print(f"rows -> {path}")
-    return 0 if match in (None, 100.0) else 1
+    del data, gather_out, recv
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return match in (None, 100.0)
 
 
 def _gather_stage_means(stage_ms: list, world: int, device) -> torch.Tensor | None:

@@ -109,6 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--scaling", nargs="?", const="32,128,512,2048,8192", default=None, help="per-GPU batch sizes")
     a("--scaling-report", nargs="*", default=None, help="rows (CSV files or dirs) of --scaling runs")
     a("--ddp-bf16-compress", action="store_true", help="bf16 gradient compression hook (DDP)")
+    a("--machine", default=None, help="the machine kind, recorded in every row's params (e.g. nvidia-h100-x4)")
     a("--no-cudnn-benchmark", action="store_true", help="keep cuDNN's heuristic algorithm choice")
     a("--no-progress", action="store_true")
     a("--log-every", type=int, default=50, help="progress-bar loss update every N steps (a host sync)")
@@ -180,47 +181,58 @@ def new_model(args, backend: str = "eager"):
 class GraphedModel:
     """The model's training forward and backward replayed from CUDA graphs, captured at the first call
     (torch.cuda.make_graphed_callables, under the training autocast with its cache off); eval-mode calls
-    run the model itself."""
+    run the model itself. ``wrap`` (DDP) is applied to the graphed module after the capture: DDP's
+    gradient hooks then fire as the graphed backward hands the parameters their gradients, so the
+    all-reduces run eagerly after each replayed backward instead of overlapping it."""
 
-    def __init__(self, model, amp) -> None:
-        self.model, self.amp, self.graphed = model, amp, None
+    def __init__(self, model, amp, wrap=None) -> None:
+        self.model, self.amp, self.wrap, self.graphed = model, amp, wrap, None
 
     def __call__(self, x):
         if self.graphed is None:
             with torch.autocast("cuda", dtype=self.amp or torch.float32, enabled=self.amp is not None,
                                 cache_enabled=False):
-                self.graphed = torch.cuda.make_graphed_callables(self.model, (x.detach().clone(),))
+                graphed = torch.cuda.make_graphed_callables(self.model, (x.detach().clone(),))
+            self.graphed = self.wrap(graphed) if self.wrap is not None else graphed
         return self.graphed(x)
 
 
+def wrap_ddp(model, args, dist: Dist, device):
+    """DistributedDataParallel with gradient_as_bucket_view and static_graph, optionally bf16-compressed."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    wrapped = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None,
+                  gradient_as_bucket_view=True, static_graph=True)
+    if args.ddp_bf16_compress:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    return wrapped
+
+
 def build_model(args, backend: str, device, dist: Dist | None = None):
-    """(raw model, the callable to train: DDP, torch.compile and CUDA-graph wrappers applied)."""
+    """(raw model, the callable to train: DDP, torch.compile and CUDA-graph wrappers applied). Under DDP,
+    "+graph" captures the model alone and DDP wraps the graphed module (GraphedModel); "compile+graph"
+    needs one process."""
     graph = backend.endswith("+graph")
     base = backend[: -len("+graph")] if graph else backend
-    if graph and (device.type != "cuda" or (dist is not None and dist.world > 1)):
-        raise SystemExit(f"--backend {backend}: CUDA graphs need a CUDA device and one process")
+    ddp = dist is not None and dist.world > 1
+    if graph and (device.type != "cuda" or (ddp and base == "compile")):
+        raise SystemExit(f"--backend {backend}: CUDA graphs need a CUDA device"
+                         + (" (and one process for compile+graph)" if ddp else ""))
     model = new_model(args, base).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    wrapped = model
-    if dist is not None and dist.world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
+    if ddp:
         # one cast node for every conv weight would hand DDP all their gradients at the end of the backward,
         # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP
         model.one_launch_prologue = False
-
-        wrapped = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None,
-                      gradient_as_bucket_view=True, static_graph=True)
-        if args.ddp_bf16_compress:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-            wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    if graph and base != "compile":
+        return model, GraphedModel(model, AMP[args.amp], (lambda m: wrap_ddp(m, args, dist, device)) if ddp else None)
+    wrapped = wrap_ddp(model, args, dist, device) if ddp else model
     if base.endswith("compile"):
         mode = "reduce-overhead" if graph else args.compile_mode
         wrapped = torch.compile(wrapped, **({"mode": mode} if mode else {}))
-    elif graph:
-        wrapped = GraphedModel(model, AMP[args.amp])
     return model, wrapped
 
 
@@ -526,7 +538,8 @@ def base_params(args, data_name: str, device, world: int = 1) -> dict:
     widths = {} if args.widths == (64, 128, 256, 512) else {"widths": list(args.widths)}
     return {**widths, "batch": args.batch_size, "data": data_name, "amp": args.amp, "channels_last": args.channels_last,
             "data_path": data_path(args, device), "gpus": world if device.type == "cuda" else 0,
-            "processes": world, "no_batch_norm": args.no_batch_norm}
+            "processes": world, "no_batch_norm": args.no_batch_norm,
+            **({"machine": args.machine} if args.machine else {})}
 
 
 def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Dist) -> list[dict]:

@@ -10,8 +10,12 @@ and written to <out-dir>/resnet-steps-curves.json.
 
 --scaling B1,B2,...: run under torchrun; for each per-GPU batch the step time of this world size (sharded
 GPU-resident data), images/s, the epoch time, and the time of one all-reduce of the model's gradient
-volume (NCCL, timed alone). --scaling-report ROWS...: strong-scaling efficiency ips(g, G/g) / (g * ips(1, G))
-at a fixed global batch G and weak-scaling efficiency ips(g, b) / (g * ips(1, b)) at a fixed per-GPU batch b.
+volume (NCCL, timed alone); the loss of every step (warm-up and timed) goes to
+resnet_ddp-scaling-<model>-<backend>-<N>proc-curves.json. Under DDP the "+graph" backends replay the
+model's forward and backward from CUDA graphs and all-reduce after the backward. --scaling-report ROWS...:
+strong-scaling efficiency ips(g, G/g) / (g * ips(1, G)) at a fixed global batch G, weak-scaling efficiency
+ips(g, b) / (g * ips(1, b)) at a fixed per-GPU batch b (the seed study's fixed-epoch scaling), the loss
+curves of g GPUs x b against one GPU x g*b, and resnet_ddp_scaling.png.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from triton_kernels.runtime import CudaEventTimer
+from triton_kernels.runtime import CudaEventTimer, atomic_write_text
 
 from . import resnet_data
 from . import results
@@ -258,19 +262,29 @@ def _allreduce_ms(numel: int, dtype, device, reps: int = 10) -> float | None:
     return 1e3 * (time.perf_counter() - t0) / reps
 
 
+def _mean_over_ranks(losses: list[torch.Tensor], dist: Dist) -> list[float]:
+    """Each step's loss averaged over the ranks: the loss of the global batch (one collective at the end)."""
+    v = torch.stack(losses).float()
+    dist.all_sum(v)
+    return [float(x) for x in (v / dist.world).cpu()]
+
+
 def scaling(args, dist: Dist) -> int:
+    """Every per-GPU batch from the same initial weights: --warmup-iters steps, then --bench-steps timed
+    back-to-back steps. The loss of each step (averaged over the ranks) is kept for the report's
+    comparison of world sizes at one global batch."""
     device = dist.device
     data = resnet_data.load(args.data, args.synthetic, args.train_limit, args.test_limit)
     init = _init_state(args)
     numel = sum(v.numel() for k, v in init.items() if v.is_floating_point() and "running" not in k)
     grad_dtype = torch.bfloat16 if args.ddp_bf16_compress else torch.float32
     allreduce = _allreduce_ms(numel, grad_dtype, device)
-    rows, backend = [], args.backends[0]
+    rows, curves, backend = [], {}, args.backends[0]
     timed = args.bench_steps or 20
     for per_gpu in [int(v) for v in args.scaling.split(",")]:
         global_batch = per_gpu * dist.world
         params = dict(base_params(args, data.name, device, dist.world), batch=global_batch, batch_per_gpu=per_gpu,
-                      global_batch=global_batch, data_path="gpu", timed_steps=timed)
+                      global_batch=global_batch, data_path="gpu", timed_steps=timed, warmup_steps=args.warmup_iters)
 
         def row(metric, value, unit, **kw):
             rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", params, args.amp, backend,
@@ -284,10 +298,10 @@ def scaling(args, dist: Dist) -> int:
             model, forward = build_model(args, backend, device, dist)
             model.load_state_dict(init)
             trainer = Trainer(args, model, forward, device, 10**6)
-            for i in range(args.warmup_iters):
-                trainer.step(*loader.batch(*divmod(i, loader.steps)))
+            losses = [trainer.step(*loader.batch(*divmod(i, loader.steps)))[0] for i in range(args.warmup_iters)]
             batches = [loader.batch(*divmod(args.warmup_iters + i, loader.steps)) for i in range(timed)]
-            times, _ = _step_times(trainer, batches, device)
+            times, timed_losses = _step_times(trainer, batches, device)
+            curves[f"{dist.world}x{per_gpu}"] = _mean_over_ranks(losses + timed_losses, dist)
             del trainer, model, forward, batches
         except torch.cuda.OutOfMemoryError as e:
             row("images_per_s", None, "inputs/s", status="oom", note=str(e)[:200])
@@ -307,36 +321,107 @@ def scaling(args, dist: Dist) -> int:
     if dist.main:
         tag = f"scaling-{args.model}-{backend}-{dist.world}proc".replace("+", "_")
         print(f"rows -> {results.write_rows(rows, args.out_dir, 'resnet_ddp', tag=tag)}", file=sys.stderr)
+        path = results.results_dir(args.out_dir) / f"resnet_ddp-{tag}-curves.json"
+        atomic_write_text(path, json.dumps({"backend": backend, "data": data.name, "dtype": args.amp,
+                                                    "machine": args.machine, "losses": curves}))
     return 0
 
 
+def _curve_files(paths) -> list[Path]:
+    """The --scaling runs' loss curves (resnet_ddp-*-curves.json) beside the given files or in the dirs."""
+    out = []
+    for p in map(Path, paths):
+        d = p if p.is_dir() else p.parent
+        out += sorted(f for f in d.rglob("resnet_ddp-*-curves.json") if "runs" not in f.relative_to(d).parts)
+    return out
+
+
 def scaling_report(args) -> int:
-    """Strong and weak scaling efficiency from the images_per_s rows of --scaling runs."""
-    df = results.read_results(args.scaling_report or [str(results.results_dir())])
+    """Strong and weak scaling efficiency from the images_per_s rows of --scaling runs; the loss curves of
+    g GPUs x b images against one GPU x g*b images (the same global batch: same batches, same initial
+    weights); a figure of images/s and efficiency per GPU count (resnet_ddp_scaling.png)."""
+    sources = args.scaling_report or [str(results.results_dir())]
+    df = results.read_results(sources)
     df = df[(df["suite"] == "resnet_ddp") & (df["metric"] == "images_per_s") & (df["status"] == "ok")]
     ips: dict[tuple, dict[tuple[int, int], float]] = {}
+    machine: dict[tuple, object] = {}
     for _, r in df.iterrows():
         p = json.loads(r["params"])
         key = (r["backend"], p.get("data"), str(r["dtype"]))
         ips.setdefault(key, {})[(int(p["gpus"] or p["processes"]), int(p["batch_per_gpu"]))] = float(r["value"])
+        machine[key] = p.get("machine")
+    curves: dict[tuple, dict[str, list[float]]] = {}
+    for f in _curve_files(sources):
+        c = json.loads(f.read_text())
+        curves.setdefault((c["backend"], c["data"], str(c["dtype"])), {}).update(c["losses"])
     rows = []
-    for (backend, data, dtype), table in ips.items():
+    for key, table in ips.items():
+        backend, data, dtype = key
+
+        def row(g, b, metric, value, note):
+            base = {"gpus": g, "batch_per_gpu": b, "global_batch": g * b, "data": data,
+                    **({"machine": machine[key]} if machine[key] else {})}
+            rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend, metric, value, "",
+                                         note=note))
         for (g, b), v in sorted(table.items()):
-            base = {"gpus": g, "batch_per_gpu": b, "global_batch": g * b, "data": data}
             if g > 1 and (1, b) in table:
-                rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend,
-                                             "weak_scaling_efficiency", v / (g * table[(1, b)]), "",
-                                             note=f"ips({g}, {b}) / ({g} * ips(1, {b}))"))
+                row(g, b, "weak_scaling_efficiency", v / (g * table[(1, b)]),
+                    f"ips({g}, {b}) / ({g} * ips(1, {b})): per-GPU batch fixed, as the study's fixed epoch")
             if g > 1 and (1, g * b) in table:
-                rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend,
-                                             "strong_scaling_efficiency", v / (g * table[(1, g * b)]), "",
-                                             note=f"ips({g}, {b}) / ({g} * ips(1, {g * b})): global batch {g * b}"))
+                row(g, b, "strong_scaling_efficiency", v / (g * table[(1, g * b)]),
+                    f"ips({g}, {b}) / ({g} * ips(1, {g * b})): global batch {g * b} fixed")
+        losses = curves.get(key, {})
+        for name, curve in sorted(losses.items()):
+            g, b = (int(v) for v in name.split("x"))
+            one = losses.get(f"1x{g * b}")
+            if g > 1 and one:
+                n = min(len(one), len(curve))
+                diffs = [abs(a - e) / max(abs(e), 1e-12) for a, e in zip(curve[:n], one[:n])]
+                row(g, b, "loss_max_rel_diff_vs_1gpu", max(diffs),
+                    f"largest relative difference of the global-batch loss over {n} steps, {g} GPUs x {b} vs "
+                    f"1 GPU x {g * b} (batch-norm statistics are per GPU)")
     for r in rows:
         p = json.loads(r["params"])
-        print(f"{r['backend']:<10} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
-              f"{100 * r['value']:.1f}%")
+        print(f"{r['backend']:<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
+              + (f"{100 * r['value']:.1f}%" if "efficiency" in r["metric"] else f"{r['value']:.4f}"))
     if not rows:
         print("no pairs of 1-GPU and multi-GPU images_per_s rows found", file=sys.stderr)
         return 1
-    print(f"rows -> {results.write_rows(rows, args.out_dir, 'resnet_ddp', tag='scaling-report')}", file=sys.stderr)
+    out = results.write_rows(rows, args.out_dir, "resnet_ddp", tag="scaling-report")
+    print(f"rows -> {out}; figure -> {_scaling_figure(ips, curves, out.parent)}", file=sys.stderr)
     return 0
+
+
+def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
+    """Left: images/s against GPUs, one line per backend and per-GPU batch, with ideal scaling dotted.
+    Right: the loss curves of the largest world size against one GPU at the same global batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (backend, data, dtype), table in sorted(ips.items()):
+        for b in sorted({b for _, b in table}):
+            pts = sorted((g, v) for (g, bb), v in table.items() if bb == b)
+            line, = left.plot([g for g, _ in pts], [v for _, v in pts], "o-", label=f"{backend}, {b}/GPU")
+            if (1, b) in table:
+                left.plot([g for g, _ in pts], [g * table[(1, b)] for g, _ in pts], ":", color=line.get_color())
+        for name, curve in sorted(curves.get((backend, data, dtype), {}).items()):
+            g, b = (int(v) for v in name.split("x"))
+            one = curves[(backend, data, dtype)].get(f"1x{g * b}")
+            if g > 1 and one and g == max(int(k.split("x")[0]) for k in curves[(backend, data, dtype)]):
+                right.plot(one, label=f"{backend}: 1 GPU x {g * b}")
+                right.plot(curve, "--", label=f"{backend}: {g} GPUs x {b}")
+    gpus = sorted({g for t in ips.values() for g, _ in t})
+    left.set(xlabel="GPUs", ylabel="images/s", title="ResNet-18 DDP throughput (dotted: ideal)", yscale="log")
+    left.set_xscale("log", base=2)
+    left.set_xticks(gpus, [str(g) for g in gpus])
+    left.legend(fontsize=7, ncol=2)
+    right.set(xlabel="step", ylabel="training loss (global batch)", title="same global batch, 1 GPU vs several")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / "resnet_ddp_scaling.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

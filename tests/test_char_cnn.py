@@ -228,7 +228,7 @@ def test_data_parallel_two_gloo_processes(tmp_path):
     from bench import char_cnn_dp
 
     dump = tmp_path / "dp.pt"
-    argv = ["--tiny", "--synthetic", "--batch", "3", "--shards", "3", "--rounds", "1", "--no-write",
+    argv = ["--tiny", "--synthetic", "--batch", "2,3", "--shards", "3", "--rounds", "1", "--no-write",
             "--dump", str(dump)]
     mp.start_processes(dp_worker, args=(2, _free_port(), argv), nprocs=2, join=True, start_method="spawn")
     got = torch.load(dump, weights_only=False)

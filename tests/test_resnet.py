@@ -275,6 +275,23 @@ def test_ddp_gloo_two_processes_equal_one(tmp_path):
     assert json.loads(rows[0]["params"])["processes"] == 2
 
 
+def test_ddp_scaling_curves_equal_one_process(tmp_path):
+    """--scaling under torchrun (2 gloo processes x 4 images) and in one process (1 x 8 images): the report
+    pairs them by global batch; without batch norm the two loss curves agree to rounding."""
+    args = ["--synthetic", "--train-limit", "32", "--test-limit", "8", "--no-batch-norm", "--lr", "0.05",
+            "--bench-steps", "2", "--warmup-iters", "2", "--machine", "cpu-x2", "--out-dir", str(tmp_path), *TINY_ARGS]
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          str(29500 + (os.getpid() + 7) % 1000), "-m", "bench.resnet", *args, "--scaling", "4"],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert bench.resnet.main(args + ["--scaling", "8"]) == 0
+    assert bench.resnet.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())
+    diff = [r for r in report if r["metric"] == "loss_max_rel_diff_vs_1gpu"]
+    assert len(diff) == 1 and diff[0]["value"] <= 1e-5
+    assert json.loads(diff[0]["params"])["machine"] == "cpu-x2"
+
+
 def test_bench_steps_rows_and_curves(tmp_path):
     assert bench.resnet.main(["--synthetic", "--train-limit", "64", "--batch-size", "16", "--bench-steps",
                               "2", "--bench-rounds", "2", "--warmup-iters", "1", "--backend", "eager", "--out-dir",
@@ -302,23 +319,31 @@ def test_sweep_profiler_and_scaling_modes(tmp_path):
     assert not (tmp_path / "p1" / "final.pt").exists()
     assert bench.resnet.main(base + ["--scaling", "8,16", "--bench-steps", "1", "--warmup-iters", "1",
                                      "--out-dir", str(tmp_path / "s")]) == 0
-    rows = json.loads(next((tmp_path / "s").glob("resnet_ddp-*.json")).read_text())
+    rows = json.loads(next((tmp_path / "s").glob("resnet_ddp-scaling-*proc.json")).read_text())
     assert {json.loads(r["params"])["batch_per_gpu"] for r in rows if r["metric"] == "images_per_s"} == {8, 16}
+    curves = json.loads(next((tmp_path / "s").glob("resnet_ddp-*-curves.json")).read_text())
+    assert sorted(curves["losses"]) == ["1x16", "1x8"] and len(curves["losses"]["1x8"]) == 2
 
 
 def test_scaling_report(tmp_path):
     from bench import results
 
     rows = [results.make_row("resnet_ddp", "resnet18_ddp",
-                             {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10"},
+                             {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10", "machine": "kind-x2"},
                              "bf16", "eager", "images_per_s", v, "inputs/s")
             for g, b, v in ((1, 512, 1000.0), (1, 1024, 1100.0), (2, 512, 1800.0))]
     results.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
+    for world, losses in ((1, {"1x512": [2.0, 1.0], "1x1024": [2.0, 1.5, 1.2]}), (2, {"2x512": [2.2, 1.5, 9.0]})):
+        (tmp_path / f"resnet_ddp-scaling-{world}proc-curves.json").write_text(json.dumps(
+            {"backend": "eager", "data": "cifar10", "dtype": "bf16", "machine": "kind-x2", "losses": losses}))
     assert bench.resnet.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
     report = json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())
     out = {r["metric"]: r["value"] for r in report}
     assert out["weak_scaling_efficiency"] == pytest.approx(0.9)
     assert out["strong_scaling_efficiency"] == pytest.approx(1800 / 2200)
+    assert out["loss_max_rel_diff_vs_1gpu"] == pytest.approx(6.5)  # step 3 (9.0 vs 1.2)
+    assert all(json.loads(r["params"])["machine"] == "kind-x2" for r in report)
+    assert (tmp_path / "out" / "resnet_ddp_scaling.png").stat().st_size > 0
 
 
 def test_bad_arguments():
@@ -391,3 +416,25 @@ def test_gpu_triton_model_compiles_fullgraph():
     with torch.autocast("cuda", dtype=torch.bfloat16):
         compiled(x).float().sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DDP over NCCL needs two GPUs")
+@pytest.mark.parametrize("backend", ["eager+graph", "triton+graph"])
+def test_gpu_ddp_graphed_two_processes_equal_one(tmp_path, backend):
+    """The graphed backends under DDP (the module captured, then wrapped): 2 NCCL processes x 8 images end
+    with one process x 16 images' weights (fp32, tf32 off, no batch norm: its statistics are per process).
+    Gradients that were not all-reduced would leave rank 0 with the weights of its own shard (~1e-3 away)."""
+    args = ["--synthetic", "--train-limit", "64", "--test-limit", "16", "--batch-size", "16", "--epochs", "1",
+            "--no-batch-norm", "--lr", "0.05", "--backend", backend, "--no-progress"]
+    env = dict(_env(), NVIDIA_TF32_OVERRIDE="0", NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1", TRITON_PLAYGROUND_AUTOTUNE="1")
+    for world, out in ((2, "ddp"), (1, "one")):
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                              "--master-port", str(29600 + os.getpid() % 1000), "-m", "bench.resnet", *args,
+                              "--out-dir", str(tmp_path / out)], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=400)
+        assert run.returncode == 0, run.stderr[-3000:]
+    ddp, one = (torch.load(tmp_path / d / "final.pt") for d in ("ddp", "one"))
+    for k in one:
+        assert rel_err(ddp[k], one[k]) <= 1e-4, k
