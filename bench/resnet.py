@@ -223,9 +223,10 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
     model = new_model(args, base).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if ddp:
+    if ddp and not graph:
         # one cast node for every conv weight would hand DDP all their gradients at the end of the backward,
-        # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP
+        # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP (a graphed
+        # backward hands over every gradient at its end anyway, so the graphed backends keep the one launch)
         model.one_launch_prologue = False
     if graph and base != "compile":
         return model, GraphedModel(model, AMP[args.amp], (lambda m: wrap_ddp(m, args, dist, device)) if ddp else None)

@@ -377,9 +377,13 @@ def scaling_report(args) -> int:
             if g > 1 and one:
                 n = min(len(one), len(curve))
                 diffs = [abs(a - e) / max(abs(e), 1e-12) for a, e in zip(curve[:n], one[:n])]
+                pair = f"{g} GPUs x {b} vs 1 GPU x {g * b} (batch-norm statistics are per GPU)"
                 row(g, b, "loss_max_rel_diff_vs_1gpu", max(diffs),
-                    f"largest relative difference of the global-batch loss over {n} steps, {g} GPUs x {b} vs "
-                    f"1 GPU x {g * b} (batch-norm statistics are per GPU)")
+                    f"largest relative difference of the global-batch loss over {n} steps, {pair}")
+                tail = max(1, n // 5)
+                mean_g, mean_1 = sum(curve[n - tail:n]) / tail, sum(one[n - tail:n]) / tail
+                row(g, b, "loss_tail_rel_diff_vs_1gpu", abs(mean_g - mean_1) / max(abs(mean_1), 1e-12),
+                    f"relative difference of the mean loss over steps {n - tail}..{n - 1}, {pair}")
     for r in rows:
         p = json.loads(r["params"])
         print(f"{r['backend']:<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
@@ -407,21 +411,31 @@ def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
             line, = left.plot([g for g, _ in pts], [v for _, v in pts], "o-", label=f"{backend}, {b}/GPU")
             if (1, b) in table:
                 left.plot([g for g, _ in pts], [g * table[(1, b)] for g, _ in pts], ":", color=line.get_color())
-        for name, curve in sorted(curves.get((backend, data, dtype), {}).items()):
-            g, b = (int(v) for v in name.split("x"))
-            one = curves[(backend, data, dtype)].get(f"1x{g * b}")
-            if g > 1 and one and g == max(int(k.split("x")[0]) for k in curves[(backend, data, dtype)]):
-                right.plot(one, label=f"{backend}: 1 GPU x {g * b}")
-                right.plot(curve, "--", label=f"{backend}: {g} GPUs x {b}")
+        losses = curves.get((backend, data, dtype), {})
+        pairs = [(int(k.split("x")[0]), int(k.split("x")[1])) for k in losses]
+        pairs = [(g, b) for g, b in pairs if g > 1 and f"1x{g * b}" in losses]
+        if pairs:  # the largest world size at its largest global batch
+            g, b = max(pairs)
+            right.plot(_running_mean(losses[f"1x{g * b}"]), label=f"{backend}: 1 GPU x {g * b}")
+            right.plot(_running_mean(losses[f"{g}x{b}"]), "--", label=f"{backend}: {g} GPUs x {b}")
     gpus = sorted({g for t in ips.values() for g, _ in t})
     left.set(xlabel="GPUs", ylabel="images/s", title="ResNet-18 DDP throughput (dotted: ideal)", yscale="log")
     left.set_xscale("log", base=2)
     left.set_xticks(gpus, [str(g) for g in gpus])
     left.legend(fontsize=7, ncol=2)
-    right.set(xlabel="step", ylabel="training loss (global batch)", title="same global batch, 1 GPU vs several")
+    right.set(xlabel="step", ylabel="training loss (global batch, running mean of 10)",
+              title="same global batch and batches, 1 GPU vs several")
     right.legend(fontsize=7)
     fig.tight_layout()
     path = out_dir / "resnet_ddp_scaling.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _running_mean(v: list[float], k: int = 10) -> list[float]:
+    out, acc = [], 0.0
+    for i, x in enumerate(v):
+        acc += x - (v[i - k] if i >= k else 0.0)
+        out.append(acc / min(i + 1, k))
+    return out
