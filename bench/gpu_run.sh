@@ -26,8 +26,10 @@
 #   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
 #              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
 #              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
-#   multi-gpu  on a box of several GPUs (GPUS="1 2 4"): ResNet-18 DDP scaling (eager, synthetic data) and its
-#              report, then Char-CNN data-parallel inference (Triton, batch 512 per rank; needs .data/ag_news) (~6 min)
+#   multi-gpu  on a box of several GPUs (GPUS="1 2 4", KIND=the machine kind for the rows, CIFAR10=DIR else synthetic):
+#              ResNet-18 DDP scaling (eager, triton+graph; 32-8192 per GPU) and its report, then Char-CNN data-parallel
+#              inference (triton, compile; 512-8192 per rank; needs .data/ag_news) (~15 min with a warm tuning cache:
+#              split it with GPUS over several calls)
 #   conv2d     the conv2d GPU tests (two shards in parallel), then bench.ops --op conv2d: the 11 ResNet-18 CIFAR
 #              conv shapes at batch 512 bf16 and the fused conv+bias+residual+ReLU, vs cuDNN (eager, compile)
 #              (tuning a cold cache compiles ~13 configs per shape; if the stage is cut short, rerun it: the
@@ -101,19 +103,24 @@ for stage in "$@"; do
       timeout 300 python3 -m bench.char_cnn train --no-progress $(out) 2>&1 | grep -v -i warn | tail -12
       timeout 280 python3 -m bench.char_cnn --batches 512 $(out) 2>&1 | grep -v -i warn | tail -40 ;;
     multi-gpu)
-      # NVLink multicast stays off (the machine's notes say why)
+      # NVLink multicast stays off (the machine's notes say why); CIFAR10=DIR for real data, else synthetic.
+      # The triton backend tunes each per-GPU batch on its first step (minutes on a cold cache).
       export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
       ddp=${OUT:-$(res_dir)}
-      for g in ${GPUS:-1 2 4}; do
-        timeout 200 torchrun --nproc-per-node "$g" -m bench.resnet --model resnet18 --synthetic --amp bf16 --backend eager \
-          --scaling 128,512,1024,2048 --warmup-iters 20 --bench-steps 20 --out-dir "$ddp" --no-progress 2>&1 \
-          | grep -E "^\[scaling\]|rows ->|Error"
+      data=${CIFAR10:+--data $CIFAR10}
+      for backend in eager triton+graph; do
+        for g in ${GPUS:-1 2 4}; do
+          timeout 400 torchrun --nproc-per-node "$g" -m bench.resnet --model resnet18 ${data:---synthetic} --amp bf16 \
+            --backend $backend --scaling 32,128,512,2048,8192 --warmup-iters 200 --bench-steps 30 --out-dir "$ddp" \
+            --no-progress ${KIND:+--machine $KIND} 2>&1 | grep -E "^\[scaling\]|rows ->|Error"
+        done
       done
-      python3 -m bench.resnet --scaling-report "$ddp" --out-dir "$ddp" 2>&1 | grep -v -i warn | tail -20
-      [ -f .data/char_cnn/weights.pt ] || timeout 200 python3 -m bench.char_cnn train --no-progress --out /tmp/char_cnn_train | tail -1
-      for g in ${GPUS:-1 2 4}; do
-        timeout 200 torchrun --nproc-per-node "$g" -m bench.char_cnn_dp --batch 512 --backend triton $(out) 2>&1 \
-          | grep -E "inputs_per_s|speedup|predictions_match|Error"
+      python3 -m bench.resnet --scaling-report "$ddp" --out-dir "$ddp" 2>&1 | grep -v -i warn | tail -40
+      for backend in triton compile; do
+        for g in ${GPUS:-1 2 4}; do
+          timeout 300 torchrun --nproc-per-node "$g" -m bench.char_cnn_dp --batch 512,2048,8192 --backend $backend \
+            ${KIND:+--machine $KIND} $(out) 2>&1 | grep -E "inputs_per_s|speedup|predictions_match|Error"
+        done
       done ;;
     conv2d)
       TEST_GROUPS=11 TEST_TIMEOUT=${TEST_TIMEOUT:-280} bash "$0" tests  # test_conv2d.py's group, two shards

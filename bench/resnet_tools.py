@@ -345,11 +345,12 @@ def scaling_report(args) -> int:
     df = df[(df["suite"] == "resnet_ddp") & (df["metric"] == "images_per_s") & (df["status"] == "ok")]
     ips: dict[tuple, dict[tuple[int, int], float]] = {}
     machine: dict[tuple, object] = {}
+    device: dict[tuple, str] = {}  # the report's rows carry the device the throughput was measured on
     for _, r in df.iterrows():
         p = json.loads(r["params"])
         key = (r["backend"], p.get("data"), str(r["dtype"]))
         ips.setdefault(key, {})[(int(p["gpus"] or p["processes"]), int(p["batch_per_gpu"]))] = float(r["value"])
-        machine[key] = p.get("machine")
+        machine[key], device[key] = p.get("machine"), r.get("device")
     curves: dict[tuple, dict[str, list[float]]] = {}
     for f in _curve_files(sources):
         c = json.loads(f.read_text())
@@ -362,7 +363,7 @@ def scaling_report(args) -> int:
             base = {"gpus": g, "batch_per_gpu": b, "global_batch": g * b, "data": data,
                     **({"machine": machine[key]} if machine[key] else {})}
             rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend, metric, value, "",
-                                         note=note))
+                                         note=note, device=device[key] if isinstance(device[key], str) else None))
         for (g, b), v in sorted(table.items()):
             if g > 1 and (1, b) in table:
                 row(g, b, "weak_scaling_efficiency", v / (g * table[(1, b)]),

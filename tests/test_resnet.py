@@ -337,7 +337,7 @@ def test_scaling_report(tmp_path):
 
     rows = [results.make_row("resnet_ddp", "resnet18_ddp",
                              {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10", "machine": "kind-x2"},
-                             "bf16", "eager", "images_per_s", v, "inputs/s")
+                             "bf16", "eager", "images_per_s", v, "inputs/s", device="Test GPU")
             for g, b, v in ((1, 512, 1000.0), (1, 1024, 1100.0), (2, 512, 1800.0))]
     results.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
     for world, losses in ((1, {"1x512": [2.0, 1.0], "1x1024": [2.0, 1.5, 1.2]}), (2, {"2x512": [2.2, 1.5, 9.0]})):
@@ -351,6 +351,7 @@ def test_scaling_report(tmp_path):
     assert out["loss_max_rel_diff_vs_1gpu"] == pytest.approx(6.5)  # step 3 (9.0 vs 1.2)
     assert out["loss_tail_rel_diff_vs_1gpu"] == pytest.approx(6.5)  # the last fifth: step 3
     assert all(json.loads(r["params"])["machine"] == "kind-x2" for r in report)
+    assert {r["device"] for r in report} == {"Test GPU"}  # the measured rows' device, not this machine's
     assert (tmp_path / "out" / "resnet_ddp_scaling.png").stat().st_size > 0
 
 
@@ -455,8 +456,6 @@ def _ranks_agree(tmp_path, backend: str, amp: str) -> None:
     script = tmp_path / "ranks_agree.py"
     script.write_text(DDP_RANKS_AGREE)
     env = dict(_env(), NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    if torch.cuda.is_available():
-        env["TRITON_PLAYGROUND_AUTOTUNE"] = "1"
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                           str(_free_port()), str(script), backend, amp], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=400)
