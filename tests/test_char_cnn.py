@@ -221,8 +221,9 @@ def dp_worker(rank: int, world: int, port: int, argv: list) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the gloo CPU run; GPUs use NCCL (issue: multi-GPU runs)")
 def test_data_parallel_two_gloo_processes(tmp_path):
-    """torch.distributed with 2 gloo processes: root scatters shards, both compute, root gathers (overlapped
-    and not); the gathered predictions equal a single-process run of the same model on the same inputs."""
+    """torch.distributed with 2 gloo processes, two batch sizes in one launch: root scatters shards, both
+    compute, root gathers (overlapped and not); the gathered predictions equal a single-process run of the
+    same model on the same inputs."""
     import torch.multiprocessing as mp
 
     from bench import char_cnn_dp
