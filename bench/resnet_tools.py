@@ -316,15 +316,25 @@ def scaling(args, dist: Dist) -> int:
         if dist.main:
             print(f"[scaling] {dist.world} x batch {per_gpu}: {ms:.2f} ms/step, {global_batch / ms * 1e3:.0f} images/s",
                   file=sys.stderr)
+            _save_scaling(args, backend, data.name, dist.world, rows, curves)  # after each size: a cut run keeps it
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if dist.main:
-        tag = f"scaling-{args.model}-{backend}-{dist.world}proc".replace("+", "_")
-        print(f"rows -> {results.write_rows(rows, args.out_dir, 'resnet_ddp', tag=tag)}", file=sys.stderr)
-        path = results.results_dir(args.out_dir) / f"resnet_ddp-{tag}-curves.json"
-        atomic_write_text(path, json.dumps({"backend": backend, "data": data.name, "dtype": args.amp,
-                                                    "machine": args.machine, "losses": curves}))
+        print(f"rows -> {_save_scaling(args, backend, data.name, dist.world, rows, curves)}", file=sys.stderr)
     return 0
+
+
+def _save_scaling(args, backend: str, data_name: str, world: int, rows: list[dict], curves: dict) -> Path:
+    """Merge the rows into the run's file and the loss curves into its curves file (a rerun of some
+    sizes keeps the others' curves when data, dtype and machine are the same); returns the rows' CSV path."""
+    tag = f"scaling-{args.model}-{backend}-{world}proc".replace("+", "_")
+    out = results.write_rows(rows, args.out_dir, "resnet_ddp", tag=tag)
+    path = out.parent / f"resnet_ddp-{tag}-curves.json"
+    head = {"backend": backend, "data": data_name, "dtype": args.amp, "machine": args.machine}
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    kept = old.get("losses", {}) if all(old.get(k) == v for k, v in head.items()) else {}
+    atomic_write_text(path, json.dumps({**head, "losses": {**kept, **curves}}))
+    return out
 
 
 def _curve_files(paths) -> list[Path]:

@@ -330,6 +330,13 @@ def test_sweep_profiler_and_scaling_modes(tmp_path):
     assert {json.loads(r["params"])["batch_per_gpu"] for r in rows if r["metric"] == "images_per_s"} == {8, 16}
     curves = json.loads(next((tmp_path / "s").glob("resnet_ddp-*-curves.json")).read_text())
     assert sorted(curves["losses"]) == ["1x16", "1x8"] and len(curves["losses"]["1x8"]) == 2
+    # a rerun of one size (a run cut short, then finished) keeps the other size's rows and curve
+    assert bench.resnet.main(base + ["--scaling", "8", "--bench-steps", "2", "--warmup-iters", "1",
+                                     "--out-dir", str(tmp_path / "s")]) == 0
+    curves = json.loads(next((tmp_path / "s").glob("resnet_ddp-*-curves.json")).read_text())
+    assert sorted(curves["losses"]) == ["1x16", "1x8"] and len(curves["losses"]["1x8"]) == 3
+    rows = json.loads(next((tmp_path / "s").glob("resnet_ddp-scaling-*proc.json")).read_text())
+    assert {json.loads(r["params"])["batch_per_gpu"] for r in rows if r["metric"] == "images_per_s"} == {8, 16}
 
 
 def test_scaling_report(tmp_path):
