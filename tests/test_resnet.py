@@ -6,7 +6,6 @@ gloo DDP equals one process on the same global batch, the timing / sweep / profi
 torch.compile(fullgraph=True)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,12 +34,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _env():
@@ -270,8 +263,8 @@ def test_ddp_gloo_two_processes_equal_one(tmp_path):
     are per process), same weights after 3 steps."""
     args = ["--synthetic", "--train-limit", "24", "--test-limit", "8", "--batch-size", "8", "--epochs", "1",
             "--no-batch-norm", "--data-path", "gpu", "--lr", "0.05", *TINY_ARGS]
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                          str(_free_port()), "-m", "bench.resnet", *args, "--out-dir",
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                          "-m", "bench.resnet", *args, "--out-dir",
                           str(tmp_path / "ddp")], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert bench.resnet.main(args + ["--out-dir", str(tmp_path / "one")]) == 0
@@ -287,8 +280,8 @@ def test_ddp_scaling_curves_equal_one_process(tmp_path):
     pairs them by global batch; without batch norm the two loss curves agree to rounding."""
     args = ["--synthetic", "--train-limit", "32", "--test-limit", "8", "--no-batch-norm", "--lr", "0.05",
             "--bench-steps", "2", "--warmup-iters", "2", "--machine", "cpu-x2", "--out-dir", str(tmp_path), *TINY_ARGS]
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                          str(_free_port()), "-m", "bench.resnet", *args, "--scaling", "4"],
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                          "-m", "bench.resnet", *args, "--scaling", "4"],
                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert bench.resnet.main(args + ["--scaling", "8"]) == 0
@@ -463,8 +456,8 @@ def _ranks_agree(tmp_path, backend: str, amp: str) -> None:
     script = tmp_path / "ranks_agree.py"
     script.write_text(DDP_RANKS_AGREE)
     env = dict(_env(), NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                          str(_free_port()), str(script), backend, amp], cwd=REPO, env=env,
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                          str(script), backend, amp], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stderr[-3000:]
 
