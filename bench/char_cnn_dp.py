@@ -71,7 +71,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         a.batches = [int(b) for b in (a.batch or ("3" if cpu else "512")).split(",")]
     except ValueError:
         p.error(f"--batch: expected integers separated by commas, got {a.batch!r}")
-    a.batch = a.batches[0]
     a.backend = a.backend or ("eager" if cpu else "triton")
     a.dtype = DTYPES[a.dtype or ("float32" if cpu else "bfloat16")]
     if min(a.batches) < 1 or a.shards < 1 or a.rounds < 1:
@@ -174,15 +173,14 @@ def _main(args, rank, world, device) -> int:
     fn = (lambda idx: model(idx)) if args.backend != "eager" else (lambda idx: model.forward_eager(idx))
     ok = True
     for batch in args.batches:
-        args.batch = batch
-        ok &= _measure(args, model, fn, weights_note, rank, world, device)
+        ok &= _measure(args, batch, model, fn, weights_note, rank, world, device)
     return 0 if ok else 1
 
 
-def _measure(args, model, fn, weights_note, rank, world, device) -> bool:
+def _measure(args, batch: int, model, fn, weights_note, rank, world, device) -> bool:
     """One per-rank batch size: warm-up round, timed rounds (overlapped and not), the single-process
     check and the rows (root). False if the gathered predictions differ from the single-process run."""
-    S, B, L = args.shards, args.batch, model.length
+    S, B, L = args.shards, batch, model.length
     classes = model.fc3.out_features
     data = gather_out = None
     input_note = ""
@@ -217,7 +215,7 @@ def _measure(args, model, fn, weights_note, rank, world, device) -> bool:
             torch.save({"gathered": gathered.cpu(), "single": single.cpu(), "indices": data.reshape(-1, L).cpu()},
                        args.dump)
     note = f"{weights_note}; input {input_note}; {'nccl' if device.type == 'cuda' else 'gloo'}"
-    rows = _rows(args, world, timings, stages, match, note, S * world * B)
+    rows = _rows(args, B, world, timings, stages, match, note, S * world * B)
     _print(rows)
     if not args.no_write:
         path = results.write_rows(rows, args.out, SUITE)
@@ -239,8 +237,8 @@ def _gather_stage_means(stage_ms: list, world: int, device) -> torch.Tensor | No
     return torch.stack(out).cpu() if out is not None else None
 
 
-def _rows(args, world, timings, stages, match, note, per_round) -> list[dict]:
-    base = {"gpus": world, "batch": args.batch, "shards": args.shards, "backend": args.backend,
+def _rows(args, batch: int, world, timings, stages, match, note, per_round) -> list[dict]:
+    base = {"gpus": world, "batch": batch, "shards": args.shards, "backend": args.backend,
             **({"machine": args.machine} if args.machine else {})}
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []

@@ -281,7 +281,9 @@ def scaling(args, dist: Dist) -> int:
     allreduce = _allreduce_ms(numel, grad_dtype, device)
     rows, curves, backend = [], {}, args.backends[0]
     timed = args.bench_steps or 20
-    for per_gpu in [int(v) for v in args.scaling.split(",")]:
+
+    def measure(per_gpu: int) -> None:
+        """Rows (and the loss curve) of one per-GPU batch size."""
         global_batch = per_gpu * dist.world
         params = dict(base_params(args, data.name, device, dist.world), batch=global_batch, batch_per_gpu=per_gpu,
                       global_batch=global_batch, data_path="gpu", timed_steps=timed, warmup_steps=args.warmup_iters)
@@ -294,7 +296,7 @@ def scaling(args, dist: Dist) -> int:
                                            args.seed, device, dist.rank, dist.world, channels_last=args.channels_last)
             if loader.steps == 0:
                 row("images_per_s", None, "inputs/s", status="unsupported", note="global batch > training set")
-                continue
+                return
             model, forward = build_model(args, backend, device, dist)
             model.load_state_dict(init)
             trainer = Trainer(args, model, forward, device, 10**6)
@@ -305,8 +307,10 @@ def scaling(args, dist: Dist) -> int:
             del trainer, model, forward, batches
         except torch.cuda.OutOfMemoryError as e:
             row("images_per_s", None, "inputs/s", status="oom", note=str(e)[:200])
-            torch.cuda.empty_cache()
-            continue
+            return
+        finally:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         ms = median(times)
         row("step_ms", ms, "ms", p20=quantile(times, 0.2), p80=quantile(times, 0.8))
         row("images_per_s", global_batch / ms * 1e3, "inputs/s")
@@ -316,11 +320,14 @@ def scaling(args, dist: Dist) -> int:
         if dist.main:
             print(f"[scaling] {dist.world} x batch {per_gpu}: {ms:.2f} ms/step, {global_batch / ms * 1e3:.0f} images/s",
                   file=sys.stderr)
-            _save_scaling(args, backend, data.name, dist.world, rows, curves)  # after each size: a cut run keeps it
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    if dist.main:
-        print(f"rows -> {_save_scaling(args, backend, data.name, dist.world, rows, curves)}", file=sys.stderr)
+
+    path = None
+    for per_gpu in [int(v) for v in args.scaling.split(",")]:
+        measure(per_gpu)
+        if dist.main:  # after each size: a run cut short keeps what it finished
+            path = _save_scaling(args, backend, data.name, dist.world, rows, curves)
+    if path is not None:
+        print(f"rows -> {path}", file=sys.stderr)
     return 0
 
 
@@ -382,19 +389,17 @@ def scaling_report(args) -> int:
                 row(g, b, "strong_scaling_efficiency", v / (g * table[(1, g * b)]),
                     f"ips({g}, {b}) / ({g} * ips(1, {g * b})): global batch {g * b} fixed")
         losses = curves.get(key, {})
-        for name, curve in sorted(losses.items()):
-            g, b = (int(v) for v in name.split("x"))
-            one = losses.get(f"1x{g * b}")
-            if g > 1 and one:
-                n = min(len(one), len(curve))
-                diffs = [abs(a - e) / max(abs(e), 1e-12) for a, e in zip(curve[:n], one[:n])]
-                pair = f"{g} GPUs x {b} vs 1 GPU x {g * b} (batch-norm statistics are per GPU)"
-                row(g, b, "loss_max_rel_diff_vs_1gpu", max(diffs),
-                    f"largest relative difference of the global-batch loss over {n} steps, {pair}")
-                tail = max(1, n // 5)
-                mean_g, mean_1 = sum(curve[n - tail:n]) / tail, sum(one[n - tail:n]) / tail
-                row(g, b, "loss_tail_rel_diff_vs_1gpu", abs(mean_g - mean_1) / max(abs(mean_1), 1e-12),
-                    f"relative difference of the mean loss over steps {n - tail}..{n - 1}, {pair}")
+        for g, b in _curve_pairs(losses):
+            curve, one = losses[f"{g}x{b}"], losses[f"1x{g * b}"]
+            n = min(len(one), len(curve))
+            diffs = [abs(a - e) / max(abs(e), 1e-12) for a, e in zip(curve[:n], one[:n])]
+            pair = f"{g} GPUs x {b} vs 1 GPU x {g * b} (batch-norm statistics are per GPU)"
+            row(g, b, "loss_max_rel_diff_vs_1gpu", max(diffs),
+                f"largest relative difference of the global-batch loss over {n} steps, {pair}")
+            tail = max(1, n // 5)
+            mean_g, mean_1 = sum(curve[n - tail:n]) / tail, sum(one[n - tail:n]) / tail
+            row(g, b, "loss_tail_rel_diff_vs_1gpu", abs(mean_g - mean_1) / max(abs(mean_1), 1e-12),
+                f"relative difference of the mean loss over steps {n - tail}..{n - 1}, {pair}")
     for r in rows:
         p = json.loads(r["params"])
         print(f"{r['backend']:<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
@@ -423,8 +428,7 @@ def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
             if (1, b) in table:
                 left.plot([g for g, _ in pts], [g * table[(1, b)] for g, _ in pts], ":", color=line.get_color())
         losses = curves.get((backend, data, dtype), {})
-        pairs = [(int(k.split("x")[0]), int(k.split("x")[1])) for k in losses]
-        pairs = [(g, b) for g, b in pairs if g > 1 and f"1x{g * b}" in losses]
+        pairs = _curve_pairs(losses)
         if pairs:  # the largest world size at its largest global batch
             g, b = max(pairs)
             right.plot(_running_mean(losses[f"1x{g * b}"]), label=f"{backend}: 1 GPU x {g * b}")
@@ -442,6 +446,12 @@ def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _curve_pairs(losses: dict) -> list[tuple[int, int]]:
+    """(g, b) for every curve of g > 1 GPUs x b images whose one-GPU twin (1 x g*b) is there too, sorted."""
+    pairs = sorted(tuple(int(v) for v in name.split("x")) for name in losses)
+    return [(g, b) for g, b in pairs if g > 1 and f"1x{g * b}" in losses]
 
 
 def _running_mean(v: list[float], k: int = 10) -> list[float]:
