@@ -57,8 +57,10 @@ DEFAULT_LR = {"sgd": 0.1, "sgd-nesterov": 0.1, "adagrad": 0.01, "adadelta": 1.0,
 AMP = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 STUDY_EPOCH_S = 18.07  # one V100, batch 512 (the profiling study's figure), quoted beside ours
 # "+graph": the model's forward and backward captured in CUDA graphs (torch.cuda.make_graphed_callables;
-# the optimiser step stays eager); "compile+graph" is torch.compile(mode="reduce-overhead")
-RUN_BACKENDS = BACKENDS + ("eager+graph", "triton+graph", "compile+graph")
+# the optimiser step stays eager); "compile+graph" is torch.compile(mode="reduce-overhead"); "+stepgraph":
+# forward, loss and backward in one CUDA graph, DDP's all-reduces included (StepGraph)
+RUN_BACKENDS = BACKENDS + ("eager+graph", "triton+graph", "compile+graph", "eager+stepgraph", "triton+stepgraph")
+STEP_GRAPH_WARMUP = 11  # eager steps before a "+stepgraph" capture (DDP's first iterations must run eagerly)
 CALIBRATION_GEMM = 4096  # --profile-one-step ends its profiled range with one n^3 bf16 GEMM (2 n^3 FLOPs)
 
 
@@ -197,6 +199,51 @@ class GraphedModel:
         return self.graphed(x)
 
 
+class StepGraph:
+    """Forward, loss and backward of a training step replayed from one CUDA graph (the "+stepgraph" backends).
+    Under DDP the gradient all-reduces are captured too, so they overlap the backward and cost no host time.
+
+    The first STEP_GRAPH_WARMUP calls run eagerly on the capture stream (tuning, DDP's first iterations: DDP
+    is built on that stream too); the next one captures and replays, later ones copy the batch into the
+    captured inputs and replay. The graph zeroes the gradients and the backward accumulates into them, so
+    every ``.grad`` keeps its memory; the optimiser, scaler and scheduler run eagerly after each replay."""
+
+    def __init__(self, module, stream: torch.cuda.Stream) -> None:
+        self.module, self.stream = module, stream
+        self.calls, self.graph = 0, None
+        self.inputs = self.outputs = None
+
+    def __call__(self, trainer: "Trainer", x: torch.Tensor, y: torch.Tensor):
+        """(logits, loss) of this step's batch, its gradients in every ``.grad``."""
+        current = torch.cuda.current_stream(x.device)
+        if self.graph is None:
+            self.stream.wait_stream(current)
+            self.calls += 1
+            if self.calls <= STEP_GRAPH_WARMUP:
+                with torch.cuda.stream(self.stream):
+                    out = trainer.forward_backward(self.module, x, y, set_to_none=False)
+                current.wait_stream(self.stream)
+                return out
+            self.inputs = (x.clone(), y.clone())
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=self.stream):
+                self.outputs = trainer.forward_backward(self.module, *self.inputs, set_to_none=False)
+        else:
+            for static, new in zip(self.inputs, (x, y)):
+                if new.shape != static.shape or new.dtype != static.dtype:
+                    raise ValueError(f"a +stepgraph backend replays the batch shape it captured, "
+                                     f"{tuple(static.shape)} {static.dtype}; got {tuple(new.shape)} {new.dtype}")
+                static.copy_(new)
+        self.graph.replay()
+        out, loss = self.outputs
+        return out, loss.clone()  # the captured loss tensor is overwritten by the next replay
+
+
+def graph_stream(device) -> torch.cuda.Stream:
+    """A new side stream for one StepGraph (DDP must be built on the stream its graph is captured on)."""
+    return torch.cuda.Stream(device)
+
+
 def wrap_ddp(model, args, dist: Dist, device):
     """DistributedDataParallel with gradient_as_bucket_view and static_graph, optionally bf16-compressed."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -212,12 +259,13 @@ def wrap_ddp(model, args, dist: Dist, device):
 
 def build_model(args, backend: str, device, dist: Dist | None = None):
     """(raw model, the callable to train: DDP, torch.compile and CUDA-graph wrappers applied). Under DDP,
-    "+graph" captures the model alone and DDP wraps the graphed module (GraphedModel); "compile+graph"
-    needs one process."""
+    "+graph" captures the model alone and DDP wraps the graphed module (GraphedModel), "+stepgraph" builds
+    DDP on the capture stream of a StepGraph; "compile+graph" needs one process."""
+    step_graph = backend.endswith("+stepgraph")
     graph = backend.endswith("+graph")
-    base = backend[: -len("+graph")] if graph else backend
+    base = backend.rsplit("+", 1)[0] if graph or step_graph else backend
     ddp = dist is not None and dist.world > 1
-    if graph and (device.type != "cuda" or (ddp and base == "compile")):
+    if (graph or step_graph) and (device.type != "cuda" or (ddp and base == "compile")):
         raise SystemExit(f"--backend {backend}: CUDA graphs need a CUDA device"
                          + (" (and one process for compile+graph)" if ddp else ""))
     model = new_model(args, base).to(device)
@@ -225,11 +273,15 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
         model = model.to(memory_format=torch.channels_last)
     if ddp and not graph:
         # one cast node for every conv weight would hand DDP all their gradients at the end of the backward,
-        # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP (a graphed
-        # backward hands over every gradient at its end anyway, so the graphed backends keep the one launch)
+        # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP (the model-only
+        # graph hands over every gradient at its end anyway, so "+graph" keeps the one launch)
         model.one_launch_prologue = False
     if graph and base != "compile":
         return model, GraphedModel(model, AMP[args.amp], (lambda m: wrap_ddp(m, args, dist, device)) if ddp else None)
+    if step_graph:
+        stream = graph_stream(device)
+        with torch.cuda.stream(stream):
+            return model, StepGraph(wrap_ddp(model, args, dist, device) if ddp else model, stream)
     wrapped = wrap_ddp(model, args, dist, device) if ddp else model
     if base.endswith("compile"):
         mode = "reduce-overhead" if graph else args.compile_mode
@@ -265,17 +317,26 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, args.warmup))
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp is torch.float16)
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-        self.autocast_cache = not isinstance(forward, GraphedModel)  # graphs need the autocast cache off
+        # graphs need the autocast cache off
+        self.autocast_cache = not isinstance(forward, (GraphedModel, StepGraph))
+
+    def forward_backward(self, module, x, y, set_to_none: bool = True):
+        """(logits, loss) of ``module`` on a batch, the gradients of the (scaled) loss in every ``.grad``."""
+        with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None,
+                            cache_enabled=self.autocast_cache):
+            out = module(x)
+            loss = self.criterion(out, y)
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        self.scaler.scale(loss).backward()
+        return out, loss
 
     def step(self, x, y):
         """One optimiser step in training mode (evaluate() restores it); returns (loss, number correct) as
         device tensors (no host sync)."""
-        with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None,
-                            cache_enabled=self.autocast_cache):
-            out = self.forward(x)
-            loss = self.criterion(out, y)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        if isinstance(self.forward, StepGraph):
+            out, loss = self.forward(self, x, y)
+        else:
+            out, loss = self.forward_backward(self.forward, x, y)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()

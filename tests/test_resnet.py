@@ -362,6 +362,10 @@ def test_bad_arguments():
         bench.resnet.parse_args(["--backend", "eager,triton"])  # several backends are for --bench-steps
     with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--widths", "4,8"])
+    if not torch.cuda.is_available():
+        for backend in ("triton+graph", "triton+stepgraph"):
+            with pytest.raises(SystemExit, match="CUDA graphs need a CUDA device"):
+                bench.resnet.build_model(bench.resnet.parse_args(["--backend", backend]), backend, torch.device("cpu"))
     a = bench.resnet.parse_args(["--optimizer", "adadelta", "--amp"])
     assert a.lr == 1.0 and a.amp == "bf16"
     f = bench.resnet.warmup_cosine(10, 2)
@@ -427,17 +431,46 @@ def test_gpu_triton_model_compiles_fullgraph():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["eager", "triton"])
+def test_gpu_step_graph_equals_eager_calls(backend):
+    """"+stepgraph" (eager steps, then one captured step, then replays) trains as the same backend's eager calls:
+    same losses and weights over the warm-up, the capture's step and the replays (fp32, cuDNN deterministic)."""
+    deterministic = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True
+    try:
+        runs = []
+        for name in (backend, backend + "+stepgraph"):
+            args = bench.resnet.parse_args(["--widths", "8,16,16,32", "--backend", name, "--lr", "0.05"])
+            torch.manual_seed(0)
+            model, forward = bench.resnet.build_model(args, name, torch.device("cuda"))
+            trainer = bench.resnet.Trainer(args, model, forward, torch.device("cuda"), 100)
+            g = torch.Generator(device="cuda").manual_seed(1)
+            losses = []
+            for _ in range(bench.resnet.STEP_GRAPH_WARMUP + 4):
+                x = torch.randn(16, 3, 32, 32, device="cuda", generator=g).contiguous(memory_format=torch.channels_last)
+                losses.append(trainer.step(x, torch.randint(0, 10, (16,), device="cuda", generator=g))[0])
+            runs.append((torch.stack(losses), [p.detach().clone() for p in model.parameters()]))
+        (eager_losses, eager_weights), (graph_losses, graph_weights) = runs
+        torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-5, atol=1e-6)
+        for a, b in zip(graph_weights, eager_weights):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    finally:
+        torch.backends.cudnn.deterministic = deterministic
+
+
 DDP_RANKS_AGREE = """
 import sys, torch, torch.distributed
 import bench.resnet as br
 args = br.parse_args(["--widths", "8,16,16,32", "--backend", sys.argv[1], "--amp", sys.argv[2], "--lr", "0.05"])
+steps = br.STEP_GRAPH_WARMUP + 3 if sys.argv[1].endswith("+stepgraph") else 4  # replays too
 dist = br.Dist()
 torch.manual_seed(0)
 model, forward = br.build_model(args, args.backends[0], dist.device, dist)
 start = [p.detach().clone() for p in model.parameters()]
 trainer = br.Trainer(args, model, forward, dist.device, 100)
 g = torch.Generator(device=dist.device).manual_seed(1 + dist.rank)  # each rank its own images
-for _ in range(4):
+for _ in range(steps):
     x = torch.randn(16, 3, 32, 32, device=dist.device, generator=g)
     x = x.contiguous(memory_format=torch.channels_last) if args.channels_last else x
     trainer.step(x, torch.randint(0, 10, (16,), device=dist.device, generator=g))
@@ -468,7 +501,8 @@ def test_ddp_gloo_ranks_agree(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DDP over NCCL needs two GPUs")
-@pytest.mark.parametrize("backend", ["eager+graph", "triton+graph"])
+@pytest.mark.parametrize("backend", ["eager+graph", "triton+graph", "eager+stepgraph", "triton+stepgraph"])
 def test_gpu_ddp_graphed_ranks_agree(tmp_path, backend):
-    """The graphed backends under DDP (the module captured, then wrapped; batch norm, bf16)."""
+    """The graphed backends under DDP (batch norm, bf16): "+graph" captures the module, then DDP wraps it;
+    "+stepgraph" captures forward, loss, backward and DDP's all-reduces in one graph."""
     _ranks_agree(tmp_path, backend, "bf16")
