@@ -111,6 +111,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--scaling", nargs="?", const="32,128,512,2048,8192", default=None, help="per-GPU batch sizes")
     a("--scaling-report", nargs="*", default=None, help="rows (CSV files or dirs) of --scaling runs")
     a("--ddp-bf16-compress", action="store_true", help="bf16 gradient compression hook (DDP)")
+    a("--ddp-bucket-mb", type=float, default=None, help="DDP's bucket_cap_mb (default DDP's 25); at least the "
+      "gradients' size: one all-reduce after the backward (and the one-launch prologue kept)")
     a("--machine", default=None, help="the machine kind, recorded in every row's params (e.g. nvidia-h100-x4)")
     a("--no-cudnn-benchmark", action="store_true", help="keep cuDNN's heuristic algorithm choice")
     a("--no-progress", action="store_true")
@@ -249,7 +251,8 @@ def wrap_ddp(model, args, dist: Dist, device):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     wrapped = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None,
-                  gradient_as_bucket_view=True, static_graph=True)
+                  gradient_as_bucket_view=True, static_graph=True,
+                  **({"bucket_cap_mb": args.ddp_bucket_mb} if args.ddp_bucket_mb else {}))
     if args.ddp_bf16_compress:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -271,10 +274,13 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
     model = new_model(args, base).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if ddp and not graph:
+    one_bucket = args.ddp_bucket_mb is not None and args.ddp_bucket_mb * 2**20 >= 4 * sum(
+        p.numel() for p in model.parameters())
+    if ddp and not graph and not one_bucket:
         # one cast node for every conv weight would hand DDP all their gradients at the end of the backward,
         # leaving no all-reduce to overlap with it: each layer casts its own weight under DDP (the model-only
-        # graph hands over every gradient at its end anyway, so "+graph" keeps the one launch)
+        # graph hands over every gradient at its end anyway, so "+graph" keeps the one launch, as does a
+        # bucket that holds every gradient)
         model.one_launch_prologue = False
     if graph and base != "compile":
         return model, GraphedModel(model, AMP[args.amp], (lambda m: wrap_ddp(m, args, dist, device)) if ddp else None)
@@ -601,7 +607,8 @@ def base_params(args, data_name: str, device, world: int = 1) -> dict:
     return {**widths, "batch": args.batch_size, "data": data_name, "amp": args.amp, "channels_last": args.channels_last,
             "data_path": data_path(args, device), "gpus": world if device.type == "cuda" else 0,
             "processes": world, "no_batch_norm": args.no_batch_norm,
-            **({"machine": args.machine} if args.machine else {})}
+            **({"machine": args.machine} if args.machine else {}),
+            **({"ddp_bucket_mb": args.ddp_bucket_mb} if args.ddp_bucket_mb and world > 1 else {})}
 
 
 def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Dist) -> list[dict]:

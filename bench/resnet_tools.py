@@ -334,10 +334,12 @@ def scaling(args, dist: Dist) -> int:
 def _save_scaling(args, backend: str, data_name: str, world: int, rows: list[dict], curves: dict) -> Path:
     """Merge the rows into the run's file and the loss curves into its curves file (a rerun of some
     sizes keeps the others' curves when data, dtype and machine are the same); returns the rows' CSV path."""
-    tag = f"scaling-{args.model}-{backend}-{world}proc".replace("+", "_")
+    bucket = f"-bucket{args.ddp_bucket_mb:g}mb" if args.ddp_bucket_mb and world > 1 else ""  # (no DDP: none)
+    tag = f"scaling-{args.model}-{backend}{bucket}-{world}proc".replace("+", "_")
     out = results.write_rows(rows, args.out_dir, "resnet_ddp", tag=tag)
     path = out.parent / f"resnet_ddp-{tag}-curves.json"
-    head = {"backend": backend, "data": data_name, "dtype": args.amp, "machine": args.machine}
+    head = {"backend": backend, "data": data_name, "dtype": args.amp, "machine": args.machine,
+            **({"ddp_bucket_mb": args.ddp_bucket_mb} if bucket else {})}
     old = json.loads(path.read_text()) if path.is_file() else {}
     kept = old.get("losses", {}) if all(old.get(k) == v for k, v in head.items()) else {}
     atomic_write_text(path, json.dumps({**head, "losses": {**kept, **curves}}))
@@ -365,20 +367,27 @@ def scaling_report(args) -> int:
     device: dict[tuple, str] = {}  # the report's rows carry the device the throughput was measured on
     for _, r in df.iterrows():
         p = json.loads(r["params"])
-        key = (r["backend"], p.get("data"), str(r["dtype"]))
+        key = (r["backend"], p.get("data"), str(r["dtype"]), p.get("ddp_bucket_mb"))
         ips.setdefault(key, {})[(int(p["gpus"] or p["processes"]), int(p["batch_per_gpu"]))] = float(r["value"])
         machine[key], device[key] = p.get("machine"), r.get("device")
     curves: dict[tuple, dict[str, list[float]]] = {}
     for f in _curve_files(sources):
         c = json.loads(f.read_text())
-        curves.setdefault((c["backend"], c["data"], str(c["dtype"])), {}).update(c["losses"])
+        curves.setdefault((c["backend"], c["data"], str(c["dtype"]), c.get("ddp_bucket_mb")), {}).update(c["losses"])
+    for key in [k for k in ips if k[3] is not None]:  # one process has no DDP bucket: its rows serve every size
+        plain = key[:3] + (None,)
+        ips[key] = {**{gb: v for gb, v in ips.get(plain, {}).items() if gb[0] == 1}, **ips[key]}
+        machine.setdefault(key, machine.get(plain))
+        one_gpu = {n: c for n, c in curves.get(plain, {}).items() if n.startswith("1x")}
+        curves[key] = {**one_gpu, **curves.get(key, {})}
     rows = []
     for key, table in ips.items():
-        backend, data, dtype = key
+        backend, data, dtype, bucket = key
 
         def row(g, b, metric, value, note):
             base = {"gpus": g, "batch_per_gpu": b, "global_batch": g * b, "data": data,
-                    **({"machine": machine[key]} if machine[key] else {})}
+                    **({"machine": machine[key]} if machine[key] else {}),
+                    **({"ddp_bucket_mb": bucket} if bucket else {})}
             rows.append(results.make_row("resnet_ddp", f"{args.model}_ddp", base, dtype, backend, metric, value, "",
                                          note=note, device=device[key] if isinstance(device[key], str) else None))
         for (g, b), v in sorted(table.items()):
@@ -402,7 +411,8 @@ def scaling_report(args) -> int:
                 f"relative difference of the mean loss over steps {n - tail}..{n - 1}, {pair}")
     for r in rows:
         p = json.loads(r["params"])
-        print(f"{r['backend']:<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
+        bucket = f" (bucket {p['ddp_bucket_mb']:g} MB)" if p.get("ddp_bucket_mb") else ""
+        print(f"{r['backend'] + bucket:<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
               + (f"{100 * r['value']:.1f}%" if "efficiency" in r["metric"] else f"{r['value']:.4f}"))
     if not rows:
         print("no pairs of 1-GPU and multi-GPU images_per_s rows found", file=sys.stderr)
@@ -421,18 +431,19 @@ def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for (backend, data, dtype), table in sorted(ips.items()):
+    for (backend, data, dtype, bucket), table in sorted(ips.items(), key=lambda kv: str(kv[0])):
+        name = backend + (f" (bucket {bucket:g} MB)" if bucket else "")
         for b in sorted({b for _, b in table}):
             pts = sorted((g, v) for (g, bb), v in table.items() if bb == b)
-            line, = left.plot([g for g, _ in pts], [v for _, v in pts], "o-", label=f"{backend}, {b}/GPU")
+            line, = left.plot([g for g, _ in pts], [v for _, v in pts], "o-", label=f"{name}, {b}/GPU")
             if (1, b) in table:
                 left.plot([g for g, _ in pts], [g * table[(1, b)] for g, _ in pts], ":", color=line.get_color())
-        losses = curves.get((backend, data, dtype), {})
+        losses = curves.get((backend, data, dtype, bucket), {})
         pairs = _curve_pairs(losses)
         if pairs:  # the largest world size at its largest global batch
             g, b = max(pairs)
-            right.plot(_running_mean(losses[f"1x{g * b}"]), label=f"{backend}: 1 GPU x {g * b}")
-            right.plot(_running_mean(losses[f"{g}x{b}"]), "--", label=f"{backend}: {g} GPUs x {b}")
+            right.plot(_running_mean(losses[f"1x{g * b}"]), label=f"{name}: 1 GPU x {g * b}")
+            right.plot(_running_mean(losses[f"{g}x{b}"]), "--", label=f"{name}: {g} GPUs x {b}")
     gpus = sorted({g for t in ips.values() for g, _ in t})
     left.set(xlabel="GPUs", ylabel="images/s", title="ResNet-18 DDP throughput (dotted: ideal)", yscale="log")
     left.set_xscale("log", base=2)

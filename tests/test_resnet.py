@@ -339,12 +339,20 @@ def test_scaling_report(tmp_path):
                              {"gpus": g, "processes": g, "batch_per_gpu": b, "data": "cifar10", "machine": "kind-x2"},
                              "bf16", "eager", "images_per_s", v, "inputs/s", device="Test GPU")
             for g, b, v in ((1, 512, 1000.0), (1, 1024, 1100.0), (2, 512, 1800.0))]
+    # another DDP bucket size: its own efficiencies, against the same one-process rows
+    rows.append(results.make_row("resnet_ddp", "resnet18_ddp", {"gpus": 2, "processes": 2, "batch_per_gpu": 512,
+                                 "data": "cifar10", "machine": "kind-x2", "ddp_bucket_mb": 100}, "bf16", "eager",
+                                 "images_per_s", 1900.0, "inputs/s", device="Test GPU"))
     results.write_rows(rows, tmp_path, "resnet_ddp", tag="x")
     for world, losses in ((1, {"1x512": [2.0, 1.0], "1x1024": [2.0, 1.5, 1.2]}), (2, {"2x512": [2.2, 1.5, 9.0]})):
         (tmp_path / f"resnet_ddp-scaling-{world}proc-curves.json").write_text(json.dumps(
             {"backend": "eager", "data": "cifar10", "dtype": "bf16", "machine": "kind-x2", "losses": losses}))
     assert bench.resnet.main(["--scaling-report", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 0
     report = json.loads((tmp_path / "out" / "resnet_ddp-scaling-report.json").read_text())
+    bucket = {r["metric"]: r["value"] for r in report if json.loads(r["params"]).get("ddp_bucket_mb") == 100}
+    assert bucket["weak_scaling_efficiency"] == pytest.approx(0.95)
+    assert bucket["strong_scaling_efficiency"] == pytest.approx(1900 / 2200)
+    report = [r for r in report if "ddp_bucket_mb" not in json.loads(r["params"])]
     out = {r["metric"]: r["value"] for r in report}
     assert out["weak_scaling_efficiency"] == pytest.approx(0.9)
     assert out["strong_scaling_efficiency"] == pytest.approx(1800 / 2200)
