@@ -207,8 +207,9 @@ class StepGraph:
 
     The first STEP_GRAPH_WARMUP calls run eagerly on the capture stream (tuning, DDP's first iterations: DDP
     is built on that stream too); the next one captures and replays, later ones copy the batch into the
-    captured inputs and replay. The graph zeroes the gradients and the backward accumulates into them, so
-    every ``.grad`` keeps its memory; the optimiser, scaler and scheduler run eagerly after each replay."""
+    captured inputs and replay. The gradients are set to None before the capture, so the captured backward
+    allocates them (DDP: its buckets) and every replay rewrites that memory, which ``.grad`` keeps; the
+    optimiser, scaler and scheduler run eagerly after each replay."""
 
     def __init__(self, module, stream: torch.cuda.Stream) -> None:
         self.module, self.stream = module, stream
@@ -223,13 +224,14 @@ class StepGraph:
             self.calls += 1
             if self.calls <= STEP_GRAPH_WARMUP:
                 with torch.cuda.stream(self.stream):
-                    out = trainer.forward_backward(self.module, x, y, set_to_none=False)
+                    out = trainer.forward_backward(self.module, x, y)
                 current.wait_stream(self.stream)
                 return out
             self.inputs = (x.clone(), y.clone())
             self.graph = torch.cuda.CUDAGraph()
+            trainer.optimizer.zero_grad(set_to_none=True)  # freed outside the capture
             with torch.cuda.graph(self.graph, stream=self.stream):
-                self.outputs = trainer.forward_backward(self.module, *self.inputs, set_to_none=False)
+                self.outputs = trainer.forward_backward(self.module, *self.inputs)
         else:
             for static, new in zip(self.inputs, (x, y)):
                 if new.shape != static.shape or new.dtype != static.dtype:
@@ -326,13 +328,13 @@ class Trainer:
         # graphs need the autocast cache off
         self.autocast_cache = not isinstance(forward, (GraphedModel, StepGraph))
 
-    def forward_backward(self, module, x, y, set_to_none: bool = True):
+    def forward_backward(self, module, x, y):
         """(logits, loss) of ``module`` on a batch, the gradients of the (scaled) loss in every ``.grad``."""
         with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None,
                             cache_enabled=self.autocast_cache):
             out = module(x)
             loss = self.criterion(out, y)
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         return out, loss
 
