@@ -39,6 +39,7 @@ import random
 import signal
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +170,8 @@ class Dist:
 
     def close(self) -> None:
         if self.world > 1 and torch.distributed.is_initialized():
+            for graph in list(_STEP_GRAPHS):  # a live graph with captured collectives hangs the teardown
+                graph.release()
             torch.distributed.destroy_process_group()
 
 
@@ -215,6 +218,14 @@ class StepGraph:
         self.module, self.stream = module, stream
         self.calls, self.graph = 0, None
         self.inputs = self.outputs = None
+        _STEP_GRAPHS.add(self)
+
+    def release(self) -> None:
+        """Free the graph (Dist.close calls this before the process group goes); a later call captures anew."""
+        if self.graph is not None:
+            torch.cuda.synchronize(self.inputs[0].device)
+            self.graph.reset()
+        self.graph = self.inputs = self.outputs = None
 
     def __call__(self, trainer: "Trainer", x: torch.Tensor, y: torch.Tensor):
         """(logits, loss) of this step's batch, its gradients in every ``.grad``."""
@@ -241,6 +252,9 @@ class StepGraph:
         self.graph.replay()
         out, loss = self.outputs
         return out, loss.clone()  # the captured loss tensor is overwritten by the next replay
+
+
+_STEP_GRAPHS: "weakref.WeakSet[StepGraph]" = weakref.WeakSet()  # the live ones (see Dist.close)
 
 
 def graph_stream(device) -> torch.cuda.Stream:
