@@ -27,7 +27,7 @@
 #              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
 #              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
 #   multi-gpu  on a box of several GPUs (GPUS="1 2 4", KIND=the machine kind for the rows, CIFAR10=DIR else synthetic):
-#              ResNet-18 DDP scaling (eager, triton+graph; 32-8192 per GPU) and its report, then Char-CNN data-parallel
+#              ResNet-18 DDP scaling (eager, triton+graph, triton+stepgraph; 32-8192 per GPU) and its report, then Char-CNN data-parallel
 #              inference (triton, compile; 512-8192 per rank; needs .data/ag_news) (~15 min with a warm tuning cache:
 #              split it with GPUS over several calls)
 #   conv2d     the conv2d GPU tests (two shards in parallel), then bench.ops --op conv2d: the 11 ResNet-18 CIFAR
@@ -108,7 +108,8 @@ for stage in "$@"; do
       export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
       ddp=${OUT:-$(res_dir)}
       data=${CIFAR10:+--data $CIFAR10}
-      for backend in eager triton+graph; do
+      # triton+stepgraph: forward, loss, backward and one all-reduce (a bucket holding every gradient) in one graph
+      for backend in eager triton+graph "triton+stepgraph --ddp-bucket-mb 1000"; do
         for g in ${GPUS:-1 2 4}; do
           timeout 400 torchrun --nproc-per-node "$g" -m bench.resnet --model resnet18 ${data:---synthetic} --amp bf16 \
             --backend $backend --scaling 32,128,512,2048,8192 --warmup-iters 200 --bench-steps 30 --out-dir "$ddp" \

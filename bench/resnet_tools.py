@@ -12,7 +12,9 @@ and written to <out-dir>/resnet-steps-curves.json.
 GPU-resident data), images/s, the epoch time, and the time of one all-reduce of the model's gradient
 volume (NCCL, timed alone); the loss of every step (warm-up and timed) goes to
 resnet_ddp-scaling-<model>-<backend>-<N>proc-curves.json. Under DDP the "+graph" backends replay the
-model's forward and backward from CUDA graphs and all-reduce after the backward. --scaling-report ROWS...:
+model's forward and backward from CUDA graphs and all-reduce after the backward; the "+stepgraph" ones replay
+forward, loss, backward and the all-reduces from one graph (--ddp-bucket-mb: DDP's bucket size, kept apart in
+the rows and the report). --scaling-report ROWS...:
 strong-scaling efficiency ips(g, G/g) / (g * ips(1, G)) at a fixed global batch G, weak-scaling efficiency
 ips(g, b) / (g * ips(1, b)) at a fixed per-GPU batch b (the seed study's fixed-epoch scaling), the loss
 curves of g GPUs x b against one GPU x g*b, and resnet_ddp_scaling.png.
