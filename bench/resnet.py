@@ -206,7 +206,8 @@ class GraphedModel:
 
 class StepGraph:
     """Forward, loss and backward of a training step replayed from one CUDA graph (the "+stepgraph" backends).
-    Under DDP the gradient all-reduces are captured too, so they overlap the backward and cost no host time.
+    Under DDP the gradient all-reduces are captured too: no host launches, and with DDP's default buckets
+    they overlap the backward (one bucket: one all-reduce at its end, see --ddp-bucket-mb).
 
     The first STEP_GRAPH_WARMUP calls run eagerly on the capture stream (tuning, DDP's first iterations: DDP
     is built on that stream too); the next one captures and replays, later ones copy the batch into the
@@ -257,11 +258,6 @@ class StepGraph:
 _STEP_GRAPHS: "weakref.WeakSet[StepGraph]" = weakref.WeakSet()  # the live ones (see Dist.close)
 
 
-def graph_stream(device) -> torch.cuda.Stream:
-    """A new side stream for one StepGraph (DDP must be built on the stream its graph is captured on)."""
-    return torch.cuda.Stream(device)
-
-
 def wrap_ddp(model, args, dist: Dist, device):
     """DistributedDataParallel with gradient_as_bucket_view and static_graph, optionally bf16-compressed."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -300,8 +296,8 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
         model.one_launch_prologue = False
     if graph and base != "compile":
         return model, GraphedModel(model, AMP[args.amp], (lambda m: wrap_ddp(m, args, dist, device)) if ddp else None)
-    if step_graph:
-        stream = graph_stream(device)
+    if step_graph:  # DDP is built on the stream its graph is captured on
+        stream = torch.cuda.Stream(device)
         with torch.cuda.stream(stream):
             return model, StepGraph(wrap_ddp(model, args, dist, device) if ddp else model, stream)
     wrapped = wrap_ddp(model, args, dist, device) if ddp else model

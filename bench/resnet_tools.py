@@ -379,7 +379,6 @@ def scaling_report(args) -> int:
     for key in [k for k in ips if k[3] is not None]:  # one process has no DDP bucket: its rows serve every size
         plain = key[:3] + (None,)
         ips[key] = {**{gb: v for gb, v in ips.get(plain, {}).items() if gb[0] == 1}, **ips[key]}
-        machine.setdefault(key, machine.get(plain))
         one_gpu = {n: c for n, c in curves.get(plain, {}).items() if n.startswith("1x")}
         curves[key] = {**one_gpu, **curves.get(key, {})}
     rows = []
