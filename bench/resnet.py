@@ -616,11 +616,17 @@ def run_tag(args, mode: str) -> str:
 
 def base_params(args, data_name: str, device, world: int = 1) -> dict:
     widths = {} if args.widths == (64, 128, 256, 512) else {"widths": list(args.widths)}
+    bucket = ddp_bucket_mb(args, world)
     return {**widths, "batch": args.batch_size, "data": data_name, "amp": args.amp, "channels_last": args.channels_last,
             "data_path": data_path(args, device), "gpus": world if device.type == "cuda" else 0,
             "processes": world, "no_batch_norm": args.no_batch_norm,
             **({"machine": args.machine} if args.machine else {}),
-            **({"ddp_bucket_mb": args.ddp_bucket_mb} if args.ddp_bucket_mb and world > 1 else {})}
+            **({"ddp_bucket_mb": bucket} if bucket else {})}
+
+
+def ddp_bucket_mb(args, world: int) -> float | None:
+    """--ddp-bucket-mb where DDP runs (several processes); None otherwise (one process has no bucket)."""
+    return args.ddp_bucket_mb if world > 1 else None
 
 
 def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Dist) -> list[dict]:

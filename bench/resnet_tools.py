@@ -34,7 +34,8 @@ from triton_kernels.runtime import CudaEventTimer, atomic_write_text
 from . import resnet_data
 from . import results
 from .harness import _classify, bootstrap_ratio_ci, median, quantile
-from .resnet import SUITE, Dist, Trainer, base_params, build_model, new_model, run_tag, seed_everything, sync
+from .resnet import (SUITE, Dist, Trainer, base_params, build_model, ddp_bucket_mb, new_model, run_tag,
+                     seed_everything, sync)
 
 
 def _step_times(trainer: Trainer, batches, device) -> tuple[list[float], list[torch.Tensor]]:
@@ -336,12 +337,12 @@ def scaling(args, dist: Dist) -> int:
 def _save_scaling(args, backend: str, data_name: str, world: int, rows: list[dict], curves: dict) -> Path:
     """Merge the rows into the run's file and the loss curves into its curves file (a rerun of some
     sizes keeps the others' curves when data, dtype and machine are the same); returns the rows' CSV path."""
-    bucket = f"-bucket{args.ddp_bucket_mb:g}mb" if args.ddp_bucket_mb and world > 1 else ""  # (no DDP: none)
-    tag = f"scaling-{args.model}-{backend}{bucket}-{world}proc".replace("+", "_")
+    bucket = ddp_bucket_mb(args, world)
+    tag = f"scaling-{args.model}-{backend}{f'-bucket{bucket:g}mb' if bucket else ''}-{world}proc".replace("+", "_")
     out = results.write_rows(rows, args.out_dir, "resnet_ddp", tag=tag)
     path = out.parent / f"resnet_ddp-{tag}-curves.json"
     head = {"backend": backend, "data": data_name, "dtype": args.amp, "machine": args.machine,
-            **({"ddp_bucket_mb": args.ddp_bucket_mb} if bucket else {})}
+            **({"ddp_bucket_mb": bucket} if bucket else {})}
     old = json.loads(path.read_text()) if path.is_file() else {}
     kept = old.get("losses", {}) if all(old.get(k) == v for k, v in head.items()) else {}
     atomic_write_text(path, json.dumps({**head, "losses": {**kept, **curves}}))
@@ -412,8 +413,7 @@ def scaling_report(args) -> int:
                 f"relative difference of the mean loss over steps {n - tail}..{n - 1}, {pair}")
     for r in rows:
         p = json.loads(r["params"])
-        bucket = f" (bucket {p['ddp_bucket_mb']:g} MB)" if p.get("ddp_bucket_mb") else ""
-        print(f"{r['backend'] + bucket:<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
+        print(f"{_label(r['backend'], p.get('ddp_bucket_mb')):<13} {r['metric']:<26} gpus {p['gpus']} batch/gpu {p['batch_per_gpu']:>5}: "
               + (f"{100 * r['value']:.1f}%" if "efficiency" in r["metric"] else f"{r['value']:.4f}"))
     if not rows:
         print("no pairs of 1-GPU and multi-GPU images_per_s rows found", file=sys.stderr)
@@ -433,7 +433,7 @@ def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for (backend, data, dtype, bucket), table in sorted(ips.items(), key=lambda kv: str(kv[0])):
-        name = backend + (f" (bucket {bucket:g} MB)" if bucket else "")
+        name = _label(backend, bucket)
         for b in sorted({b for _, b in table}):
             pts = sorted((g, v) for (g, bb), v in table.items() if bb == b)
             line, = left.plot([g for g, _ in pts], [v for _, v in pts], "o-", label=f"{name}, {b}/GPU")
@@ -458,6 +458,11 @@ def _scaling_figure(ips: dict, curves: dict, out_dir: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _label(backend: str, bucket: float | None) -> str:
+    """A backend's name in the report and figure, with its DDP bucket size where one was set."""
+    return backend + (f" (bucket {bucket:g} MB)" if bucket else "")
 
 
 def _curve_pairs(losses: dict) -> list[tuple[int, int]]:
