@@ -172,6 +172,7 @@ class Dist:
         if self.world > 1 and torch.distributed.is_initialized():
             for graph in list(_STEP_GRAPHS):  # a live graph with captured collectives hangs the teardown
                 graph.release()
+            torch.distributed.barrier()  # no rank tears down while a peer is still in a collective with it
             torch.distributed.destroy_process_group()
 
 
