@@ -22,7 +22,8 @@
 #   profile    bench.profile_call: cProfile of steady eager calls, inference and training (tiny cases, large Linear+ReLU) (~60 s)
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
-#                replayed from CUDA graphs (~500 s; MODEL=resnet34 for ResNet-34)
+#                replayed from CUDA graphs of the model (+graph) and of the whole forward + loss + backward
+#                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34)
 #   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
 #              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
 #              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
@@ -127,8 +128,9 @@ for stage in "$@"; do
       TEST_GROUPS=11 TEST_TIMEOUT=${TEST_TIMEOUT:-280} bash "$0" tests  # test_conv2d.py's group, two shards
       timeout 560 python3 -m bench.ops --op conv2d $(out) 2>&1 | grep -v "^\[" ;;
     resnet-step)
-      timeout 500 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 \
-        --backend eager,eager+graph,compile,compile+graph,triton,triton+graph --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
+      timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 \
+        --backend eager,eager+graph,eager+stepgraph,compile,compile+graph,compile+stepgraph,triton,triton+graph,triton+stepgraph \
+        --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
         --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;
     resnet-roofline)
       dir=$(res_dir)

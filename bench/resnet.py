@@ -59,8 +59,10 @@ AMP = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 STUDY_EPOCH_S = 18.07  # one V100, batch 512 (the profiling study's figure), quoted beside ours
 # "+graph": the model's forward and backward captured in CUDA graphs (torch.cuda.make_graphed_callables;
 # the optimiser step stays eager); "compile+graph" is torch.compile(mode="reduce-overhead"); "+stepgraph":
-# forward, loss and backward in one CUDA graph, DDP's all-reduces included (StepGraph)
-RUN_BACKENDS = BACKENDS + ("eager+graph", "triton+graph", "compile+graph", "eager+stepgraph", "triton+stepgraph")
+# forward, loss and backward in one CUDA graph, DDP's all-reduces included (StepGraph; "compile+stepgraph"
+# captures the torch.compile'd model, one process)
+RUN_BACKENDS = BACKENDS + ("eager+graph", "triton+graph", "compile+graph", "eager+stepgraph", "triton+stepgraph",
+                           "compile+stepgraph")
 STEP_GRAPH_WARMUP = 11  # eager steps before a "+stepgraph" capture (DDP's first iterations must run eagerly)
 CALIBRATION_GEMM = 4096  # --profile-one-step ends its profiled range with one n^3 bf16 GEMM (2 n^3 FLOPs)
 
@@ -128,6 +130,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--backend: unknown {bad}; known: {', '.join(RUN_BACKENDS)}")
     if len(backends) > 1 and not args.bench_steps:
         p.error("several --backend values are for --bench-steps only")
+    if "compile+stepgraph" in backends and args.compile_mode in ("reduce-overhead", "max-autotune"):
+        p.error(f"--compile-mode {args.compile_mode} makes CUDA graphs of its own, which compile+stepgraph's "
+                "graph cannot hold; use the default or max-autotune-no-cudagraphs")
     args.backends = backends
     if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
         p.error("--epochs, --batch-size and --lr must be positive")
@@ -276,14 +281,14 @@ def wrap_ddp(model, args, dist: Dist, device):
 def build_model(args, backend: str, device, dist: Dist | None = None):
     """(raw model, the callable to train: DDP, torch.compile and CUDA-graph wrappers applied). Under DDP,
     "+graph" captures the model alone and DDP wraps the graphed module (GraphedModel), "+stepgraph" builds
-    DDP on the capture stream of a StepGraph; "compile+graph" needs one process."""
+    DDP on the capture stream of a StepGraph; "compile+graph" and "compile+stepgraph" need one process."""
     step_graph = backend.endswith("+stepgraph")
     graph = backend.endswith("+graph")
     base = backend.rsplit("+", 1)[0] if graph or step_graph else backend
     ddp = dist is not None and dist.world > 1
     if (graph or step_graph) and (device.type != "cuda" or (ddp and base == "compile")):
         raise SystemExit(f"--backend {backend}: CUDA graphs need a CUDA device"
-                         + (" (and one process for compile+graph)" if ddp else ""))
+                         + (f" (and one process for {backend})" if ddp else ""))
     model = new_model(args, base).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -300,7 +305,10 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
     if step_graph:  # DDP is built on the stream its graph is captured on
         stream = torch.cuda.Stream(device)
         with torch.cuda.stream(stream):
-            return model, StepGraph(wrap_ddp(model, args, dist, device) if ddp else model, stream)
+            wrapped = wrap_ddp(model, args, dist, device) if ddp else model
+        if base == "compile":  # captured inside the step's graph (parse_args refuses modes with graphs of their own)
+            wrapped = torch.compile(wrapped, **({"mode": args.compile_mode} if args.compile_mode else {}))
+        return model, StepGraph(wrapped, stream)
     wrapped = wrap_ddp(model, args, dist, device) if ddp else model
     if base.endswith("compile"):
         mode = "reduce-overhead" if graph else args.compile_mode

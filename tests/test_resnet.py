@@ -370,6 +370,8 @@ def test_bad_arguments():
         bench.resnet.parse_args(["--backend", "eager,triton"])  # several backends are for --bench-steps
     with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--widths", "4,8"])
+    with pytest.raises(SystemExit):  # its graphs would nest in the step's graph
+        bench.resnet.parse_args(["--backend", "compile+stepgraph", "--compile-mode", "reduce-overhead"])
     if not torch.cuda.is_available():
         for backend in ("triton+graph", "triton+stepgraph"):
             with pytest.raises(SystemExit, match="CUDA graphs need a CUDA device"):
@@ -440,7 +442,7 @@ def test_gpu_triton_model_compiles_fullgraph():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["eager", "triton"])
+@pytest.mark.parametrize("backend", ["eager", "triton", "compile"])
 def test_gpu_step_graph_equals_eager_calls(backend):
     """"+stepgraph" (eager steps, then one captured step, then replays) trains as the same backend's eager calls:
     same losses and weights over the warm-up, the capture's step and the replays (fp32, cuDNN deterministic)."""
