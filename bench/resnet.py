@@ -248,8 +248,14 @@ class StepGraph:
             self.inputs = (x.clone(), y.clone())
             self.graph = torch.cuda.CUDAGraph()
             trainer.optimizer.zero_grad(set_to_none=True)  # freed outside the capture
+            # cuBLAS keeps a workspace per stream, made by the warm-up on this stream outside the graph's
+            # memory pool: the captured GEMMs would write to it on every replay after anyone frees it
+            # (torch.compile's CUDA graphs do: an illegal-address fault). Dropped here, the capture makes its
+            # own in the graph's pool, as torch.compile's graphs do.
+            torch._C._cuda_clearCublasWorkspaces()
             with torch.cuda.graph(self.graph, stream=self.stream):
                 self.outputs = trainer.forward_backward(self.module, *self.inputs)
+            torch._C._cuda_clearCublasWorkspaces()  # the captured workspace is the graph's alone
         else:
             for static, new in zip(self.inputs, (x, y)):
                 if new.shape != static.shape or new.dtype != static.dtype:

@@ -445,7 +445,8 @@ def test_gpu_triton_model_compiles_fullgraph():
 @pytest.mark.parametrize("backend", ["eager", "triton", "compile"])
 def test_gpu_step_graph_equals_eager_calls(backend):
     """"+stepgraph" (eager steps, then one captured step, then replays) trains as the same backend's eager calls:
-    same losses and weights over the warm-up, the capture's step and the replays (fp32, cuDNN deterministic)."""
+    same losses and weights over the warm-up, the capture's step and the replays (fp32, cuDNN deterministic), with
+    the memory freed by others after the capture (cuBLAS's workspaces, the allocator's cache) reused meanwhile."""
     deterministic = torch.backends.cudnn.deterministic
     torch.backends.cudnn.deterministic = True
     try:
@@ -456,10 +457,15 @@ def test_gpu_step_graph_equals_eager_calls(backend):
             model, forward = bench.resnet.build_model(args, name, torch.device("cuda"))
             trainer = bench.resnet.Trainer(args, model, forward, torch.device("cuda"), 100)
             g = torch.Generator(device="cuda").manual_seed(1)
-            losses = []
-            for _ in range(bench.resnet.STEP_GRAPH_WARMUP + 4):
+            losses, poison = [], None
+            for i in range(bench.resnet.STEP_GRAPH_WARMUP + 4):
+                if i == bench.resnet.STEP_GRAPH_WARMUP + 1:  # after the capture: what torch.compile's graphs do
+                    torch._C._cuda_clearCublasWorkspaces()  # (a replay must not write to memory it does not own)
+                    torch.cuda.empty_cache()
+                    poison = torch.full((1 << 26,), 7, dtype=torch.uint8, device="cuda")
                 x = torch.randn(16, 3, 32, 32, device="cuda", generator=g).contiguous(memory_format=torch.channels_last)
                 losses.append(trainer.step(x, torch.randint(0, 10, (16,), device="cuda", generator=g))[0])
+            assert bool((poison == 7).all())
             runs.append((torch.stack(losses), [p.detach().clone() for p in model.parameters()]))
         (eager_losses, eager_weights), (graph_losses, graph_weights) = runs
         torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-5, atol=1e-6)

@@ -270,13 +270,16 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, depende
     return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
 
 
-# arrival counters of the reductions per (device, stream): every launch leaves its counters at zero
+# arrival counters of the reductions per (device, stream): every launch leaves its counters at zero. A graph
+# captured on a stream launches with that stream's buffer, so a buffer outgrown is kept alive, not freed.
 _COUNTERS: dict[tuple, torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []
 
 
 def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
     """n int32 zeros for a reduction over x: the current stream's reused buffer, or fresh zeros while
-    torch.compile traces or a CUDA graph is captured (the graph then zeroes them on every replay)."""
+    torch.compile traces, or while a CUDA graph is captured on a stream without a large enough buffer (the
+    graph then zeroes them on every replay)."""
     if is_tracing(x):
         return torch.zeros(n, device=x.device, dtype=torch.int32)
     return _stream_counters(x, n, _stream_key(x), _capturing_on(x))
@@ -288,6 +291,8 @@ def _stream_counters(x: torch.Tensor, n: int, key: tuple, capturing: bool) -> to
     if buf is None or buf.numel() < n:
         if capturing:
             return torch.zeros(n, device=x.device, dtype=torch.int32)
+        if buf is not None:
+            _OUTGROWN.append(buf)
         buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
     return buf
 
