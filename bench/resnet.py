@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from triton_kernels.runtime import INTERPRET, device_name  # (the interpreter switch before triton loads)
+from triton_kernels.runtime import own_cublas_workspaces
 from models.resnet import BACKENDS, resnet
 
 from . import resnet_data
@@ -204,7 +205,7 @@ class GraphedModel:
     def __call__(self, x):
         if self.graphed is None:
             with torch.autocast("cuda", dtype=self.amp or torch.float32, enabled=self.amp is not None,
-                                cache_enabled=False):
+                                cache_enabled=False), own_cublas_workspaces():
                 graphed = torch.cuda.make_graphed_callables(self.model, (x.detach().clone(),))
             self.graphed = self.wrap(graphed) if self.wrap is not None else graphed
         return self.graphed(x)
@@ -248,14 +249,9 @@ class StepGraph:
             self.inputs = (x.clone(), y.clone())
             self.graph = torch.cuda.CUDAGraph()
             trainer.optimizer.zero_grad(set_to_none=True)  # freed outside the capture
-            # cuBLAS keeps a workspace per stream, made by the warm-up on this stream outside the graph's
-            # memory pool: the captured GEMMs would write to it on every replay after anyone frees it
-            # (torch.compile's CUDA graphs do: an illegal-address fault). Dropped here, the capture makes its
-            # own in the graph's pool, as torch.compile's graphs do.
-            torch._C._cuda_clearCublasWorkspaces()
-            with torch.cuda.graph(self.graph, stream=self.stream):
+            # the warm-up ran on the capture stream: its cuBLAS workspace must not be the capture's
+            with own_cublas_workspaces(), torch.cuda.graph(self.graph, stream=self.stream):
                 self.outputs = trainer.forward_backward(self.module, *self.inputs)
-            torch._C._cuda_clearCublasWorkspaces()  # the captured workspace is the graph's alone
         else:
             for static, new in zip(self.inputs, (x, y)):
                 if new.shape != static.shape or new.dtype != static.dtype:

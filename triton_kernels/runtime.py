@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -358,6 +358,29 @@ def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush
     return timer.times_ms()
 
 
+def drop_cublas_workspaces() -> None:
+    """Free cuBLAS's workspaces, which it keeps one per stream in the caching allocator. Called around a CUDA-graph
+    capture: a capture that finds one made outside its graph's memory pool (by a warm-up on the capture stream)
+    writes to it on every replay, also after someone frees it (torch.compile's CUDA graphs drop them all: the
+    replays then write to freed memory, an illegal-address fault once the cache returns it). Dropped first, the
+    capture allocates its own in the graph's pool, as torch.compile's graphs do; dropped after, no later eager
+    call runs in that pool's memory."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None and torch.cuda.is_initialized():
+        clear()
+
+
+@contextlib.contextmanager
+def own_cublas_workspaces() -> Iterator[None]:
+    """Around a CUDA-graph capture: the captured GEMMs get cuBLAS workspaces of the graph's own (see
+    :func:`drop_cublas_workspaces`)."""
+    drop_cublas_workspaces()
+    try:
+        yield
+    finally:
+        drop_cublas_workspaces()
+
+
 def capture_graph(fn: Callable[[], Any], *, warmup: int = 3, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
     """Capture ``fn()`` in a CUDA graph; returns ``(graph, output of the captured call)``.
 
@@ -374,7 +397,7 @@ def capture_graph(fn: Callable[[], Any], *, warmup: int = 3, pool: Any = None) -
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with own_cublas_workspaces(), torch.cuda.graph(graph, pool=pool):
         output = fn()
     return graph, output
 
