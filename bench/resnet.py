@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from triton_kernels.runtime import INTERPRET, device_name  # (the interpreter switch before triton loads)
-from triton_kernels.runtime import own_cublas_workspaces
+from triton_kernels.graphs import own_cublas_workspaces
 from models.resnet import BACKENDS, resnet
 
 from . import resnet_data

@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -358,50 +358,6 @@ def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush
     return timer.times_ms()
 
 
-def drop_cublas_workspaces() -> None:
-    """Free cuBLAS's workspaces, which it keeps one per stream in the caching allocator. Called around a CUDA-graph
-    capture: a capture that finds one made outside its graph's memory pool (by a warm-up on the capture stream)
-    writes to it on every replay, also after someone frees it (torch.compile's CUDA graphs drop them all: the
-    replays then write to freed memory, an illegal-address fault once the cache returns it). Dropped first, the
-    capture allocates its own in the graph's pool, as torch.compile's graphs do; dropped after, no later eager
-    call runs in that pool's memory."""
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear is not None and torch.cuda.is_initialized():
-        clear()
-
-
-@contextlib.contextmanager
-def own_cublas_workspaces() -> Iterator[None]:
-    """Around a CUDA-graph capture: the captured GEMMs get cuBLAS workspaces of the graph's own (see
-    :func:`drop_cublas_workspaces`)."""
-    drop_cublas_workspaces()
-    try:
-        yield
-    finally:
-        drop_cublas_workspaces()
-
-
-def capture_graph(fn: Callable[[], Any], *, warmup: int = 3, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """Capture ``fn()`` in a CUDA graph; returns ``(graph, output of the captured call)``.
-
-    ``fn`` runs ``warmup`` times on a side stream first (JIT compilation, autotuning and the caching
-    allocator's first allocations must not happen during capture), then once under capture. Replaying
-    the graph reruns the captured kernels on the same memory: refresh inputs in place, read the returned
-    output after ``graph.replay()``. ``pool``: a memory pool to share with other graphs
-    (``torch.cuda.graph_pool_handle()`` or another graph's ``pool()``). Every CUDA-graph capture in the
-    playground goes through this function."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with own_cublas_workspaces(), torch.cuda.graph(graph, pool=pool):
-        output = fn()
-    return graph, output
-
-
 def _median(xs: Sequence[float]) -> float:
     ys = sorted(xs)
     n = len(ys)
@@ -713,6 +669,7 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
     return call
 
 
+from .graphs import capture_graph, own_cublas_workspaces  # noqa: E402,F401  (re-exported)
 from .double_backward import without_derivative  # noqa: E402
 from .eager_node import MAX_CALL_SIGNATURES, EagerNode, remember_call  # noqa: E402,F401  (re-exported)
 from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)
