@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from triton_kernels.runtime import INTERPRET, device_name  # (the interpreter switch before triton loads)
-from triton_kernels.graphs import own_cublas_workspaces
+from triton_kernels.graphs import capture_graph, own_cublas_workspaces
 from models.resnet import BACKENDS, resnet
 
 from . import resnet_data
@@ -247,11 +247,9 @@ class StepGraph:
                 current.wait_stream(self.stream)
                 return out
             self.inputs = (x.clone(), y.clone())
-            self.graph = torch.cuda.CUDAGraph()
             trainer.optimizer.zero_grad(set_to_none=True)  # freed outside the capture
-            # the warm-up ran on the capture stream: its cuBLAS workspace must not be the capture's
-            with own_cublas_workspaces(), torch.cuda.graph(self.graph, stream=self.stream):
-                self.outputs = trainer.forward_backward(self.module, *self.inputs)
+            self.graph, self.outputs = capture_graph(lambda: trainer.forward_backward(self.module, *self.inputs),
+                                                     warmup=0, stream=self.stream)
         else:
             for static, new in zip(self.inputs, (x, y)):
                 if new.shape != static.shape or new.dtype != static.dtype:

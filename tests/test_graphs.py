@@ -24,7 +24,7 @@ def test_gpu_captured_gemm_owns_its_cublas_workspace():
     graph = torch.cuda.CUDAGraph()
     with graphs.own_cublas_workspaces(), torch.cuda.graph(graph, stream=stream):
         out = a @ b
-    torch._C._cuda_clearCublasWorkspaces()
+    graphs.drop_cublas_workspaces()
     torch.cuda.empty_cache()
     poison = torch.full((1 << 26,), 7, dtype=torch.uint8, device="cuda")
     for _ in range(3):

@@ -18,6 +18,7 @@ import bench.resnet
 from bench import resnet_data
 from bench.data import cifar10
 from models.resnet import BatchNormAct2d, ResNet, compile_model, fold_batch_norms, resnet
+from triton_kernels import graphs
 from triton_kernels.testing import assert_close, rel_err
 
 from .conftest import DEVICE
@@ -460,7 +461,7 @@ def test_gpu_step_graph_equals_eager_calls(backend):
             losses, poison = [], None
             for i in range(bench.resnet.STEP_GRAPH_WARMUP + 4):
                 if i == bench.resnet.STEP_GRAPH_WARMUP + 1:  # after the capture: what torch.compile's graphs do
-                    torch._C._cuda_clearCublasWorkspaces()  # (a replay must not write to memory it does not own)
+                    graphs.drop_cublas_workspaces()  # (a replay must not write to memory it does not own)
                     torch.cuda.empty_cache()
                     poison = torch.full((1 << 26,), 7, dtype=torch.uint8, device="cuda")
                 x = torch.randn(16, 3, 32, 32, device="cuda", generator=g).contiguous(memory_format=torch.channels_last)

@@ -32,22 +32,25 @@ def own_cublas_workspaces() -> Iterator[None]:
         drop_cublas_workspaces()
 
 
-def capture_graph(fn: Callable[[], Any], *, warmup: int = 3, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
+def capture_graph(fn: Callable[[], Any], *, warmup: int = 3, pool: Any = None,
+                  stream: torch.cuda.Stream | None = None) -> tuple[torch.cuda.CUDAGraph, Any]:
     """Capture ``fn()`` in a CUDA graph; returns ``(graph, output of the captured call)``.
 
     ``fn`` runs ``warmup`` times on a side stream first (JIT compilation, autotuning and the caching
     allocator's first allocations must not happen during capture), then once under capture. Replaying
     the graph reruns the captured kernels on the same memory: refresh inputs in place, read the returned
     output after ``graph.replay()``. ``pool``: a memory pool to share with other graphs
-    (``torch.cuda.graph_pool_handle()`` or another graph's ``pool()``). The capture gets its own cuBLAS
-    workspaces (:func:`own_cublas_workspaces`)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
+    (``torch.cuda.graph_pool_handle()`` or another graph's ``pool()``). ``stream``: the stream to capture on
+    (default: torch's capture stream), for a caller that warmed ``fn`` up there itself (``warmup=0``). The
+    capture gets its own cuBLAS workspaces (:func:`own_cublas_workspaces`)."""
+    if warmup:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with own_cublas_workspaces(), torch.cuda.graph(graph, pool=pool):
+    with own_cublas_workspaces(), torch.cuda.graph(graph, pool=pool, stream=stream):
         output = fn()
     return graph, output
