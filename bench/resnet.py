@@ -20,7 +20,8 @@ the default search) or --synthetic (random images, same shapes); every row says 
 
 Checkpoints (rank 0, written atomically into --out-dir): last.pt every --save-every steps and at each
 epoch end (full state: model, optimizer, scheduler, scaler, RNG states, position in the epoch, partial
-epoch sums, history), best.pt (full state at the best test accuracy), final.pt (weights only).
+epoch sums, history), best.pt (full state at the best test accuracy), final.pt (weights only), history.json
+(per epoch: losses, accuracies, times, and every step's training loss).
 --resume PATH|auto continues a run with identical dynamics (the data order is a function of seed and
 epoch, so the position in the epoch is all the sampler needs).
 
@@ -434,7 +435,7 @@ def load_state(path: Path, trainer: Trainer, args) -> dict:
 def fresh_progress() -> dict:
     return {"epoch": 0, "step": 0, "global_step": 0, "best_acc": -1.0, "history": [], "train_s": 0.0,
             "time_to_target_s": None, "accum": {"loss": 0.0, "correct": 0, "count": 0, "elapsed_s": 0.0,
-                                                "data_s": 0.0}}
+                                                "data_s": 0.0, "step_losses": []}}
 
 
 def sync(device) -> None:
@@ -555,6 +556,8 @@ def run_training(args, dist: Dist) -> int:
         loss_sum = torch.tensor(acc["loss"], device=device)
         correct = torch.tensor(acc["correct"], device=device)
         count, data_s, t_epoch = acc["count"], acc["data_s"], time.perf_counter() - acc["elapsed_s"]
+        step_losses = list(acc.get("step_losses", []))  # this epoch's per-step losses, before a resume
+        pending = []  # since then, as device tensors (read once per checkpoint / epoch end: no per-step sync)
         it = batches(epoch, progress["step"])
         for step in range(progress["step"], steps):
             t0 = time.perf_counter()
@@ -564,6 +567,7 @@ def run_training(args, dist: Dist) -> int:
             loss, n_correct = trainer.step(x, y)
             profiler.after(progress["global_step"])
             loss_sum += loss * len(y)
+            pending.append(loss)
             correct += n_correct
             count += len(y)
             progress["global_step"] += 1
@@ -575,8 +579,11 @@ def run_training(args, dist: Dist) -> int:
                 bar.close()
                 return 0
             if args.save_every and progress["global_step"] % args.save_every == 0 and step + 1 < steps:
+                step_losses += torch.stack(pending).float().tolist()
+                pending = []
                 progress["accum"] = {"loss": loss_sum.item(), "correct": int(correct.item()), "count": count,
-                                     "elapsed_s": time.perf_counter() - t_epoch, "data_s": data_s}
+                                     "elapsed_s": time.perf_counter() - t_epoch, "data_s": data_s,
+                                     "step_losses": step_losses}
                 save("last.pt")
             if args.debug_kill_at_step == progress["global_step"]:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -588,6 +595,8 @@ def run_training(args, dist: Dist) -> int:
         record = {"epoch": epoch + 1, "train_loss": loss_sum.item() / count_t.item(),
                   "train_acc": 100.0 * correct.item() / count_t.item(), "epoch_s": epoch_s, "data_s": data_s,
                   "compute_s": epoch_s - data_s, "steps": steps}
+        if pending:
+            step_losses += torch.stack(pending).float().tolist()
         if (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs:
             t_sum, t_correct = trainer.evaluate(test_x, test_y)
             n_test = torch.tensor(len(test_y), device=device)
@@ -596,10 +605,12 @@ def run_training(args, dist: Dist) -> int:
             if record["test_acc"] >= args.target_acc and progress["time_to_target_s"] is None:
                 progress["time_to_target_s"] = progress["train_s"]
                 record["wall_to_target_s"] = time.perf_counter() - wall0
+        record["step_losses"] = step_losses  # this process's batch losses (its shard under DDP)
         progress["history"].append(record)
         progress.update(epoch=epoch + 1, step=0, accum=fresh_progress()["accum"])
         if dist.main:
-            bar.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}))
+            bar.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()
+                                 if k != "step_losses"}))
         if record.get("test_acc", -1) > progress["best_acc"]:
             progress["best_acc"] = record["test_acc"]
             save("best.pt")

@@ -251,7 +251,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     assert list(a) == list(c) and all(torch.equal(a[k], c[k]) for k in a)
     ha, hc = (json.loads((tmp_path / d / "history.json").read_text()) for d in ("a", "b"))
     for ea, ec in zip(ha, hc, strict=True):
-        for k in ("train_loss", "train_acc", "test_loss", "test_acc"):
+        assert len(ea["step_losses"]) == ea["steps"]
+        for k in ("train_loss", "train_acc", "test_loss", "test_acc", "step_losses"):
             assert ea[k] == ec[k], (k, ea, ec)
     best = torch.load(tmp_path / "a" / "best.pt", weights_only=False)
     assert set(best) >= {"model", "optimizer", "scheduler", "scaler", "rng", "progress"}
