@@ -48,10 +48,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 import triton_kernels  # noqa: F401  (the interpreter switch before triton)
+from triton_kernels.compile_pool import capture, compile_spec, cores  # noqa: F401  (cores: sweep.cores)
 from triton_kernels.runtime import ALL_TUNERS, INTERPRET, Autotuner, Config, synchronize
 
 from . import kernels, shapes as shape_sets, spaces, store
-from .compile_worker import compile_spec
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -238,36 +238,6 @@ def trial_row(trial: Trial, result: dict, *, compile_s=None, load_s=None, worker
 
 
 # ----------------------------------------------------------------------------------------------------
-# Capturing what Triton would compile, without compiling
-# ----------------------------------------------------------------------------------------------------
-def capture(fn: Callable[[], Any]) -> list[tuple[str, str, str]]:
-    """Run ``fn`` with Triton's compile step replaced by a record of what it would compile: (module, name,
-    serialized specialization) per kernel not yet in memory. Nothing is compiled or launched; kernels
-    already compiled in this process launch as usual."""
-    import triton
-
-    found: list[tuple[str, str, str]] = []
-
-    def hook(*args, **kwargs):
-        info, comp = kwargs.get("fn"), kwargs.get("compile") or {}
-        data = comp.get("specialization_data")
-        if info is None or data is None:
-            return False  # an unknown Triton: compile as usual
-        module = info.module if isinstance(info.module, str) else info.module.__name__
-        found.append((module, info.name, data))
-        return True  # skip the compile (and the launch)
-
-    runtime = triton.knobs.runtime
-    old = runtime.jit_cache_hook
-    runtime.jit_cache_hook = hook
-    try:
-        fn()
-    finally:
-        runtime.jit_cache_hook = old
-    return found
-
-
-# ----------------------------------------------------------------------------------------------------
 # Running trials on one device
 # ----------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
@@ -279,14 +249,6 @@ class RunStats:
     pids: list = dataclasses.field(default_factory=list)     # the compile processes that ran jobs
     pool_restarts: int = 0       # compile pools replaced after a process died
     workers: list = dataclasses.field(default_factory=list)  # the per-GPU worker processes
-
-
-def cores() -> int:
-    """The CPU cores this process may run on (a container's share, not the host's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:

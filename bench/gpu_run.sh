@@ -152,7 +152,7 @@ for stage in "$@"; do
               "tests/test_softmax.py tests/test_cross_entropy.py|5" "tests/test_layernorm.py|3"
               "tests/test_fused_mlp.py|3" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py|2"
               "tests/test_softmax_regression.py tests/test_mnist_data.py|1" "tests/test_conv1d.py tests/test_char_cnn.py|2"
-              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py tests/test_foreach_cast.py|1" "tests/test_runtime.py tests/test_graphs.py tests/test_harness.py tests/test_autotune_sweep.py tests/test_cost_model.py|1"
+              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py tests/test_foreach_cast.py|1" "tests/test_runtime.py tests/test_graphs.py tests/test_compile_pool.py tests/test_harness.py tests/test_autotune_sweep.py tests/test_cost_model.py|1"
               "tests/test_conv2d.py|2")
       sel=${TEST_GROUPS:-$(seq -s " " 1 ${#groups[@]})}
       logs=()

@@ -508,6 +508,7 @@ class Autotuner:
 
     def _tune(self, k: str, run: Callable[[Config], Any], configs: list[Config]) -> Config:
         t0 = time.perf_counter()
+        precompile([functools.partial(run, cfg) for cfg in configs])  # in parallel, into Triton's disk cache
         trials = []
         for cfg in configs:
             try:
@@ -670,6 +671,7 @@ def register_op(name: str, impl: Callable, *, setup_context: Callable | None = N
 
 
 from .graphs import capture_graph, own_cublas_workspaces  # noqa: E402,F401  (re-exported)
+from .compile_pool import precompile  # noqa: E402
 from .double_backward import without_derivative  # noqa: E402
 from .eager_node import MAX_CALL_SIGNATURES, EagerNode, remember_call  # noqa: E402,F401  (re-exported)
 from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)
