@@ -79,3 +79,29 @@ def test_gpu_precompile_compiles_every_candidate_in_the_workers():
         y.fill_(float("nan"))
         launch(*c)
         torch.testing.assert_close(y, 2.0 * x)
+
+
+@pytest.mark.gpu
+def test_gpu_capture_skips_this_threads_launches_only():
+    """While a thread captures, its own launch of a new specialization is recorded and skipped, and another
+    thread's launch (autograd's backward thread, say) compiles and runs as usual."""
+    import threading
+
+    x = torch.randn(1024, device="cuda")
+    mine, theirs = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    salt = random.randrange(1 << 30)
+
+    def launch(y, block):
+        _salted_scale_kernel[(x.numel() // block,)](x, y, SALT=salt, BLOCK=block)
+
+    def both():
+        launch(mine, 256)
+        other = threading.Thread(target=launch, args=(theirs, 512))
+        other.start()
+        other.join()
+
+    specs = compile_pool.capture(both)
+    torch.cuda.synchronize()
+    assert len(specs) == 1 and specs[0][1] == "_salted_scale_kernel"
+    assert bool(mine.isnan().all())
+    torch.testing.assert_close(theirs, 2.0 * x)

@@ -61,12 +61,16 @@ def worker_count() -> int:
 def capture(fn: Callable[[], Any]) -> list[tuple[str, str, str]]:
     """Run ``fn`` with Triton's compile step replaced by a record of what it would compile: (module, name,
     serialized specialization) per kernel not yet in memory. Nothing is compiled or launched; kernels
-    already compiled in this process launch as usual."""
+    already compiled in this process launch as usual, and so do other threads' launches (the hook is
+    process-wide: autograd's backward thread, say, compiles and launches while this one captures)."""
     import triton
 
     found: list[tuple[str, str, str]] = []
+    thread = threading.get_ident()
 
     def hook(*args, **kwargs):
+        if threading.get_ident() != thread:
+            return False
         info, comp = kwargs.get("fn"), kwargs.get("compile") or {}
         data = comp.get("specialization_data")
         if info is None or data is None:
