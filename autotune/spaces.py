@@ -597,6 +597,81 @@ CONV2D_FLAT_DW = _register(Space(
 
 
 # ----------------------------------------------------------------------------------------------------
+# conv2d computed transposed (triton_kernels/conv2d.py's transposed kernel: out^T = W . X^T, TMA operands,
+# persistent programs): BLOCK_P output pixels (whole image rows) x BLOCK_N output channels per tile,
+# PER_SM programs per SM
+# ----------------------------------------------------------------------------------------------------
+def _transposed_cfg(bp, bn, warps, stages, bk=64, per_sm=1):
+    return Config({"BLOCK_P": bp, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "PER_SM": per_sm}, warps, stages)
+
+
+# best first, as measured at 512 channels 4 x 4, batch 512, bf16 on an H100
+# (results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_3d22218_conv-transposed-probe): 54.6, 54.9, 57.1, 63.7 us
+CONV2D_TRANSPOSED_CONFIGS = [
+    _transposed_cfg(256, 128, 8, 3), _transposed_cfg(256, 128, 8, 4), _transposed_cfg(128, 256, 8, 3),
+    _transposed_cfg(128, 128, 8, 4), _transposed_cfg(128, 128, 4, 4), _transposed_cfg(64, 64, 4, 3, bk=32),
+]
+CONV2D_TRANSPOSED_INTERPRET_CONFIG = _transposed_cfg(16, 32, 4, 1, bk=16)
+
+
+def _transposed_context(M: int, N: int, C: int, H: int, W: int, taps: int = 9, dtype: Any = "float32") -> dict:
+    """M = batch x output pixels, N = output channels, C = input channels, H x W the (output = input) feature map."""
+    return {"M": int(M), "N": int(N), "C": int(C), "H": int(H), "W": int(W), "taps": int(taps),
+            "elem": elem_bytes(dtype)}
+
+
+def transposed_rows(block_p: int, H: int, W: int) -> tuple[int, int] | None:
+    """(samples, rows) of a BLOCK_P-pixel tile of whole W-pixel rows, or None when such tiles would not tile
+    the H x W maps (W a power of two dividing BLOCK_P; the rows per tile dividing H or a multiple of it)."""
+    if W < 1 or W & (W - 1) or block_p % W:
+        return None
+    rows = block_p // W
+    if rows <= H:
+        return (1, rows) if H % rows == 0 else None
+    return (rows // H, H) if rows % H == 0 and H & (H - 1) == 0 else None
+
+
+def _transposed_smem(c: Config, ctx: dict) -> bool:
+    k = c.kwargs
+    return c.num_stages * (k["BLOCK_N"] + k["BLOCK_P"]) * k["BLOCK_K"] * ctx["elem"] <= SMEM_LIMIT
+
+
+def _transposed_registers(c: Config, ctx: dict) -> bool:
+    return c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_P"] <= MAX_ACC_REGS * WARP * c.num_warps
+
+
+def _transposed_fits(c: Config, ctx: dict) -> bool:
+    """K steps within one tap's channels, no tile wider than the output channels, whole-row pixel tiles."""
+    k = c.kwargs
+    return (ctx["C"] % k["BLOCK_K"] == 0 and k["BLOCK_N"] <= max(16, bucket(ctx["N"]))
+            and transposed_rows(k["BLOCK_P"], ctx["H"], ctx["W"]) is not None)
+
+
+def _transposed_tuner(ctx: dict) -> list[Config]:
+    return [c for c in CONV2D_TRANSPOSED_CONFIGS
+            if _transposed_smem(c, ctx) and _transposed_registers(c, ctx) and _transposed_fits(c, ctx)]
+
+
+CONV2D_TRANSPOSED = _register(Space(
+    "conv2d_transposed",
+    variants=(Variant("transposed", (("BLOCK_P", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)),
+                                     ("BLOCK_K", (16, 32, 64)), ("GROUP_M", (8,)), ("PER_SM", (1, 2))),
+                      _GEMM_WARPS, _GEMM_STAGES),),
+    rules=(
+        Rule("shared_memory", "hardware", _transposed_smem,
+             "num_stages x (BLOCK_N + BLOCK_P) x BLOCK_K bytes <= SMEM_LIMIT"),
+        Rule("registers", "hardware", _transposed_registers, "BLOCK_N x BLOCK_P accumulators <= MAX_ACC_REGS per thread"),
+        Rule("threads", "hardware", lambda c, ctx: c.kwargs["BLOCK_P"] * c.kwargs["BLOCK_N"] >= 4 * WARP * c.num_warps,
+             "at least 4 accumulators per thread"),
+        Rule("fits", "shape", _transposed_fits, "BLOCK_K divides C_in, BLOCK_N <= bucket(C_out), whole-row pixel tiles"),
+    ),
+    context=_transposed_context, tuner=_transposed_tuner, interpret=lambda ctx: CONV2D_TRANSPOSED_INTERPRET_CONFIG,
+    doc="y = act(conv2d(x, w) + bias), stride 1, same padding, computed as out^T = W . X^T: M = B x H x W, "
+        "N = C_out, C = C_in, H, W, taps; dtype",
+))
+
+
+# ----------------------------------------------------------------------------------------------------
 # the fused backward of a short GEMM (triton_kernels/gemm_backward.py): dA and dB tiles in one grid
 # ----------------------------------------------------------------------------------------------------
 # small tiles first: the shapes it serves have few tiles of either product (MNIST's 128 x 784 -> 10:

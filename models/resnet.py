@@ -47,7 +47,8 @@ def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
 def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """triton_kernels.conv2d's implicit GEMM (the layer must pass :func:`triton_conv_supports`). Under
     autocast it computes in the autocast dtype, as torch's conv2d does there: x and the bias are cast, the
-    fp32 weight is cast when packed (once per weight version) and its gradient returns in fp32."""
+    fp32 weight is cast when packed (once per weight version), or taken as ResNet's prologue cast it
+    (``cast_weight``), and its gradient returns in fp32."""
     if not triton_conv_supports(conv):
         raise ValueError(f"the Triton conv2d runs zero-padded, undilated, ungrouped convolutions with int padding; "
                          f"got {conv}")
@@ -56,7 +57,8 @@ def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         dtype = torch.get_autocast_dtype(x.device.type)
         x = x.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
-    return _conv2d.conv2d(x, conv.weight, bias, conv.stride, conv.padding)
+    weight = conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
+    return _conv2d.conv2d(x, weight, bias, conv.stride, conv.padding)
 
 
 def triton_conv_supports(conv: nn.Conv2d) -> bool:
@@ -72,10 +74,12 @@ CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor
 
 # THE place where the convolution choice is made: the (kernel size, stride, C_in, C_out) of the layers that
 # run the Triton conv2d on the triton backends, where a GPU run of `python -m bench.ops --op conv2d` shows
-# the Triton kernel ahead of cuDNN (and the step time of bench.resnet confirms it). Today the stem only: its
-# 3 input channels take the flat-K kernels, forward and weight gradient (results/NOTES.md, session 19);
-# every other layer stays on cuDNN, which the tiled kernel does not beat.
-TRITON_CONV_SHAPES: frozenset[tuple[int, int, int, int]] = frozenset({(3, 1, 3, 64)})
+# the Triton kernel ahead of cuDNN (and the step time of bench.resnet confirms it). The stem: its 3 input
+# channels take the flat-K kernels, forward and weight gradient (results/NOTES.md, session 19). The last
+# stage's 512-channel 3x3 stride-1 layers (4 x 4 maps on CIFAR): the transposed kernel's forward, 1.33x
+# cuDNN's (session 26's probe), backward cuDNN's. Every other layer stays on cuDNN, which the tiled kernel
+# does not beat.
+TRITON_CONV_SHAPES: frozenset[tuple[int, int, int, int]] = frozenset({(3, 1, 3, 64), (3, 1, 512, 512)})
 
 
 def conv_shape(conv: nn.Conv2d) -> tuple[int, int, int, int]:
@@ -241,7 +245,11 @@ class ResNet(nn.Module):
         feeding = [self.bn1] + [b.bn2 for b in blocks[:-1]]
         for m in self._norms:
             m.two_outputs = self.fused and any(m is f for f in feeding)
-        self._cudnn_convs = [m for m in self.modules() if isinstance(m, Conv2d) and m.impl == "cudnn"]
+        # the convs whose weights the prologue casts: cuDNN's, and the Triton ones whose kernel reads a
+        # channels_last weight in x's dtype as it is (the transposed kernel's: C_in >= TRANSPOSED_MIN_C); the
+        # flat-K stem packs (and so casts) its own
+        self._cast_convs = [m for m in self.modules() if isinstance(m, Conv2d) and (
+            m.impl == "cudnn" or m.in_channels >= _conv2d.TRANSPOSED_MIN_C)]
         return self
 
     @contextlib.contextmanager
@@ -249,7 +257,7 @@ class ResNet(nn.Module):
         """What every layer would launch for itself, in one launch each, on the triton backends (eager calls
         and CUDA graphs; torch.compile fuses these itself): the training-mode num_batches_tracked increments
         (layers with a momentum; momentum=None reads the counter on the host, so it counts for itself), and
-        under autocast the fp32 weights of the cuDNN convolutions cast to the autocast dtype
+        under autocast the fp32 weights of the convolutions in _cast_convs cast to the autocast dtype
         (foreach_cast.cast_parameters, whose backward casts their gradients back in one launch too)."""
         if not (self.fused and self.one_launch_prologue) or torch.compiler.is_compiling():
             yield
@@ -259,7 +267,7 @@ class ResNet(nn.Module):
         convs = []
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
-            convs = [m for m in self._cudnn_convs if m.weight.dtype == torch.float32 != dtype]
+            convs = [m for m in self._cast_convs if m.weight.dtype == torch.float32 != dtype]
         try:
             if counted:
                 torch._foreach_add_([m.num_batches_tracked for m in counted], 1)

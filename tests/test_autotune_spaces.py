@@ -49,6 +49,9 @@ def test_conv2d_candidates_are_the_tuners():
     assert ALL_TUNERS["conv2d"].configs == spaces.CONV2D_CONFIGS
     assert ALL_TUNERS["conv2d_flat"].configs == spaces.CONV2D_FLAT_CONFIGS
     assert ALL_TUNERS["conv2d_flat_dw"].configs == spaces.CONV2D_FLAT_DW_CONFIGS
+    assert ALL_TUNERS["conv2d_transposed"].configs == spaces.CONV2D_TRANSPOSED_CONFIGS
+    assert spaces.candidates("conv2d_transposed", M=512 * 16, N=512, C=512, H=4, W=4, dtype=2)[0] == \
+        spaces.CONV2D_TRANSPOSED_CONFIGS[0]  # ResNet-18 CIFAR's 512-channel 4 x 4 layers: the measured best first
     # the ResNet stem (3 -> 64 channels, 3 x 3, batch 512): the first flat candidates are the listed guesses
     stem = dict(M=512 * 32 * 32, N=64, K=27, dtype=2)
     assert spaces.candidates("conv2d_flat", **stem)[0] == spaces.CONV2D_FLAT_CONFIGS[0]
@@ -91,6 +94,9 @@ SHAPES = {
                     for d in ("bfloat16", "float32") for st in (False, True)],
     "conv2d_flat_dw": [dict(M=M, N=N, K=K, dtype=d) for M, N, K in [(4, 16, 9), (524288, 64, 27), (100, 3, 126),
                                                                    (131072, 512, 128)] for d in ("bfloat16", "float32")],
+    "conv2d_transposed": [dict(M=B * H * W, N=N, C=C, H=H, W=W, taps=t, dtype=d)
+                          for B, C, H, W, N, t in [(512, 512, 4, 4, 512, 9), (2, 16, 2, 8, 20, 25), (64, 256, 8, 8, 256, 1),
+                                                   (1, 64, 16, 32, 64, 9)] for d in ("bfloat16", "float32")],
     "softmax": [dict(M=M, N=N) for M, N in itertools.product((1, 100, 8192), (10, 1000, 16384, 32000, 200000))],
     "layernorm_fwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],
     "layernorm_bwd": [dict(M=M, D=D) for M, D in itertools.product((1, 100, 16384), (10, 768, 4096, 16384))],

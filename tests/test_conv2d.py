@@ -80,6 +80,43 @@ def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activat
     _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout, path=path)
 
 
+@pytest.mark.parametrize("B,C,H,W,N,k,bias,activation,dtype", [
+    (2, 32, 4, 4, 48, 3, True, "relu", torch.float32),   # one tile per sample, a ragged channel block
+    (3, 16, 8, 4, 32, 3, False, "none", torch.float16),  # two tiles per sample
+    (3, 16, 2, 4, 16, 3, True, "none", torch.float32),   # two samples per tile, a ragged last tile
+    (2, 16, 2, 8, 20, 5, False, "relu", torch.float32),  # a 5 x 5 kernel, padding 2 on a 2-row map
+    (1, 16, 4, 16, 64, 1, True, "relu", torch.float32),  # 1 x 1
+])
+def test_transposed_kernel(B, C, H, W, N, k, bias, activation, dtype):
+    """The transposed kernel (TMA boxes of whole rows, zero-filled out of the map: the padding) forward and
+    every gradient against float64; "auto" runs it only for 16-bit inputs of >= 512 channels on <= 16 pixels."""
+    x = torch.randn(B, C, H, W, device=DEVICE).to(dtype).contiguous(memory_format=CL)
+    assert conv2d.kernel_kind(x, k, k, N, (1, 1), (k // 2, k // 2), "transposed") == "transposed"
+    assert conv2d.kernel_kind(x, k, k, N, (1, 1), (k // 2, k // 2)) == "tiled"
+    _check(B, C, H, W, N, k, 1, k // 2, bias, False, activation, dtype, path="transposed")
+    wide = torch.empty(2, 512, 4, 4, device=DEVICE, dtype=torch.float16).contiguous(memory_format=CL)
+    assert conv2d.kernel_kind(wide, 3, 3, 512, (1, 1), (1, 1)) == "transposed"
+    assert conv2d.kernel_kind(wide.float(), 3, 3, 512, (1, 1), (1, 1)) == "tiled"
+    assert conv2d.kernel_kind(wide, 3, 3, 512, (2, 2), (1, 1)) == "tiled"
+
+
+def test_transposed_weight_layout_and_poisoned_output():
+    """A channels_last weight in x's dtype is the kernel's (C_out, KH, KW, C_in) layout as it is (a view, no
+    copy); another is packed once per version; the kernel writes every element of a poisoned output."""
+    x = torch.randn(2, 16, 4, 8, device=DEVICE).contiguous(memory_format=CL)
+    w = torch.randn(24, 16, 3, 3, device=DEVICE).contiguous(memory_format=CL)
+    view = conv2d.packed_weight(w, torch.float32, transposed=True)
+    assert view.data_ptr() == w.data_ptr() and view.shape == (24, 3, 3, 16)
+    dense = torch.randn(24, 16, 3, 3, device=DEVICE)
+    packed = conv2d.packed_weight(dense, torch.float32, transposed=True)
+    assert packed.is_contiguous() and packed is conv2d.packed_weight(dense, torch.float32, transposed=True)
+    assert conv2d.packed_weight(dense, torch.float32) is not packed  # the tiled layout is cached apart
+    out = poison_(torch.empty(2, 24, 4, 8, device=DEVICE).contiguous(memory_format=CL))
+    y = conv2d.conv2d_transposed_forward(x, packed, out=out)
+    assert y is out and not torch.isnan(y).any()
+    assert_close(y, ref_conv(x.double(), dense.double(), padding=1), torch.float32)
+
+
 FLAT_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_M": 2}, 4, 1)
 FLAT_DW_TILES = Config({"BLOCK_M": 16, "BLOCK_N": 16}, 4, 1)
 
@@ -360,6 +397,15 @@ def test_op_suite_cases_run_through_the_harness():
     (lambda x, w: conv2d.conv2d(x, w, precision="fp8"), "precision must be"),
     (lambda x, w: conv2d.conv2d(x, w, path="direct"), "path must be"),
     (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), path="flat"), "path='flat' needs"),
+    (lambda x, w: conv2d.conv2d(x.repeat(1, 2, 1, 1), w.repeat(1, 2, 1, 1), padding=1, path="transposed"),
+     "C_in a multiple of 16"),
+    (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), stride=2, path="transposed"),
+     "stride 1 and 'same' padding"),
+    (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), padding=1, path="transposed"),
+     "dense channels_last"),
+    (lambda x, w: conv2d.conv2d_bn_stats(x.repeat(1, 4, 1, 1).contiguous(memory_format=CL), w.repeat(1, 4, 1, 1),
+                                         padding=1, path="transposed"), "no residual or batch-norm statistics"),
+    (lambda x, w: conv2d.conv2d_forward(x, conv2d.pack_weight(w), path="transposed"), "conv2d_transposed_forward"),
     (lambda x, w: conv2d.conv2d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
     (lambda x, w: conv2d.conv2d(x, w.to("meta")), "weight is on meta"),
     (lambda x, w: conv2d.conv2d_bn_stats(x, w.requires_grad_()), "not differentiable"),

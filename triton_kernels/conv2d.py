@@ -22,7 +22,10 @@ BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight
 
 Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
 instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
-`_flat_columns` in conv2d_kernels.py, where every kernel of this file lives).
+`_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). Small maps with many channels
+(16-bit, C_in >= 512, at most 16 pixels: ResNet's last stage on CIFAR) take the transposed kernel, stride 1
+and "same" padding only: out^T = W . X^T with the weight as (C_out, KH, KW, C_in) and both operands through
+TMA (see the comment above `_conv2d_transposed_kernel`).
 
 Backward: dz = dy * (y > 0) (relu; the mask from the saved output, as torch's relu backward takes it),
 dbias = sum_{b, oh, ow} dz, dresidual = dz; dw from the flat-K kernel on that path; dx (and dw elsewhere)
@@ -43,11 +46,13 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from autotune import spaces
 
 from .conv2d_kernels import (_conv2d_epilogue, _conv2d_flat_dw_kernel, _conv2d_flat_kernel, _conv2d_kernel,
-                             _flat_columns, _pixels, _sum_partials_kernel, _taps, flat_k_pad)
+                             _conv2d_transposed_kernel, _flat_columns, _pixels, _sum_partials_kernel, _taps,
+                             flat_k_pad)
+from .gemm import _ensure_allocator, _tma_device
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
-from .runtime import (cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, config_from,
-                      config_str, is_fake, num_sms, register_op, register_tuner)
+from .runtime import (INTERPRET, cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor,
+                      config_from, config_str, is_fake, num_sms, register_op, register_tuner)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -75,6 +80,21 @@ class Conv2dKey(NamedTuple):
     stats: bool  # the epilogue also writes the batch-norm partial statistics
 
 
+class Conv2dTransposedKey(NamedTuple):
+    """What a tuned config of the transposed kernel depends on: its tiles are whole rows of the H x W map."""
+    m: int  # output pixels B x H x W, bucketed
+    n: int
+    c: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    dtype: torch.dtype
+    precision: str
+    activation: str
+    has_bias: bool
+
+
 class _Conv2dPlan(NamedTuple):
     """A key's tuned config bound to its compiled kernel (the launch path of every later call)."""
     kernel: BoundKernel
@@ -83,7 +103,15 @@ class _Conv2dPlan(NamedTuple):
     flat: bool  # the flat-K kernel (C_in is its constexpr), else the tiled one
 
 
-# (Conv2dKey, padding, flat, device) -> _Conv2dPlan, made at a key's first eager call
+class _TransposedPlan(NamedTuple):
+    """A transposed-kernel key's tuned config bound to its compiled kernel."""
+    kernel: BoundKernel
+    block_p: int
+    block_n: int
+    per_sm: int
+
+
+# (Conv2dKey | Conv2dTransposedKey, padding, kind, device) -> plan, made at a key's first eager call
 _PLANS: dict[tuple, _Conv2dPlan] = {}
 
 _tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _pixels, _conv2d_epilogue, _tile_coords, _apply_act],
@@ -92,6 +120,9 @@ _flat_tuner = register_tuner(Autotuner("conv2d_flat", [_conv2d_flat_kernel, _fla
                                                        _conv2d_epilogue, _tile_coords, _apply_act],
                                        spaces.CONV2D_FLAT_CONFIGS,
                                        interpret_config=spaces.CONV2D_FLAT_INTERPRET_CONFIG))
+_transposed_tuner = register_tuner(Autotuner("conv2d_transposed", [_conv2d_transposed_kernel, _tile_coords, _apply_act],
+                                             spaces.CONV2D_TRANSPOSED_CONFIGS,
+                                             interpret_config=spaces.CONV2D_TRANSPOSED_INTERPRET_CONFIG))
 _flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_kernel, _flat_columns, _pixels, _taps],
                                           spaces.CONV2D_FLAT_DW_CONFIGS,
                                           interpret_config=spaces.CONV2D_FLAT_DW_INTERPRET_CONFIG))
@@ -100,7 +131,12 @@ _flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_ker
 # up to FLAT_K_MAX ("auto"); path="flat" / "tiled" forces one (tests, benchmarks).
 FLAT_C_MAX = 16
 FLAT_K_MAX = 128
-PATHS = ("auto", "flat", "tiled")
+PATHS = ("auto", "flat", "tiled", "transposed")
+# The transposed kernel runs ("auto") where it was measured ahead of cuDNN's forward: 16-bit, C_in >= 512 on maps
+# of at most 16 pixels (results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_3d22218_conv-transposed-probe: 1.33x at
+# 512 channels 4 x 4; 0.95-1.00x at 64-256 channels on 8 x 8 to 32 x 32 maps, where the tiled kernel is used)
+TRANSPOSED_MIN_C = 512
+TRANSPOSED_MAX_PIXELS = 16
 
 
 def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
@@ -108,6 +144,51 @@ def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
     if path == "auto":
         return C < FLAT_C_MAX and KH * KW * C <= FLAT_K_MAX
     return path == "flat"
+
+
+def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, has_res: bool,
+                       stats: bool) -> str | None:
+    """Why the transposed kernel cannot compute this call, or None when it can."""
+    B, C, H, W = x.shape
+    if KH % 2 == 0 or KW % 2 == 0 or tuple(stride) != (1, 1) or tuple(padding) != (KH // 2, KW // 2):
+        return "it needs an odd kernel, stride 1 and 'same' padding (KH // 2, KW // 2)"
+    if has_res or stats:
+        return "it has no residual or batch-norm statistics epilogue"
+    if is_fake(x) or torch.compiler.is_compiling():
+        return "torch.compile is tracing it (compiled graphs run the tiled kernel, as the GEMM's run its pointer kernel)"
+    if C % 16:
+        return f"it needs C_in a multiple of 16, got {C}"
+    if not INTERPRET and not _tma_device(x):
+        return "it reads its operands through TMA: a GPU of compute capability 9 or more"
+    if not _transposed_configs(B * H * W, N, C, H, W, KH * KW, x.element_size()):
+        return f"none of its tiles (whole rows of a power-of-two W) tiles the {H} x {W} map"
+    if not x.is_contiguous(memory_format=torch.channels_last) or x.data_ptr() % 16:
+        return "it reads x through TMA: a dense channels_last x, 16-byte aligned"
+    return None
+
+
+def _transposed_configs(M: int, N: int, C: int, H: int, W: int, taps: int, elem: int) -> list[Config]:
+    """The transposed kernel's candidates for this shape (the interpreter: its one config, if it fits)."""
+    if INTERPRET:
+        cfg = spaces.CONV2D_TRANSPOSED_INTERPRET_CONFIG
+        ok = C % cfg.kwargs["BLOCK_K"] == 0 and spaces.transposed_rows(cfg.kwargs["BLOCK_P"], H, W) is not None
+        return [cfg] if ok else []
+    return spaces.candidates("conv2d_transposed", M=M, N=N, C=C, H=H, W=W, taps=taps, dtype=elem)
+
+
+def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, path: str = "auto",
+                has_res: bool = False, stats: bool = False) -> str:
+    """"flat", "tiled" or "transposed": the kernel a forward runs (``path`` "auto": the flat-K kernels for
+    few input channels, the transposed one where it was measured to win, else the tiled one)."""
+    if path != "auto":
+        return path
+    B, C, H, W = x.shape
+    if uses_flat(C, KH, KW):
+        return "flat"
+    if (x.element_size() == 2 and C >= TRANSPOSED_MIN_C and H * W <= TRANSPOSED_MAX_PIXELS
+            and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None):
+        return "transposed"
+    return "tiled"
 
 
 class Conv2dWeightGradKey(NamedTuple):
@@ -140,26 +221,30 @@ def _prune(M: int, N: int, C: int, taps: int, elem: int) -> list[Config]:
 _PACKED = WeakTensorKeyDictionary()
 
 
-def pack_weight(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def pack_weight(weight: torch.Tensor, dtype: torch.dtype | None = None, transposed: bool = False) -> torch.Tensor:
     """The (C_out, C_in, KH, KW) weight as a (KH, KW, C_in, C_out) contiguous copy in ``dtype`` (default: its
-    own), detached: one copy kernel, the cast included."""
-    view = weight.detach().permute(2, 3, 1, 0)
+    own), detached: one copy kernel, the cast included; ``transposed``: as (C_out, KH, KW, C_in), the
+    transposed kernel's layout."""
+    view = weight.detach().permute(0, 2, 3, 1) if transposed else weight.detach().permute(2, 3, 1, 0)
     return torch.empty(view.shape, device=weight.device, dtype=dtype or weight.dtype).copy_(view)
 
 
-def packed_weight(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """pack_weight(weight, dtype), from the cache when the weight is unchanged since it was packed (in this
-    dtype); while torch.compile traces, the packing is traced (it runs, a small copy, in every compiled call),
-    and an inference tensor (made under torch.inference_mode: no version counter) is packed on every call."""
+def packed_weight(weight: torch.Tensor, dtype: torch.dtype | None = None, transposed: bool = False) -> torch.Tensor:
+    """pack_weight(weight, dtype, transposed), from the cache when the weight is unchanged since it was packed
+    (in this dtype and layout); while torch.compile traces, the packing is traced (it runs, a small copy, in
+    every compiled call), and an inference tensor (made under torch.inference_mode: no version counter) is
+    packed on every call. A channels_last weight already in ``dtype`` is its own transposed layout: a view."""
     dtype = dtype or weight.dtype
+    if transposed and weight.dtype == dtype and weight.permute(0, 2, 3, 1).is_contiguous():
+        return weight.detach().permute(0, 2, 3, 1)
     if is_fake(weight) or torch.compiler.is_compiling() or weight.is_inference():
-        return pack_weight(weight, dtype)
+        return pack_weight(weight, dtype, transposed)
     hit = _PACKED.get(weight)
     ptr, version = weight.data_ptr(), weight._version
-    if hit is not None and hit[0] == ptr and hit[1] == version and hit[2] == dtype:
+    if hit is not None and hit[0] == ptr and hit[1] == version and hit[2] == (dtype, transposed):
         return hit[3]
-    packed = pack_weight(weight, dtype)
-    _PACKED[weight] = (ptr, version, dtype, packed)
+    packed = pack_weight(weight, dtype, transposed)
+    _PACKED[weight] = (ptr, version, (dtype, transposed), packed)
     return packed
 
 
@@ -176,16 +261,21 @@ def out_size(size: int, k: int, stride: int, pad: int) -> int:
 
 
 def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activation: str, precision: str,
-             has_bias: bool, has_res: bool, stats: bool, flat: bool) -> tuple:
-    """The (Conv2dKey, padding, flat, device) a forward's plan is kept under; precision as the call asks it
-    (the key holds it as the kernel runs it: "ieee" for 16-bit inputs)."""
+             has_bias: bool, has_res: bool, stats: bool, kind: str) -> tuple:
+    """The (tuning key, padding, kind, device) a forward's plan is kept under (kind: see :func:`kernel_kind`);
+    precision as the call asks it (the key holds it as the kernel runs it: "ieee" for 16-bit inputs)."""
     B, C, H, W = x.shape
     precision = precision if x.dtype == torch.float32 else "ieee"
     (sh, sw), (ph, pw) = stride, padding
     M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
-    key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype, precision=precision,
-                    activation=activation, has_bias=has_bias, has_residual=has_res, stats=bool(stats))
-    return key, ph, pw, flat, x.device
+    if kind == "transposed":
+        key = Conv2dTransposedKey(m=bucket(M), n=N, c=C, h=H, w=W, kh=KH, kw=KW, dtype=x.dtype, precision=precision,
+                                  activation=activation, has_bias=has_bias)
+    else:
+        key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype,
+                        precision=precision, activation=activation, has_bias=has_bias, has_residual=has_res,
+                        stats=bool(stats))
+    return key, ph, pw, kind, x.device
 
 
 def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding=(0, 0), activation="none",
@@ -198,24 +288,21 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
     flat-K kernel where :func:`uses_flat`, else the tiled one), "flat" or "tiled". config: force a launch
     configuration (tests; with path "auto" its knobs name the kernel: BLOCK_K is the tiled one's); default:
     the tuner's (persistent cache, launch plan)."""
+    if path == "transposed":
+        raise ValueError("path='transposed' is conv2d_transposed_forward's (its weight layout is another)")
     B, C, H, W = x.shape
     KH, KW, _, N = w_packed.shape
     (sh, sw), (ph, pw) = stride, padding
     H_out, W_out = out_size(H, KH, sh, ph), out_size(W, KW, sw, pw)
-    if out is None:
-        y = torch.empty((B, N, H_out, W_out), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
-    elif (tuple(out.shape) != (B, N, H_out, W_out) or out.dtype != x.dtype
-          or not out.is_contiguous(memory_format=torch.channels_last)):
-        raise ValueError(f"out must be a dense channels_last {x.dtype} tensor of shape {(B, N, H_out, W_out)}")
-    else:
-        y = out
+    y = _output(x, (B, N, H_out, W_out), out)
     M = B * H_out * W_out
     has_bias, has_res = bias is not None, residual is not None
     flat = "BLOCK_K" not in config.kwargs if config is not None and path == "auto" else uses_flat(C, KH, KW, path)
     if config is not None and ("BLOCK_K" in config.kwargs) == flat:
         raise ValueError(f"config {config} is not a {'flat-K' if flat else 'tiled'} conv2d config (path={path!r}: "
                          f"the tiled kernel's configs have BLOCK_K, the flat-K kernel's do not)")
-    key = plan_key(x, KH, KW, N, (sh, sw), (ph, pw), activation, precision, has_bias, has_res, stats, flat)
+    key = plan_key(x, KH, KW, N, (sh, sw), (ph, pw), activation, precision, has_bias, has_res, stats,
+                   "flat" if flat else "tiled")
     fake = is_fake(x, w_packed)
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
@@ -246,6 +333,63 @@ def conv2d_forward(x, w_packed, bias=None, residual=None, stride=(1, 1), padding
     return (y, part) if stats else y
 
 
+def _output(x, shape: tuple, out):
+    """The output buffer: ``out`` checked (dense channels_last, x's dtype, ``shape``), else a new one."""
+    if out is None:
+        return torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    if tuple(out.shape) != shape or out.dtype != x.dtype or not out.is_contiguous(memory_format=torch.channels_last):
+        raise ValueError(f"out must be a dense channels_last {x.dtype} tensor of shape {shape}")
+    return out
+
+
+def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", precision="ieee", *, out=None,
+                              config: Config | None = None):
+    """y (B, C_out, H, W) channels_last in x's dtype from the transposed kernel (stride 1, "same" padding; see
+    :func:`transposed_problem` for what it needs): x dense channels_last, w_transposed the weight as
+    (C_out, KH, KW, C_in) contiguous (``packed_weight(w, dtype, transposed=True)``). out, config: as
+    :func:`conv2d_forward`'s (a config names BLOCK_P, BLOCK_N, BLOCK_K, GROUP_M and PER_SM)."""
+    B, C, H, W = x.shape
+    N, KH, KW, _ = w_transposed.shape
+    y = _output(x, (B, N, H, W), out)
+    M = B * H * W
+    key = plan_key(x, KH, KW, N, (1, 1), (KH // 2, KW // 2), activation, precision, bias is not None, False, False,
+                   "transposed")
+    fake = is_fake(x, w_transposed)
+    plan = _PLANS.get(key) if config is None else None
+    if plan is None:
+        flags = dict(W=W, C=C, KH=KH, KW=KW, HAS_BIAS=bias is not None, ACT=activation, PRECISION=key[0].precision)
+
+        def bound(cfg: Config) -> _TransposedPlan:
+            kw = dict(cfg.kwargs)
+            per_sm, block_p = kw.pop("PER_SM", 1), kw.pop("BLOCK_P")
+            rows = spaces.transposed_rows(block_p, H, W)
+            if rows is None or C % kw["BLOCK_K"]:
+                raise ValueError(f"config {cfg} does not fit this call: BLOCK_P must be whole rows tiling the "
+                                 f"{H} x {W} map and BLOCK_K must divide C_in = {C}")
+            kernel = bind(_conv2d_transposed_kernel, **flags, BLOCK_B=rows[0], BLOCK_H=rows[1], **kw,
+                          num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return _TransposedPlan(kernel, block_p, kw["BLOCK_N"], per_sm)
+
+        if config is None:
+            config = _transposed_tuner.pick(
+                key[0], lambda cfg: _launch_transposed(bound(cfg), x, w_transposed, bias, y, M),
+                lambda: _transposed_configs(M, N, C, H, W, KH * KW, x.element_size()), tracing=fake)
+            plan = bound(config)
+            if not fake:
+                _PLANS[key] = plan
+        else:
+            plan = bound(config)
+    _launch_transposed(plan, x, w_transposed, bias, y, M)
+    return y
+
+
+def _launch_transposed(plan: _TransposedPlan, x, w, bias, y, M: int) -> None:
+    if M == 0 or y.shape[1] == 0:
+        return
+    grid, args = launch_args(plan, x, w, bias, None, y, None, M)
+    plan.kernel.launch(grid, **args)
+
+
 def _launch(plan: _Conv2dPlan, x, w, bias, residual, y, stats: bool, M: int):
     """One launch of a plan (the tuner times its candidates through it); returns the statistics partials
     (or None)."""
@@ -262,6 +406,15 @@ def launch_args(plan: _Conv2dPlan, x, w, bias, residual, y, part, M: int) -> tup
     """(grid, every kernel argument by name) of a plan's launch; absent bias / residual / partials point at
     y, unread."""
     B, C, H, W = x.shape
+    if isinstance(plan, _TransposedPlan):  # persistent programs; on the GPU the descriptors need Triton's allocator
+        if not INTERPRET:
+            _ensure_allocator()
+        N = y.shape[1]
+        tiles = cdiv(M, plan.block_p) * cdiv(N, plan.block_n)
+        programs = max(1, min(tiles, plan.per_sm * num_sms(x.device, default=2)))
+        return (programs,), dict(x_ptr=x, w_ptr=w, bias_ptr=bias if bias is not None else y, res_ptr=y, y_ptr=y,
+                                 part_ptr=y, B=B, H=H, N=N, stride_bias=bias.stride(0) if bias is not None else 0,
+                                 NUM_PROGRAMS=programs)
     N, H_out, W_out = y.shape[1], y.shape[2], y.shape[3]
     sxb, sxc, sxh, sxw = x.stride()
     swh, sww, swc, swn = w.stride()
@@ -367,8 +520,17 @@ def _weight_grad_launch(plan: _WeightGradPlan, x, dz, dw, M: int, k_pad: int) ->
 def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
                activation: str, precision: str, path: str, config: str) -> torch.Tensor:
+    cfg = config_from(config)
+    if cfg is not None and path == "auto":  # a forced config names its kernel
+        transposed = "BLOCK_P" in cfg.kwargs
+    else:
+        transposed = kernel_kind(x, weight.shape[2], weight.shape[3], weight.shape[0], (stride_h, stride_w),
+                                 (pad_h, pad_w), path, residual is not None) == "transposed"
+    if transposed:
+        return conv2d_transposed_forward(x, packed_weight(weight, x.dtype, transposed=True), bias, activation,
+                                         precision, config=cfg)
     return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
-                          activation, precision, path=path, config=config_from(config))
+                          activation, precision, path=path, config=cfg)
 
 
 def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -442,7 +604,7 @@ def _pair(name: str, value, minimum: int) -> tuple[int, int]:
     return pair
 
 
-def validate(x, weight, bias, stride, padding, residual, activation, precision, path="auto"):
+def validate(x, weight, bias, stride, padding, residual, activation, precision, path="auto", stats=False):
     """Raise a ValueError naming the argument; returns (stride pair, padding pair)."""
     check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor("weight", weight, ndim=4, dtypes=DTYPES, device=x.device)
@@ -471,6 +633,10 @@ def validate(x, weight, bias, stride, padding, residual, activation, precision, 
     check_choice("path", path, PATHS)
     if path == "flat" and KH * KW * C_in > FLAT_K_MAX:
         raise ValueError(f"path='flat' needs KH x KW x C_in <= {FLAT_K_MAX}, got {KH} x {KW} x {C_in}")
+    if path == "transposed":
+        problem = transposed_problem(x, KH, KW, C_out, (sh, sw), (ph, pw), residual is not None, stats)
+        if problem is not None:
+            raise ValueError(f"path='transposed' cannot run this call: {problem}")
     return (sh, sw), (ph, pw)
 
 
@@ -486,7 +652,8 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     Differentiable in x, weight, bias and residual (backward behind the ReLU mask: the weight's gradient from
     the flat-K kernel on that path, the rest cuDNN's).
     precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). path: "auto" (the
-    flat-K kernels for few input channels, see :func:`uses_flat`), "flat" or "tiled". config: force a
+    flat-K kernels for few input channels, the transposed kernel for small maps with many channels, see
+    :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
     launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
     if config is None:
@@ -510,7 +677,7 @@ def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     its pre-activation z over (B, H_out, W_out), from the statistics the kernel's epilogue writes (the
     STATS variant) -- what a training BatchNorm2d of y needs, without a reduction pass over y. Not
     differentiable (call it under torch.no_grad()); not yet used by the ResNet model."""
-    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path, stats=True)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         raise ValueError("conv2d_bn_stats is not differentiable: call it under torch.no_grad()")
     y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,

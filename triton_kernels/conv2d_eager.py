@@ -18,8 +18,10 @@ from typing import Optional
 
 import torch
 
-from .conv2d import _PLANS, backward_spec, input_grads, launch_args, out_size, packed_weight, plan_key, uses_flat
-from .runtime import EagerNode, remember_call
+from .conv2d import (_PLANS, _TransposedPlan, backward_spec, input_grads, kernel_kind, launch_args, out_size,
+                     packed_weight, plan_key)
+from .gemm import _ensure_allocator
+from .runtime import INTERPRET, EagerNode, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
 
@@ -53,11 +55,14 @@ class _FastConv:
         self.plan, self.M, self.shape = plan, B * H_out * W_out, (B, N, H_out, W_out)
         self.strides = (H_out * W_out * N, 1, W_out * N, N)  # dense channels_last, as the general path's
         self.relu = activation == "relu"
+        self.transposed = isinstance(plan, _TransposedPlan)  # its weight layout, and TMA descriptors
         self.spec = backward_spec(weight, bias, residual, stride, padding, precision, path)
         self.launch = None
 
     def run(self, x, weight, bias, residual) -> torch.Tensor:
-        w = packed_weight(weight, x.dtype)
+        w = packed_weight(weight, x.dtype, self.transposed)
+        if self.transposed and not INTERPRET:
+            _ensure_allocator()
         y = x.new_empty_strided(self.shape, self.strides)
         if self.launch is None:
             grid, args = launch_args(self.plan, x, w, bias, residual, y, None, self.M)
@@ -104,8 +109,9 @@ def remember(x, weight, bias, residual, stride, padding, stride_pair: tuple, pad
             or any(t is not None and type(t) not in _PLAIN for t in (bias, residual))):
         return
     N, C, KH, KW = weight.shape
+    kind = kernel_kind(x, KH, KW, N, stride_pair, padding_pair, path, residual is not None)
     plan = _PLANS.get(plan_key(x, KH, KW, N, stride_pair, padding_pair, activation, precision, bias is not None,
-                               residual is not None, False, uses_flat(C, KH, KW, path)))
+                               residual is not None, False, kind))
     key = _key(x, weight, bias, residual, stride, padding, activation, precision, path)
     if plan is None or key is None:
         return

@@ -1,7 +1,7 @@
 """The Triton kernels of conv2d (triton_kernels/conv2d.py holds the math, the layout, the tuning and the
-launchers): the tiled implicit GEMM, the flat-K forward and weight gradient for few input channels, the
-partials' sum, and the jit helpers they share (output-row and tap decompositions, the im2col gather of the
-flat-K kernels, the epilogue).
+launchers): the tiled implicit GEMM, the transposed (TMA) forward for small maps with many channels, the
+flat-K forward and weight gradient for few input channels, the partials' sum, and the jit helpers they
+share (output-row and tap decompositions, the im2col gather of the flat-K kernels, the epilogue).
 """
 from __future__ import annotations
 
@@ -124,6 +124,65 @@ def _conv2d_kernel(
     _conv2d_epilogue(acc, pid_m, offs_m, offs_n, m_ok, n_ok, b, oh, ow, M, N, bias_ptr, res_ptr, y_ptr, part_ptr,
                      stride_bias, stride_rb, stride_rn, stride_rh, stride_rw, HAS_BIAS, HAS_RES, ACT, STATS, BLOCK_M)
 
+
+
+# Small feature maps with many channels (ResNet's 512-channel 4 x 4 layers), stride 1, "same" padding. The
+# tiled kernel's tile is 128 output pixels x BLOCK_N channels; here the tile is computed transposed,
+#
+#     acc[n, p] += W[n-block, (tap, c-block)] @ X_tap[p-block, c-block]^T     (BLOCK_N x BLOCK_K) . (BLOCK_K x BLOCK_P)
+#     y[p, n] = act(acc^T + bias)
+#
+# so the BLOCK_P output pixels are the tensor cores' wide dimension (up to 256 per instruction) and the weight
+# rows their 64-row one: each weight tile serves BLOCK_P pixels. Both operands come through TMA: the weight as
+# the (C_out, KH * KW * C_in) matrix of its (C_out, KH, KW, C_in) layout, X_tap as a box of the NHWC input,
+# [BLOCK_B samples, BLOCK_H rows, all W columns, BLOCK_K channels], offset by the tap (kh - KH // 2,
+# kw - KW // 2): the descriptor fills rows and columns outside the map with zeros, which is the padding. A
+# tile is whole image rows (BLOCK_P = BLOCK_B * BLOCK_H * W, a power of two), so pixel p of the tile is
+# (b0 + p // (BLOCK_H * W), h0 + p // W % BLOCK_H, p % W). NUM_PROGRAMS persistent programs walk the tiles in
+# grouped order (`_tile_coords`, pixel blocks as its rows).
+@triton.jit
+def _conv2d_transposed_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
+    B, H, N, stride_bias, NUM_PROGRAMS,
+    W: tl.constexpr, C: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """y (dense channels_last, B x H x W pixels x N channels) = act(conv2d(x, w) + bias). x: dense
+    channels_last (B, C, H, W); w: (N, KH, KW, C) contiguous; C a multiple of BLOCK_K. res_ptr and part_ptr
+    are unused (the other conv2d kernels' argument order)."""
+    BLOCK_P: tl.constexpr = BLOCK_B * BLOCK_H * W
+    M = B * H * W
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[B, H, W, C], strides=[H * W * C, W * C, C, 1],
+                                       block_shape=[BLOCK_B, BLOCK_H, W, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, KH * KW * C], strides=[KH * KW * C, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    CB: tl.constexpr = C // BLOCK_K
+    num_tiles = tl.cdiv(M, BLOCK_P) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True):
+        pid_p, pid_n = _tile_coords(tile, M, N, BLOCK_P, BLOCK_N, GROUP_M)
+        p0 = pid_p * BLOCK_P
+        n0 = pid_n * BLOCK_N
+        b0 = p0 // (H * W)
+        h0 = (p0 - b0 * H * W) // W
+        acc = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+        for kk in range(KH * KW * CB):
+            tap = kk // CB
+            c0 = (kk - tap * CB) * BLOCK_K
+            kh = tap // KW
+            kw = tap - kh * KW
+            w = w_desc.load([n0, tap * C + c0])
+            x = x_desc.load([b0, h0 + kh - KH // 2, kw - KW // 2, c0]).reshape(BLOCK_P, BLOCK_K)
+            acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_p = p0 + tl.arange(0, BLOCK_P)
+        n_ok = offs_n < N
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        out = tl.trans(_apply_act(acc, ACT))
+        tl.store(y_ptr + offs_p.to(tl.int64)[:, None] * N + offs_n[None, :], out.to(y_ptr.dtype.element_ty),
+                 mask=(offs_p < M)[:, None] & n_ok[None, :])
 
 # Few input channels (a network's stem: 3 colour channels). The tiled kernel above pads each tap's C_in to
 # BLOCK_K >= 16, so at C_in = 3 it runs 9 dots of which 81 % is padding. Here the reduction is flattened,
