@@ -57,6 +57,9 @@ def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         dtype = torch.get_autocast_dtype(x.device.type)
         x = x.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
+    if (conv.in_channels >= _conv2d.TRANSPOSED_MIN_C
+            and (x.element_size() != 2 or x.shape[-2] * x.shape[-1] > _conv2d.TRANSPOSED_MAX_PIXELS)):
+        return _conv_cudnn(conv, x)  # a layer listed for the transposed kernel, off the maps it wins on
     weight = conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
     return _conv2d.conv2d(x, weight, bias, conv.stride, conv.padding)
 

@@ -365,6 +365,29 @@ def test_resnet_triton_convs_under_autocast():
         assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
 
 
+def test_resnet_512_channel_layer_runs_the_transposed_kernel_on_small_maps_only():
+    """A 512-channel 3x3 layer on the Triton convs (TRITON_CONV_SHAPES lists it for the transposed kernel):
+    under 16-bit autocast on a map of <= 16 pixels it runs the transposed kernel, right against float64;
+    on a larger map, or in fp32, it runs cuDNN's (where the transposed kernel was not measured to win)."""
+    from models.resnet import Conv2d
+
+    conv = Conv2d(512, 512, 3, padding=1, bias=False).to(DEVICE).to(memory_format=CL)
+    conv.impl = "triton"
+    x = torch.randn(1, 512, 2, 2, device=DEVICE).contiguous(memory_format=CL)
+    plans = set(conv2d._PLANS)
+    with torch.autocast(torch.device(DEVICE).type, dtype=torch.float16):
+        y = conv(x)
+    new = [k for k in set(conv2d._PLANS) - plans if k[3] == "transposed"]
+    assert y.dtype == torch.float16 and len(new) == 1
+    assert_close(y, ref_conv(x.double(), conv.weight.double(), padding=1), torch.float16)
+    plans = set(conv2d._PLANS)
+    big = torch.randn(1, 512, 8, 8, device=DEVICE).contiguous(memory_format=CL)
+    with torch.autocast(torch.device(DEVICE).type, dtype=torch.float16):
+        conv(big)
+    conv(x)  # fp32
+    assert set(conv2d._PLANS) == plans
+
+
 def test_op_suite_cases_run_through_the_harness():
     """bench/cases/conv2d.py's interpreter cases: every backend checked against float64 and timed (status ok)."""
     from bench.cases import conv2d as cases

@@ -112,7 +112,7 @@ class _TransposedPlan(NamedTuple):
 
 
 # (Conv2dKey | Conv2dTransposedKey, padding, kind, device) -> plan, made at a key's first eager call
-_PLANS: dict[tuple, _Conv2dPlan] = {}
+_PLANS: dict[tuple, "_Conv2dPlan | _TransposedPlan"] = {}
 
 _tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _pixels, _conv2d_epilogue, _tile_coords, _apply_act],
                                   spaces.CONV2D_CONFIGS, interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
