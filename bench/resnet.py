@@ -521,6 +521,13 @@ class StepProfiler:
             self.prof, self.done = None, True
 
 
+def _drain(pending: list, into: list) -> None:
+    """Move the pending device-side step losses to ``into`` as floats (one sync for all of them)."""
+    if pending:
+        into.extend(torch.stack(pending).float().tolist())
+        pending.clear()
+
+
 def run_training(args, dist: Dist) -> int:
     device = dist.device
     seed_everything(args.seed)
@@ -579,8 +586,7 @@ def run_training(args, dist: Dist) -> int:
                 bar.close()
                 return 0
             if args.save_every and progress["global_step"] % args.save_every == 0 and step + 1 < steps:
-                step_losses += torch.stack(pending).float().tolist()
-                pending = []
+                _drain(pending, step_losses)
                 progress["accum"] = {"loss": loss_sum.item(), "correct": int(correct.item()), "count": count,
                                      "elapsed_s": time.perf_counter() - t_epoch, "data_s": data_s,
                                      "step_losses": step_losses}
@@ -595,8 +601,7 @@ def run_training(args, dist: Dist) -> int:
         record = {"epoch": epoch + 1, "train_loss": loss_sum.item() / count_t.item(),
                   "train_acc": 100.0 * correct.item() / count_t.item(), "epoch_s": epoch_s, "data_s": data_s,
                   "compute_s": epoch_s - data_s, "steps": steps}
-        if pending:
-            step_losses += torch.stack(pending).float().tolist()
+        _drain(pending, step_losses)
         if (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs:
             t_sum, t_correct = trainer.evaluate(test_x, test_y)
             n_test = torch.tensor(len(test_y), device=device)

@@ -39,9 +39,13 @@ WIDTHS = (64, 128, 256, 512)
 # --------------------------------------------------------------------------------------------------
 # Convolutions: where a Triton implicit-GEMM conv2d plugs in
 # --------------------------------------------------------------------------------------------------
+def _weight(conv: nn.Conv2d) -> torch.Tensor:
+    """The layer's weight as ResNet's prologue cast it for this forward (``cast_weight``), else its own."""
+    return conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
+
+
 def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    weight = conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
-    return functional.conv2d(x, weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+    return functional.conv2d(x, _weight(conv), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
@@ -57,11 +61,9 @@ def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         dtype = torch.get_autocast_dtype(x.device.type)
         x = x.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
-    if (conv.in_channels >= _conv2d.TRANSPOSED_MIN_C
-            and (x.element_size() != 2 or x.shape[-2] * x.shape[-1] > _conv2d.TRANSPOSED_MAX_PIXELS)):
-        return _conv_cudnn(conv, x)  # a layer listed for the transposed kernel, off the maps it wins on
-    weight = conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
-    return _conv2d.conv2d(x, weight, bias, conv.stride, conv.padding)
+    if conv.in_channels >= _conv2d.TRANSPOSED_MIN_C and not _conv2d.transposed_wins(x):
+        return _conv_cudnn(conv, x)  # a layer listed for the transposed kernel, off the inputs it wins on
+    return _conv2d.conv2d(x, _weight(conv), bias, conv.stride, conv.padding)
 
 
 def triton_conv_supports(conv: nn.Conv2d) -> bool:

@@ -187,7 +187,8 @@ def precompile(launches: Iterable[Callable[[], Any]]) -> list[dict]:
     from .runtime import INTERPRET
 
     size = worker_count()
-    if INTERPRET or size == 0:
+    launches = list(launches)
+    if INTERPRET or size == 0 or len(launches) < 2:  # one launch: nothing to compile beside it
         return []
     jobs: dict[str, tuple] = {}
     for launch in launches:

@@ -146,6 +146,13 @@ def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
     return path == "flat"
 
 
+def transposed_wins(x) -> bool:
+    """Whether x is of the inputs the transposed kernel was measured ahead of cuDNN on: 16-bit, at least
+    TRANSPOSED_MIN_C channels, at most TRANSPOSED_MAX_PIXELS pixels per map."""
+    return (x.element_size() == 2 and x.shape[1] >= TRANSPOSED_MIN_C
+            and x.shape[-2] * x.shape[-1] <= TRANSPOSED_MAX_PIXELS)
+
+
 def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, has_res: bool,
                        stats: bool) -> str | None:
     """Why the transposed kernel cannot compute this call, or None when it can."""
@@ -182,11 +189,9 @@ def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, path
     few input channels, the transposed one where it was measured to win, else the tiled one)."""
     if path != "auto":
         return path
-    B, C, H, W = x.shape
-    if uses_flat(C, KH, KW):
+    if uses_flat(x.shape[1], KH, KW):
         return "flat"
-    if (x.element_size() == 2 and C >= TRANSPOSED_MIN_C and H * W <= TRANSPOSED_MAX_PIXELS
-            and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None):
+    if transposed_wins(x) and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None:
         return "transposed"
     return "tiled"
 
