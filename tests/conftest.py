@@ -49,6 +49,16 @@ def _seed(request):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _mutation_analysis():
+    """Every GPU test fails if torch.compile gave up analysing which arguments a traced kernel writes."""
+    from .isolated import MutationAnalysisWatch
+
+    with MutationAnalysisWatch() as watch:
+        yield
+    watch.check()
+
+
 @pytest.fixture
 def device():
     return DEVICE

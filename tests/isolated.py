@@ -12,6 +12,7 @@ Arguments and results cross a pipe, so they must pickle (strings, numbers, dtype
 from __future__ import annotations
 
 import importlib
+import logging
 import multiprocessing
 import traceback
 
@@ -20,6 +21,35 @@ import pytest
 _FAULT_MARKERS = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
                   "unspecified launch failure", "CUBLAS_STATUS", "cudaError")
 _worker = None  # (process, connection)
+
+
+class MutationAnalysisWatch(logging.Handler):
+    """``with MutationAnalysisWatch() as watch``: records each time torch.compile gives up its analysis of
+    which arguments a traced Triton kernel writes (it then assumes every tensor argument is written, which
+    computes wrong results when a kernel gets one tensor twice, see launcher.TRACED_OFF); ``watch.check()``
+    raises an AssertionError naming them."""
+
+    LOGGER = "torch._higher_order_ops.triton_kernel_wrap"
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.failures: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "assuming every input is mutated" in record.getMessage():
+            self.failures.append(repr(record.exc_info[1])[:300] if record.exc_info else record.getMessage())
+
+    def __enter__(self) -> "MutationAnalysisWatch":
+        logging.getLogger(self.LOGGER).addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger(self.LOGGER).removeHandler(self)
+
+    def check(self) -> None:
+        if self.failures:
+            raise AssertionError(f"torch.compile could not analyse {len(self.failures)} traced kernel launch(es) "
+                                 f"(assumed every argument written): {self.failures[:3]}")
 
 
 def _serve(conn) -> None:
@@ -42,9 +72,11 @@ def _serve(conn) -> None:
         module_name, fn_name = target.split(":")
         try:
             fn = getattr(importlib.import_module(module_name), fn_name)
-            fn(*args, **kwargs)
+            with MutationAnalysisWatch() as watch:
+                fn(*args, **kwargs)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()  # a fault raised asynchronously must land on this case
+            watch.check()
             conn.send(None)
         except BaseException:  # noqa: BLE001 - everything goes back to the test
             text = traceback.format_exc()

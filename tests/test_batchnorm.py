@@ -517,24 +517,31 @@ def test_gpu_views(case, dtype_name, isolated):
 
 
 @pytest.mark.gpu
-def test_gpu_compile_fullgraph():
+@pytest.mark.parametrize("residual,relu,two_outputs", [(True, True, False), (False, True, False), (False, False, False),
+                                                       (True, False, False), (False, True, True)])
+def test_gpu_compile_fullgraph(residual, relu, two_outputs):
     """torch.compile(fullgraph=True) traces through the op: same output, gradients and running statistics
-    as the eager call path."""
+    as the eager call path, with and without a residual and a ReLU, and for a ResNet block's two outputs."""
     torch._dynamo.reset()
-    bn_eager = BatchNormAct2d(64).cuda().to(memory_format=torch.channels_last)
-    bn_eager.fused = True
-    bn_comp = BatchNormAct2d(64).cuda()
-    bn_comp.fused = True
+    bn_eager = BatchNormAct2d(64, relu=relu).cuda().to(memory_format=torch.channels_last)
+    bn_comp = BatchNormAct2d(64, relu=relu).cuda()
     bn_comp.load_state_dict(bn_eager.state_dict())
+    for bn in (bn_eager, bn_comp):
+        bn.fused, bn.two_outputs = True, two_outputs
     x = torch.randn(64, 64, 16, 16, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    res = torch.randn_like(x)
+    res = torch.randn_like(x) if residual else None
     compiled = torch.compile(bn_comp, fullgraph=True)
+
+    def loss(y):  # a block's input is used twice: its two outputs get gradients of their own
+        return (y[0].float().square().sum() + y[1].float().sum()) if two_outputs else y.float().square().sum()
+
     for _ in range(2):
         xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
         ye, yc = bn_eager(xe, res), compiled(xc, res)
-        assert_close(yc, ye.double(), torch.bfloat16)
-        ye.float().square().sum().backward()
-        yc.float().square().sum().backward()
+        for a, b in zip(ye if two_outputs else [ye], yc if two_outputs else [yc]):
+            assert_close(b, a.double(), torch.bfloat16)
+        loss(ye).backward()
+        loss(yc).backward()
         assert_close(xc.grad, xe.grad.double(), torch.bfloat16)
     for (k, a), b in zip(bn_eager.state_dict().items(), bn_comp.state_dict().values()):
         assert torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6), k

@@ -134,7 +134,7 @@ def _merge_stats(part_ptr, shift, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, 
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
         acc += (tl.load(p, mask=m, other=0.0, cache_modifier=".cg")
                 * tl.load(p + GROUPS * C, mask=m, other=0.0, cache_modifier=".cg"))
-    Mf = M.to(tl.float32)
+    Mf = tl.cast(M, tl.float32)  # not M.to(): torch.compile's analysis passes M as an int
     offset = tl.sum(acc, axis=0) / Mf
     acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     for g0 in range(0, GROUPS, BLOCK_G):
@@ -313,7 +313,7 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
     scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
     dbias = tl.sum(acc_g, axis=0)
     dweight = tl.sum(acc_gx, axis=0) * rstd
-    Mf = M.to(tl.float32)
+    Mf = tl.cast(M, tl.float32)  # not M.to(): torch.compile's analysis passes M as an int
     tl.store(dwb_ptr + cols, dweight, mask=cmask)
     tl.store(dwb_ptr + C + cols, dbias, mask=cmask)
     tl.store(coef_ptr + cols, scale * rstd * dweight / Mf, mask=cmask)

@@ -362,6 +362,6 @@ def _gemm_splitk_reduce_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in range(SPLIT_K):
         acc += tl.load(ptrs, mask=mask, other=0.0)
-        ptrs += M.to(tl.int64) * N
+        ptrs += tl.cast(M, tl.int64) * N  # not M.to(): torch.compile's analysis passes M as an int
     _epilogue(acc, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn,
               stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, INDEX_64)

@@ -108,6 +108,11 @@ def _device_getter(driver) -> Callable[[], int]:
     return get
 
 
+# hint constexprs (inline PTX that changes no result) a kernel traced by torch.compile is compiled without:
+# the programmatic-dependent-launch waits and the L2 prefetch
+TRACED_OFF = ("PDL", "PREFETCH")
+
+
 class BoundKernel:
     """A ``@triton.jit`` kernel with its constexprs and launch options fixed; see the module docstring."""
 
@@ -136,11 +141,14 @@ class BoundKernel:
 
     # -- the normal Triton path ---------------------------------------------------------------------
     def _slow(self, grid, *args, **kwargs):
-        if not INTERPRET and is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
-            # torch.compile launches the kernel its own way, without programmatic dependent launch (the
-            # kernel's grid-dependency waits are then no-ops)
+        if not INTERPRET and is_fake(*(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))):
+            # torch.compile launches the kernel its own way, without programmatic dependent launch, and with
+            # the hints of TRACED_OFF off: their inline PTX would make its analysis of which arguments the
+            # kernel writes give up and assume all, which is wrong for a tensor passed twice (an output and
+            # an absent argument's placeholder): the write may then land in a copy it discards
             options = {k: v for k, v in self.options.items() if k != "launch_pdl"}
-            return torch.library.wrap_triton(self.kernel)[grid](*args, **kwargs, **self.constexprs, **options)
+            constexprs = {k: False if k in TRACED_OFF else v for k, v in self.constexprs.items()}
+            return torch.library.wrap_triton(self.kernel)[grid](*args, **kwargs, **constexprs, **options)
         return self.kernel[grid](*args, **kwargs, **self.constexprs, **self.options)
 
     def _miss(self, grid, key, args):
