@@ -214,3 +214,48 @@ def test_a_fixed_launch_with_scratch_memory_reuses_one_buffer_per_stream(monkeyp
         assert len(wrapped) == 1 and len(calls) == 3
     finally:
         triton.set_allocator(triton.runtime._allocation.NullAllocator())
+
+
+@triton.jit
+def _copy_hinted_kernel(src_ptr, dst_ptr, unused_ptr, n, PREFETCH: tl.constexpr, BLOCK: tl.constexpr):
+    """dst = src; PREFETCH adds an inline-PTX no-op (a hint's shape); unused_ptr is never touched."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    values = tl.load(src_ptr + offs, mask=mask)
+    if PREFETCH:
+        values = tl.inline_asm_elementwise("mov.u32 $0, $1;", "=r,r", [values], dtype=tl.int32, is_pure=False,
+                                           pack=1)
+    tl.store(dst_ptr + offs, values, mask=mask)
+
+
+@pytest.mark.gpu
+@pytest.mark.mutation_analysis_gives_up
+def test_gpu_traced_launch_turns_hints_off():
+    """A launch traced by torch.compile runs with the hints of TRACED_OFF off, so torch's analysis of the
+    written arguments succeeds and an output also passed as a placeholder keeps its values; launched
+    through wrap_triton with the hint on, the analysis gives up, which tests/isolated.MutationAnalysisWatch
+    (what fails any GPU test where it happens) sees."""
+    from .isolated import MutationAnalysisWatch
+
+    bound = bind(_copy_hinted_kernel, PREFETCH=True, BLOCK=256)
+    src = torch.arange(1000, device="cuda", dtype=torch.int32)
+
+    def copy(x):
+        y = torch.empty_like(x)
+        bound.launch((4,), x, y, y, x.numel())  # y twice: the output and a placeholder
+        return y
+
+    torch._dynamo.reset()
+    with MutationAnalysisWatch() as watch:
+        assert torch.equal(torch.compile(copy, fullgraph=True)(src), src)
+    assert not watch.failures
+
+    def copy_hinted(x):
+        y = torch.empty_like(x)
+        torch.library.wrap_triton(_copy_hinted_kernel)[(4,)](x, y, y, x.numel(), PREFETCH=True, BLOCK=256)
+        return y
+
+    torch._dynamo.reset()
+    with MutationAnalysisWatch() as watch:
+        torch.compile(copy_hinted, fullgraph=True)(src)
+    assert watch.failures
