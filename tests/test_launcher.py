@@ -238,16 +238,17 @@ def test_gpu_traced_launch_turns_hints_off():
     from .isolated import MutationAnalysisWatch
 
     bound = bind(_copy_hinted_kernel, PREFETCH=True, BLOCK=256)
-    src = torch.arange(1000, device="cuda", dtype=torch.int32)
 
-    def copy(x):
+    @torch.library.triton_op("tk_test::copy_hinted", mutates_args=())
+    def copy(x: torch.Tensor) -> torch.Tensor:  # as the package's ops launch: a bound kernel in a triton_op
         y = torch.empty_like(x)
         bound.launch((4,), x, y, y, x.numel())  # y twice: the output and a placeholder
         return y
 
+    src = torch.arange(1000, device="cuda", dtype=torch.int32)
     torch._dynamo.reset()
     with MutationAnalysisWatch() as watch:
-        assert torch.equal(torch.compile(copy, fullgraph=True)(src), src)
+        assert torch.equal(torch.compile(lambda x: copy(x) + 1, fullgraph=True)(src), src + 1)
     assert not watch.failures
 
     def copy_hinted(x):
