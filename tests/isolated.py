@@ -29,7 +29,8 @@ class MutationAnalysisWatch(logging.Handler):
     computes wrong results when a kernel gets one tensor twice, see launcher.TRACED_OFF); ``watch.check()``
     raises an AssertionError naming them."""
 
-    LOGGER = "torch._higher_order_ops.triton_kernel_wrap"
+    # where torch logs it: "torch._dynamo" (its triton_kernel_wrap module's logger), the module's own name too
+    LOGGERS = ("torch._dynamo", "torch._higher_order_ops.triton_kernel_wrap")
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -40,11 +41,13 @@ class MutationAnalysisWatch(logging.Handler):
             self.failures.append(repr(record.exc_info[1])[:300] if record.exc_info else record.getMessage())
 
     def __enter__(self) -> "MutationAnalysisWatch":
-        logging.getLogger(self.LOGGER).addHandler(self)
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        logging.getLogger(self.LOGGER).removeHandler(self)
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
 
     def check(self) -> None:
         if self.failures:
