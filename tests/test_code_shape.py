@@ -4,7 +4,10 @@ torch.compile, by copying the kernel, the jit functions it calls and its constex
 generated file: no module-level constexpr holding a non-finite float (copied by repr, ``-inf`` is not a
 Python name there: NameError on the H100), and no kernel calling a helper through another module of this
 package (``grid_sync.exchange(...)``: the module is not copied, NameError 'grid_sync'); import the helper
-by name instead."""
+by name instead. And one from how torch.compile analyses which arguments a traced kernel writes: inline PTX
+makes that analysis give up (it then assumes every tensor argument is written, wrong for a tensor passed
+twice), so every inline-PTX call sits under a hint flag that a traced launch turns off
+(launcher.TRACED_OFF)."""
 from __future__ import annotations
 
 import ast
@@ -54,3 +57,42 @@ def test_kernels_call_helpers_by_name(path):
                 if isinstance(target, types.ModuleType) and target.__name__.startswith("triton_kernels"):
                     pytest.fail(f"{path.name}: kernel {kernel.name} calls {node.value.id}.{node.attr}: "
                                 f"import {node.attr} by name")
+
+
+# inline PTX: Triton's grid-dependency controls and the package's own inline_asm_elementwise helpers
+_PTX_CALLS = {"gdc_wait", "gdc_launch_dependents", "inline_asm_elementwise"}
+
+
+def _called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def test_inline_ptx_only_under_traced_off_flags():
+    """Every kernel call that emits inline PTX (directly or through a jit helper that does) is inside
+    ``if FLAG:`` with FLAG in launcher.TRACED_OFF; the helpers that wrap the PTX are checked at their calls."""
+    from triton_kernels.launcher import TRACED_OFF
+
+    kernels = [k for path in FILES for k in _kernels(ast.parse(path.read_text()))]
+    called = {_called_name(n) for k in kernels for n in ast.walk(k) if isinstance(n, ast.Call)}  # jit helpers
+    ptx = set(_PTX_CALLS)
+    while True:  # the helpers emitting PTX outside such a block join the PTX calls, to a fixed point
+        ungated = {k.name for k in kernels if not _gated_only(k, ptx, TRACED_OFF)}
+        if ungated & called <= ptx:
+            break
+        ptx |= ungated & called
+    bad = sorted(ungated - called)  # launched kernels
+    assert not bad, f"inline PTX outside an `if <one of {TRACED_OFF}>:` block in {bad}"
+
+
+def _gated_only(function: ast.FunctionDef, ptx: set, flags: tuple) -> bool:
+    """True when every call of ``ptx`` in ``function`` is inside ``if FLAG:`` with FLAG in ``flags``."""
+    def visit(node, gated: bool) -> bool:
+        if isinstance(node, ast.Call) and _called_name(node) in ptx and not gated:
+            return False
+        if isinstance(node, ast.If):
+            flag = isinstance(node.test, ast.Name) and node.test.id in flags
+            return (visit(node.test, gated) and all(visit(n, gated or flag) for n in node.body)
+                    and all(visit(n, gated) for n in node.orelse))
+        return all(visit(child, gated) for child in ast.iter_child_nodes(node))
+    return all(visit(n, False) for n in function.body)
