@@ -18,7 +18,8 @@ is the same on every call, so :class:`BoundKernel` does it once:
   which compiles if needed and launches, and records the compiled kernel for the next hit.
 
 Under the interpreter, while torch.compile traces (fake tensors have no address, so the guard fails), or
-while a launch hook is installed (a profiler), calls take Triton's normal path.
+while a launch hook is installed (a profiler), calls take Triton's normal path. A traced launch goes through
+``torch.library.wrap_triton`` with the hint constexprs of ``TRACED_OFF`` off (see there).
 """
 from __future__ import annotations
 
