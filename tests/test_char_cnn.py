@@ -301,3 +301,29 @@ def gpu_training_step_and_compile() -> None:
 @pytest.mark.gpu
 def test_gpu_training_step_and_compile(isolated):
     isolated("tests.test_char_cnn:gpu_training_step_and_compile")
+
+
+def gpu_triton_model_under_compile() -> None:
+    """The triton model under torch.compile: a training step's gradients and the eval logits equal the
+    uncompiled triton model's (its ops are registered torch ops, traced with their kernels)."""
+    torch.manual_seed(0)
+    m = CharCNN(dropout=0.0, backend="triton").cuda()
+    x = _random_indices(16, LENGTH, device="cuda")
+    y = torch.randint(0, 4, (16,), device="cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(m)
+    grads = []
+    for fn in (m, compiled):
+        m.zero_grad(set_to_none=True)
+        functional.cross_entropy(fn(x), y).backward()
+        grads.append([p.grad.clone() for p in m.parameters()])
+    for (name, _), eager, comp in zip(m.named_parameters(), *grads):
+        assert_close(comp, eager.double(), torch.float32, tf32=True, name=name, scale=10)
+    m.eval()
+    with torch.no_grad():
+        assert_close(compiled(x), m(x).double(), torch.float32, tf32=True)
+
+
+@pytest.mark.gpu
+def test_gpu_triton_model_under_compile(isolated):
+    isolated("tests.test_char_cnn:gpu_triton_model_under_compile")

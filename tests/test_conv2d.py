@@ -480,8 +480,8 @@ def test_gpu_resnet18_shapes_bf16(batch, backward, isolated):
 
 
 def gpu_tf32_stats_and_compile() -> None:
-    """fp32 with tf32 dots; the statistics variant at a ResNet shape; torch.compile(fullgraph=True) over
-    the op (forward and every gradient) equals the eager call."""
+    """fp32 with tf32 dots; the statistics variant at a ResNet shape, eager and compiled; torch.compile(
+    fullgraph=True) over the op (forward and every gradient) equals the eager call."""
     _check(16, 64, 16, 16, 96, 3, 1, 1, True, True, "relu", torch.float32, device="cuda", precision="tf32",
            tf32=True)
     x, w, b, r = _inputs(64, 128, 16, 16, 128, 3, 1, 1, True, True, torch.bfloat16, "channels_last", "cuda")
@@ -490,6 +490,11 @@ def gpu_tf32_stats_and_compile() -> None:
     z = ref_conv(x.double(), w.double(), b.double(), 1, 1, r.double()).permute(0, 2, 3, 1).reshape(-1, 128)
     assert_close(mean, z.mean(0), torch.bfloat16, name="mean")
     assert_close(var, z.var(0, unbiased=False), torch.bfloat16, name="var")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(lambda *args: conv2d.conv2d_bn_stats(*args[:3], 1, 1, args[3]), fullgraph=True)
+        for name, eager, comp in zip(("y", "mean", "var"), (y, mean, var), compiled(x, w, b, r)):
+            assert_close(comp, eager.double(), torch.bfloat16, name=f"compiled {name}")
     leaves = [t.detach().requires_grad_() for t in (x, w, b, r)]
     torch._dynamo.reset()
     fn = torch.compile(lambda x, w, b, r: conv2d.conv2d(x, w, b, 1, 1, r, "relu").float().square().sum(),

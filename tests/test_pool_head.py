@@ -83,6 +83,24 @@ def test_gpu_resnet_head(dtype):
 
 
 @pytest.mark.gpu
+def test_gpu_compile_fullgraph():
+    """torch.compile(fullgraph=True) over the op: the logits and the gradients of x, weight and bias equal the
+    eager call's."""
+    x = torch.randn(64, 512, 4, 4, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(10, 512, device="cuda"), torch.randn(10, device="cuda")
+    grads = []
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w, b: pool_head.pool_head(x, w, b), fullgraph=True)
+    for fn in (lambda x, w, b: pool_head.pool_head(x, w, b), compiled):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+        y = fn(*leaves)
+        y.float().square().sum().backward()
+        grads.append([y.detach()] + [t.grad for t in leaves])
+    for name, eager, comp in zip(("logits", "dx", "dweight", "dbias"), *grads):
+        assert_close(comp, eager.double(), torch.bfloat16, name=name)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_gpu_views(case, isolated):
     isolated("tests.test_pool_head:view_case", case.arg, case.layout, "bfloat16")
