@@ -7,7 +7,8 @@ package (``grid_sync.exchange(...)``: the module is not copied, NameError 'grid_
 by name instead. And one from how torch.compile analyses which arguments a traced kernel writes: inline PTX
 makes that analysis give up (it then assumes every tensor argument is written, wrong for a tensor passed
 twice), so every inline-PTX call sits under a hint flag that a traced launch turns off
-(launcher.TRACED_OFF)."""
+(launcher.TRACED_OFF), and no scalar argument gets a tensor method (``M.to(tl.float32)``: torch 2.11's
+analysis passes scalars as Python ints; ``tl.cast(M, tl.float32)`` takes both)."""
 from __future__ import annotations
 
 import ast
@@ -96,3 +97,41 @@ def _gated_only(function: ast.FunctionDef, ptx: set, flags: tuple) -> bool:
                     and all(visit(n, gated) for n in node.orelse))
         return all(visit(child, gated) for child in ast.iter_child_nodes(node))
     return all(visit(n, False) for n in function.body)
+
+
+def _jit_functions() -> dict:
+    """(file name, function name) -> the jit function's AST, over the package."""
+    return {(path.name, k.name): k for path in FILES for k in _kernels(ast.parse(path.read_text()))}
+
+
+def test_no_tensor_method_on_a_scalar_argument():
+    """A launched kernel's scalar arguments (not constexpr, not ``*ptr``), and the jit helpers' parameters they
+    are passed to as they are, get no method call (``M.to(...)``)."""
+    functions = _jit_functions()
+    names: dict = {}
+    for key in functions:
+        names.setdefault(key[1], []).append(key)
+
+    def resolve(file: str, name: str):  # a helper of the same file, else the package's only one of that name
+        return (file, name) if (file, name) in functions else names[name][0] if len(names.get(name, ())) == 1 else None
+
+    calls = [(key, callee, node) for key, fn in functions.items() for node in ast.walk(fn)
+             if isinstance(node, ast.Call) and (callee := resolve(key[0], _called_name(node))) is not None]
+    helpers = {callee for _, callee, _ in calls}
+    scalars = {key: {a.arg for a in fn.args.args if key not in helpers and not a.arg.endswith("ptr")
+                     and not (a.annotation is not None and "constexpr" in ast.unparse(a.annotation))}
+               for key, fn in functions.items()}
+    changed = True
+    while changed:  # a scalar passed on as it is makes the helper's parameter a scalar too
+        changed = False
+        for caller, callee, node in calls:
+            params = [a.arg for a in functions[callee].args.args]
+            passed = list(zip(params, node.args)) + [(kw.arg, kw.value) for kw in node.keywords]
+            for param, value in passed:
+                if isinstance(value, ast.Name) and value.id in scalars[caller] and param not in scalars[callee]:
+                    scalars[callee].add(param)
+                    changed = True
+    bad = [f"{key[0]}:{node.lineno} {ast.unparse(node)}" for key, fn in functions.items() for node in ast.walk(fn)
+           if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+           and isinstance(node.func.value, ast.Name) and node.func.value.id in scalars[key]]
+    assert not bad, f"a tensor method on a scalar argument (use tl.cast): {bad}"
