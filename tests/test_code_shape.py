@@ -74,7 +74,7 @@ def test_inline_ptx_only_under_traced_off_flags():
     ``if FLAG:`` with FLAG in launcher.TRACED_OFF; the helpers that wrap the PTX are checked at their calls."""
     from triton_kernels.launcher import TRACED_OFF
 
-    kernels = [k for path in FILES for k in _kernels(ast.parse(path.read_text()))]
+    kernels = list(_jit_functions().values())
     called = {_called_name(n) for k in kernels for n in ast.walk(k) if isinstance(n, ast.Call)}  # jit helpers
     ptx = set(_PTX_CALLS)
     while True:  # the helpers emitting PTX outside such a block join the PTX calls, to a fixed point

@@ -520,36 +520,16 @@ def gpu_resnet18_triton_convs() -> None:
     torch.compile(fullgraph=True) is held to the same bounds."""
     from models.resnet import resnet
 
+    from .fp32_step import Fp32StepBounds
+
     exact, eager, ours = _with_triton_convs(
         lambda backend: resnet("resnet18", backend=backend).cuda().to(memory_format=CL))
     x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=CL)
-    labels = torch.randint(0, 10, (64,), device="cuda")
-
-    def step(model, amp):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = functional.cross_entropy(model(x).float(), labels)
-        loss.backward()
-        return loss.item()
-
-    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        losses = [step(exact, False), step(eager, True), step(ours, True)]
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
-    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
-    # every bf16 gradient against the fp32 one, within twice eager bf16's own error (two bf16 runs differ
-    # from each other by up to the sum of their errors, so they are not compared with each other)
-    bounds = {name: max(2 * rel_err(pe.grad, p32.grad), 2e-2)
-              for (name, p32), pe in zip(exact.named_parameters(), eager.parameters())}
-    for (name, p32), po in zip(exact.named_parameters(), ours.parameters()):
-        assert rel_err(po.grad, p32.grad) <= bounds[name], (name, rel_err(po.grad, p32.grad), bounds[name])
+    bounds = Fp32StepBounds(exact, eager, x, torch.randint(0, 10, (64,), device="cuda"))
+    bounds.check(ours)
     ours.zero_grad(set_to_none=True)
     torch._dynamo.reset()
-    compiled = torch.compile(ours, fullgraph=True)
-    assert abs(step(compiled, True) - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
-    for (name, p32), po in zip(exact.named_parameters(), ours.parameters()):
-        assert rel_err(po.grad, p32.grad) <= bounds[name], (name, rel_err(po.grad, p32.grad), bounds[name])
+    bounds.check(ours, torch.compile(ours, fullgraph=True))
 
 
 @pytest.mark.gpu

@@ -22,6 +22,7 @@ from triton_kernels import graphs
 from triton_kernels.testing import assert_close, rel_err
 
 from .conftest import DEVICE
+from .fp32_step import Fp32StepBounds
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = (4, 8, 8, 16)
@@ -398,23 +399,7 @@ def test_gpu_resnet18_triton_matches_eager_bf16():
     exact.load_state_dict(eager.state_dict())
     fused.load_state_dict(eager.state_dict())
     x = torch.randn(64, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (64,), device="cuda")
-    losses = []
-    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        for m, amp in ((exact, False), (eager, True), (fused, True)):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                out = m(x)
-                loss = torch.nn.functional.cross_entropy(out.float(), y)
-            loss.backward()
-            losses.append(loss.item())
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
-    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0]))
-    for (name, p32), pe, pf in zip(exact.named_parameters(), eager.parameters(), fused.parameters()):
-        eager_err = rel_err(pe.grad, p32.grad)
-        assert rel_err(pf.grad, p32.grad) <= max(2 * eager_err, 2e-2), (name, eager_err)
+    Fp32StepBounds(exact, eager, x, torch.randint(0, 10, (64,), device="cuda")).check(fused)
     for (name, b32), be, bf in zip(exact.named_buffers(), eager.buffers(), fused.buffers()):
         if b32.is_floating_point():
             assert rel_err(bf, b32) <= max(2 * rel_err(be, b32), 1e-2), name
@@ -446,23 +431,7 @@ def test_gpu_triton_model_compiles_fullgraph():
     labels = torch.randint(0, 10, (32,), device="cuda")
     assert torch._dynamo.explain(models[1])(x).graph_break_count == 0
     models[1].zero_grad(set_to_none=True)
-
-    def step(model, amp):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = torch.nn.functional.cross_entropy(model(x).float(), labels)
-        loss.backward()
-        return loss.item()
-
-    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        losses = [step(exact, False), step(models[0], True), step(torch.compile(models[1], fullgraph=True), True)]
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
-    assert abs(losses[2] - losses[0]) <= max(2 * abs(losses[1] - losses[0]), 1e-2 * abs(losses[0])), losses
-    for (name, p32), pe, pc in zip(exact.named_parameters(), models[0].parameters(), models[1].parameters()):
-        bound = max(2 * rel_err(pe.grad, p32.grad), 2e-2)
-        assert rel_err(pc.grad, p32.grad) <= bound, (name, rel_err(pc.grad, p32.grad), bound)
+    Fp32StepBounds(exact, models[0], x, labels).check(models[1], torch.compile(models[1], fullgraph=True))
 
 
 @pytest.mark.gpu
