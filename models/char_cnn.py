@@ -263,23 +263,29 @@ class CharCNN(nn.Module):
         """Inference copies of the conv weights laid out (k, C_in, C_out) and the LayerNorm parameters laid
         out (L, C) in memory (same shapes and values as the parameters), and the first layer's moment tables
         (its LayerNorm statistics), rebuilt when a parameter changes (its version counter or storage). The
-        state_dict never holds them."""
-        from triton_kernels.conv1d import pack_weight
-        from triton_kernels.conv1d_gather import gather_moment_tables
-
+        state_dict never holds them. While torch.compile traces, they are built in the graph (a few copies per
+        call): a traced data pointer cannot be compared with the cached one."""
+        if torch.compiler.is_compiling():
+            return self._pack()
         params = [m.weight for m in self.convs()] + [self.conv1.bias, self.ln1.weight, self.ln1.bias, self.ln6.weight,
                                                      self.ln6.bias]
         key = tuple((t.data_ptr(), t._version, t.dtype) for t in params)
         if key != self._packed_key:
-            with torch.no_grad():
-                packed = {f"conv{i + 1}": pack_weight(m.weight) for i, m in enumerate(self.convs())}
-                packed["conv1.moments"] = gather_moment_tables(self.conv1.weight, self.conv1.bias)
-                for name in ("ln1", "ln6"):
-                    ln = getattr(self, name)
-                    packed[f"{name}.weight"] = ln.weight.t().contiguous().t()
-                    packed[f"{name}.bias"] = ln.bias.t().contiguous().t()
-            self._packed, self._packed_key = packed, key
+            self._packed, self._packed_key = self._pack(), key
         return self._packed
+
+    def _pack(self) -> dict[str, Any]:
+        from triton_kernels.conv1d import pack_weight
+        from triton_kernels.conv1d_gather import gather_moment_tables
+
+        with torch.no_grad():
+            packed = {f"conv{i + 1}": pack_weight(m.weight) for i, m in enumerate(self.convs())}
+            packed["conv1.moments"] = gather_moment_tables(self.conv1.weight, self.conv1.bias)
+            for name in ("ln1", "ln6"):
+                ln = getattr(self, name)
+                packed[f"{name}.weight"] = ln.weight.t().contiguous().t()
+                packed[f"{name}.bias"] = ln.bias.t().contiguous().t()
+        return packed
 
     def forward_triton_train(self, x: torch.Tensor) -> torch.Tensor:
         """The differentiable Triton path (training): Triton conv / LayerNorm / linear forward and backward,

@@ -145,6 +145,21 @@ def test_flat_kernels_every_dim(C, k, stride, pad):
         assert_close(dw, w64.grad, torch.float32, name="dweight")
 
 
+def test_flat_weight_gradient_in_a_double_backward_raises():
+    """create_graph=True through the flat-K path: the gradients equal the plain backward's, and a second
+    derivative through the weight gradient (a kernel without a derivative) raises instead of missing a term."""
+    x, w, _, _ = _inputs(2, 3, 6, 6, 8, 3, 1, 1, False, False, torch.float32, "channels_last")
+    grads = []
+    for create_graph in (False, True):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, w)]
+        y = conv2d.conv2d(*leaves, None, 1, 1, activation="relu")
+        grads.append(torch.autograd.grad(y.square().sum(), leaves, create_graph=create_graph))
+    for plain, graphed in zip(*grads):
+        assert torch.equal(graphed, plain)
+    with pytest.raises(RuntimeError, match="double backward is not supported by tk::conv2d_weight_grad_flat"):
+        grads[1][1].sum().backward()
+
+
 @pytest.mark.parametrize("k,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 2, 0)])
 def test_small_tiles_every_dim(k, stride, pad):
     """Forced 16 x 16 x 16 tiles: several tiles along the pixels (crossing rows and samples, a ragged last

@@ -242,7 +242,7 @@ def test_double_backward_is_refused(reduction):
     logits, target = _inputs(4, 6, ignore_frac=0.0)
 
     def registered_op(x):
-        loss = cross_entropy._cross_entropy_call(x, target, None, -100, reduction, 0.0, True, "")[0]
+        loss = cross_entropy._cross_entropy_call(x, target, None, -100, reduction, 0.0, True, "", False)[0]
         return loss.sum()
 
     calls = [lambda x: cross_entropy.cross_entropy(x, target, reduction=reduction).sum()] * 3 + [registered_op]

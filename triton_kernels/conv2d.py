@@ -27,9 +27,7 @@ instead: K flattened into one gathered tile, forward and weight gradient (see th
 and "same" padding only: out^T = W . X^T with the weight as (C_out, KH, KW, C_in) and both operands through
 TMA (see the comment above `_conv2d_transposed_kernel`).
 
-Backward: dz = dy * (y > 0) (relu; the mask from the saved output, as torch's relu backward takes it),
-dbias = sum_{b, oh, ow} dz, dresidual = dz; dw from the flat-K kernel on that path; dx (and dw elsewhere)
-from cuDNN's ``aten.convolution_backward``, the kernels torch's own conv2d backward runs.
+Backward (conv2d_backward.py): dx from cuDNN's ``aten.convolution_backward``, dw too except on the flat-K path.
 
 Statistics variant (STATS): the epilogue also writes, per M-tile t and channel n, the fp32 sum of z over
 the tile's rows and M2 = sum (z - tile mean)^2 (centred in the tile: no cancellation when the mean is
@@ -45,9 +43,9 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from autotune import spaces
 
-from .conv2d_kernels import (_conv2d_epilogue, _conv2d_flat_dw_kernel, _conv2d_flat_kernel, _conv2d_kernel,
-                             _conv2d_transposed_kernel, _flat_columns, _pixels, _sum_partials_kernel, _taps,
-                             flat_k_pad)
+from .conv2d_backward import BackwardSpec, conv2d_weight_grad_flat, input_grads  # noqa: F401  (re-exported)
+from .conv2d_kernels import (_conv2d_epilogue, _conv2d_flat_kernel, _conv2d_kernel, _conv2d_transposed_kernel,
+                             _flat_columns, _pixels, _taps, flat_k_pad)
 from .gemm import _ensure_allocator, _tma_device
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
@@ -123,9 +121,6 @@ _flat_tuner = register_tuner(Autotuner("conv2d_flat", [_conv2d_flat_kernel, _fla
 _transposed_tuner = register_tuner(Autotuner("conv2d_transposed", [_conv2d_transposed_kernel, _tile_coords, _apply_act],
                                              spaces.CONV2D_TRANSPOSED_CONFIGS,
                                              interpret_config=spaces.CONV2D_TRANSPOSED_INTERPRET_CONFIG))
-_flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_kernel, _flat_columns, _pixels, _taps],
-                                          spaces.CONV2D_FLAT_DW_CONFIGS,
-                                          interpret_config=spaces.CONV2D_FLAT_DW_INTERPRET_CONFIG))
 
 # The flat-K kernels serve layers with C_in under the tiled kernel's smallest K step and K = KH x KW x C_in
 # up to FLAT_K_MAX ("auto"); path="flat" / "tiled" forces one (tests, benchmarks).
@@ -194,19 +189,6 @@ def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, path
     if transposed_wins(x) and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None:
         return "transposed"
     return "tiled"
-
-
-class Conv2dWeightGradKey(NamedTuple):
-    """What a tuned flat-K weight-gradient config depends on."""
-    m: int  # output pixels, bucketed
-    n: int
-    c: int
-    kh: int
-    kw: int
-    stride_h: int
-    stride_w: int
-    dtype: torch.dtype
-    precision: str
 
 
 def _prune(M: int, N: int, C: int, taps: int, elem: int) -> list[Config]:
@@ -447,78 +429,6 @@ def merge_tile_stats(part: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Te
     return mean, var
 
 
-class _WeightGradPlan(NamedTuple):
-    """A weight-gradient key's tuned config bound to its compiled kernels."""
-    kernel: BoundKernel
-    reduce: BoundKernel
-    programs: int
-    n_blocks: int
-
-
-# (Conv2dWeightGradKey, padding, weight dtype, device) -> _WeightGradPlan, made at a key's first eager call
-_WEIGHT_GRAD_PLANS: dict[tuple, _WeightGradPlan] = {}
-SUM_BLOCK_S, SUM_BLOCK_J = 64, 32  # the partials' sum: 64 x 32 fp32 tiles (8 KB a step)
-
-
-def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precision="ieee", *,
-                            config: Config | None = None) -> torch.Tensor:
-    """The gradient of ``weight`` (C_out, C_in, KH, KW), shaped, laid out and typed like it, for the conv of
-    x (B, C_in, H, W) whose pre-activation gradient is dz (B, C_out, H_out, W_out), both by strides: the
-    flat-K kernel (see `_conv2d_flat_dw_kernel`) accumulates fp32 partials, `_sum_partials_kernel` sums them
-    into the weight's layout. config: force the weight-gradient kernel's (tests)."""
-    B, C, H, W = x.shape
-    N, H_out, W_out = dz.shape[1], dz.shape[2], dz.shape[3]
-    KH, KW = weight.shape[2], weight.shape[3]
-    (sh, sw), (ph, pw) = stride, padding
-    M, K = B * H_out * W_out, KH * KW * C
-    dw = torch.empty_like(weight)
-    if M == 0:
-        return dw.zero_()
-    prec = precision if dz.dtype == torch.float32 else "ieee"
-    k_pad = flat_k_pad(K)
-    key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
-                              precision=prec)
-    plan = _WEIGHT_GRAD_PLANS.get((key, ph, pw, weight.dtype, dz.device)) if config is None else None
-    if plan is None:
-        n_sms = num_sms(dz.device, default=2)
-        flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec, C_IN=C, K_PAD=k_pad)
-        reduce = bind(_sum_partials_kernel, C_IN=C, KH=KH, KW=KW, BLOCK_S=SUM_BLOCK_S, BLOCK_J=SUM_BLOCK_J,
-                      num_warps=4)
-
-        def bound(cfg: Config) -> _WeightGradPlan:
-            n_blocks = cdiv(N, cfg.kwargs["BLOCK_N"])
-            # about 16 warps per SM (4 programs of 4 warps, 2 of 8), each walking every S-th row block
-            programs = max(1, min(cdiv(M, cfg.kwargs["BLOCK_M"]), cdiv(max(1, 16 // cfg.num_warps) * n_sms, n_blocks)))
-            return _WeightGradPlan(bind(_conv2d_flat_dw_kernel, **flags, **cfg.kwargs, num_warps=cfg.num_warps,
-                                        num_stages=cfg.num_stages), reduce, programs, n_blocks)
-
-        if config is None:
-            config = _flat_dw_tuner.pick(
-                key, lambda cfg: _weight_grad_launch(bound(cfg), x, dz, dw, M, k_pad),
-                lambda: spaces.candidates("conv2d_flat_dw", M=M, N=N, K=K, dtype=dz.element_size()),
-                tracing=is_fake(x, dz))
-            plan = bound(config)
-            if not is_fake(x, dz):
-                _WEIGHT_GRAD_PLANS[(key, ph, pw, weight.dtype, dz.device)] = plan
-        else:
-            plan = bound(config)
-    _weight_grad_launch(plan, x, dz, dw, M, k_pad)
-    return dw
-
-
-def _weight_grad_launch(plan: _WeightGradPlan, x, dz, dw, M: int, k_pad: int) -> None:
-    """The two launches of a weight-gradient plan: the partials, then their sum into dw."""
-    N = dz.shape[1]
-    part = dz.new_empty((plan.programs, k_pad, N), dtype=torch.float32)
-    plan.kernel.launch((plan.programs, plan.n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, H=x.shape[2],
-                       W=x.shape[3], H_out=dz.shape[2], W_out=dz.shape[3], stride_xb=x.stride(0),
-                       stride_xc=x.stride(1), stride_xh=x.stride(2), stride_xw=x.stride(3), stride_zb=dz.stride(0),
-                       stride_zn=dz.stride(1), stride_zh=dz.stride(2), stride_zw=dz.stride(3))
-    swn, swc, swh, sww = dw.stride()
-    plan.reduce.launch((cdiv(dw.numel(), SUM_BLOCK_J),), part_ptr=part, dw_ptr=dw, S=plan.programs, N=N,
-                       stride_ps=k_pad * N, stride_wn=swn, stride_wc=swc, stride_wh=swh, stride_ww=sww)
-
-
 # ----------------------------------------------------------------------------------------------------
 # torch ops + autograd (the backward is cuDNN's, see the module docstring)
 # ----------------------------------------------------------------------------------------------------
@@ -547,41 +457,10 @@ def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     return [y, mean, var]
 
 
-class BackwardSpec(NamedTuple):
-    """What a call's backward needs besides its saved tensors (x, weight, the output when activation is relu)."""
-    stride: list
-    padding: list
-    precision: str
-    flat: bool  # the weight gradient from the flat-K kernel
-    bias_dtype: Optional[torch.dtype]
-    res_dtype: Optional[torch.dtype]
-
-
 def backward_spec(weight, bias, residual, stride, padding, precision: str, path: str) -> BackwardSpec:
     return BackwardSpec(list(stride), list(padding), precision,
                         uses_flat(weight.shape[1], weight.shape[2], weight.shape[3], path),
                         bias.dtype if bias is not None else None, residual.dtype if residual is not None else None)
-
-
-def input_grads(spec: BackwardSpec, dy, x, weight, y, needs) -> tuple:
-    """(dx, dw, dbias, dresidual), each None where ``needs`` (x, weight, bias, residual) says so: dz = dy behind
-    the ReLU mask of the saved output y (None: no activation); dw from the flat-K kernel on that path (fp32,
-    then the weight's dtype), else with dx from cuDNN's convolution backward (in x's dtype, dw then cast to
-    the weight's, as autocast's cast of the weight would give); dbias a sum, dresidual = dz."""
-    need_x, need_w, need_b, need_r = needs
-    dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
-    dx = dw = None
-    if need_w and spec.flat:
-        dw = conv2d_weight_grad_flat(x, dz, weight, spec.stride, spec.padding, spec.precision)
-        need_w = False
-    if need_x or need_w:
-        dx, dw_cudnn, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, spec.stride,
-                                                              spec.padding, [1, 1], False, [0, 0], 1,
-                                                              [bool(need_x), bool(need_w), False])
-        dw = dw_cudnn.to(weight.dtype) if dw_cudnn is not None else dw
-    dbias = dz.sum((0, 2, 3), dtype=torch.float32).to(spec.bias_dtype) if need_b and spec.bias_dtype else None
-    dres = dz.to(spec.res_dtype) if need_r and spec.res_dtype else None
-    return dx, dw, dbias, dres
 
 
 def _setup_context(ctx, inputs, output):

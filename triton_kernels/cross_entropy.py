@@ -275,7 +275,9 @@ def scale_grad_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
                       ignore_index: int, reduction: str, label_smoothing: float,
-                      compute_grad: bool, config: str) -> list[torch.Tensor]:
+                      compute_grad: bool, config: str, check_target: bool) -> list[torch.Tensor]:
+    if check_target and not _is_fake(target):  # an opaque op's real targets (the interpreter; see cross_entropy)
+        check_targets(target, logits.shape[1], ignore_index)
     loss, correct, grad = cross_entropy_forward(logits, target, weight, ignore_index, reduction, label_smoothing,
                                                 compute_grad, config_from(config))
     return [loss, correct, grad if grad is not None else logits.new_empty((0,))]
@@ -300,11 +302,11 @@ def _backward(ctx, grads):
     dloss = grads[0]
     (grad,) = ctx.saved_tensors
     if not ctx.needs_input_grad[0]:
-        return (None,) * 8
+        return (None,) * 9
     if not ctx.compute_grad:
         raise RuntimeError("cross_entropy ran without computing its gradient (compute_grad=False)")
     if dloss is None:
-        return (None,) * 8
+        return (None,) * 9
     if torch.is_grad_enabled():
         raise _double_backward_error()
     go = dloss if ctx.reduction != "none" else dloss.reshape(-1)
@@ -317,7 +319,7 @@ def _backward(ctx, grads):
                                "its backward can run only once (retain_graph is not supported)")
         ctx.used = True
         dx = scale_grad_(grad, go)  # the kernel reads go in its own dtype: no conversion launch
-    return dx, None, None, None, None, None, None, None
+    return dx, None, None, None, None, None, None, None, None
 
 
 # torch.compile calls the registered op; eager calls go through _Call (below)
@@ -509,7 +511,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
         return remember_call(_CALLS, key, call)(logits, target, weight)
     # traced by torch.compile: the registered op
     V = logits.shape[0 if logits.ndim == 1 else 1]
-    if check_target or (check_target is None and target.device.type == "cpu"):
+    # the targets' range check on the host: in the interpreter the op is opaque and checks its real targets as it
+    # runs; on the GPU it is traced into its kernels, so the check runs here (a data-dependent branch)
+    check = bool(check_target or (check_target is None and target.device.type == "cpu"))
+    if check and not INTERPRET:
         check_targets(target, V, ignore_index)
     if logits.ndim == 1:
         x2, t2 = logits.unsqueeze(0), target.reshape(1)
@@ -520,7 +525,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     w = weight.to(torch.float32) if weight is not None else None  # any layout: read with its stride
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
     loss, correct, _ = _cross_entropy_call(x2, t2, w, ignore_index, reduction, float(label_smoothing),
-                                           compute_grad, config_str(config))
+                                           compute_grad, config_str(config), check and INTERPRET)
     if reduction == "none":
         loss = loss.reshape(target.shape)
     return (loss, correct) if return_correct else loss

@@ -19,7 +19,8 @@ is the same on every call, so :class:`BoundKernel` does it once:
 
 Under the interpreter, while torch.compile traces (fake tensors have no address, so the guard fails), or
 while a launch hook is installed (a profiler), calls take Triton's normal path. A traced launch goes through
-``torch.library.wrap_triton`` with the hint constexprs of ``TRACED_OFF`` off (see there).
+``torch.library.wrap_triton`` with the hint constexprs of ``TRACED_OFF`` off (see there); in the interpreter
+it is skipped inside an op's fake implementation (op_registration.traced_interpreter_launch).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import torch
 import triton
 
 from .runtime import INTERPRET, is_fake
+from .op_registration import traced_interpreter_launch
 
 
 def _hooks_active() -> bool:
@@ -142,6 +144,8 @@ class BoundKernel:
 
     # -- the normal Triton path ---------------------------------------------------------------------
     def _slow(self, grid, *args, **kwargs):
+        if INTERPRET and traced_interpreter_launch(*args, *kwargs.values()):
+            return None
         if not INTERPRET and is_fake(*(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))):
             # torch.compile launches the kernel its own way, without programmatic dependent launch, and with
             # the hints of TRACED_OFF off: their inline PTX would make its analysis of which arguments the

@@ -604,74 +604,16 @@ def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
     (made once per distinct set), which launches the compiled kernel directly (see launcher.py). While
     torch.compile traces (fake or functional tensors) the launch is wrapped with
     ``torch.library.wrap_triton`` so the compiler records the kernel. In the interpreter it is Triton's
-    own call."""
+    own call, skipped while an op's fake implementation traces (op_registration)."""
     if INTERPRET:
-        kernel[grid](*args, **kwargs)
+        if not traced_interpreter_launch(*args, *kwargs.values()):
+            kernel[grid](*args, **kwargs)
     else:
         launch_bound(kernel, grid, args, kwargs)
 
 
-# --------------------------------------------------------------------------------------------------
-# Op registration: a torch op for the compiler, a light autograd.Function for eager calls
-# --------------------------------------------------------------------------------------------------
-def register_op(name: str, impl: Callable, *, setup_context: Callable | None = None,
-                backward: Callable | None = None, eager: Callable | None = None) -> Callable:
-    """Register ``impl`` as the torch op ``name`` (``torch.library.triton_op`` + ``register_autograd``)
-    and return the function the public API calls (its first argument must be a tensor).
-
-    Under torch.compile (or while fake tensors are being traced) that function calls the registered op,
-    so the compiler sees one opaque, differentiable node and ``fullgraph=True`` holds. In eager mode it
-    skips the custom-op dispatcher, which costs ~70 us of host time per call -- as long as a 0.1 ms GEMM
-    takes on the GPU: it calls ``impl`` directly when no gradient is needed, else a plain
-    ``torch.autograd.Function`` built from the SAME ``setup_context`` / ``backward`` the op registers.
-
-    ``eager``: what an eager call without autograd runs instead of ``impl`` (same arguments, same
-    outputs, except None where the op must return a placeholder tensor it does not compute): the
-    launcher itself, with nothing allocated for outputs nobody reads. An op without ``backward`` called in grad
-    mode on a tensor needing a gradient (a double backward) gives outputs whose backward raises, never detached.
-    """
-    torch.library.triton_op(name, mutates_args=())(impl)
-    if backward is not None:
-        torch.library.register_autograd(name, backward, setup_context=setup_context)
-    ns, opname = name.split("::")
-    op = getattr(getattr(torch.ops, ns), opname)
-
-    fn = None
-    if backward is not None:
-        def _forward(ctx, *inputs):
-            out = impl(*inputs)
-            setup_context(ctx, inputs, out)
-            ctx.list_output = isinstance(out, list)
-            return tuple(out) if ctx.list_output else out
-
-        def _backward(ctx, *grads):
-            return backward(ctx, list(grads) if ctx.list_output else grads[0])
-
-        fn = type(f"Eager_{ns}_{opname}", (torch.autograd.Function,),
-                  {"forward": staticmethod(_forward), "backward": staticmethod(_backward)})
-
-    tracing_types, is_compiling, grad_enabled, tensor = _TRACING_TENSORS, torch.compiler.is_compiling, \
-        torch.is_grad_enabled, torch.Tensor
-    direct = eager if eager is not None else impl
-
-    def call(*args):
-        # while torch.compile traces, every tensor input is fake or functional: the first one tells
-        if is_compiling() or isinstance(args[0], tracing_types):
-            return op(*args)
-        if grad_enabled() and any(a.requires_grad for a in args if isinstance(a, tensor)):
-            if fn is None:  # no derivative: outputs whose backward raises
-                return without_derivative(name, direct, *args)
-            out = fn.apply(*args)
-            return list(out) if isinstance(out, tuple) else out
-        return direct(*args)
-
-    call.__name__ = call.__qualname__ = f"call_{opname}"
-    call.op = op
-    return call
-
-
 from .graphs import capture_graph, own_cublas_workspaces  # noqa: E402,F401  (re-exported)
 from .compile_pool import precompile  # noqa: E402
-from .double_backward import without_derivative  # noqa: E402
 from .eager_node import MAX_CALL_SIGNATURES, EagerNode, remember_call  # noqa: E402,F401  (re-exported)
 from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)
+from .op_registration import define_op, register_op, traced_interpreter_launch  # noqa: E402,F401  (re-exported)

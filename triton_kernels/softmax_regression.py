@@ -78,7 +78,7 @@ import triton.language as tl
 
 from .grid_sync import MAX_SPIN
 from .runtime import cdiv, is_fake as _is_fake, is_tracing, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_choice, check_tensor, num_sms, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, check_choice, check_tensor, define_op, num_sms, register_tuner
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
@@ -555,14 +555,16 @@ class FusedSGDStep:
 # ----------------------------------------------------------------------------------------------------
 # torch op registration (so torch.compile(fullgraph=True) traces through a training step)
 # ----------------------------------------------------------------------------------------------------
-@torch.library.triton_op("tk::softmax_regression_sgd_step",
-                         mutates_args=("weight", "bias", "state", "loss_sum", "correct_sum", "zacc", "zsnap"))
 def _sgd_step_op(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
                  state: torch.Tensor, loss_sum: torch.Tensor, correct_sum: torch.Tensor, zacc: torch.Tensor,
                  zsnap: torch.Tensor, batch_size: int, lr: float, precision: str) -> None:
     buf = StepBuffers(state, loss_sum, correct_sum, zacc, zsnap)
     cfg = pick_config(weight, bias, x, y, perm, batch_size, lr, precision)
     launch_step(weight, bias, x, y, perm, buf, batch_size, lr, cfg, precision)
+
+
+define_op("tk::softmax_regression_sgd_step", _sgd_step_op,
+          mutates_args=("weight", "bias", "state", "loss_sum", "correct_sum", "zacc", "zsnap"))
 
 
 def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
