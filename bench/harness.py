@@ -106,6 +106,12 @@ def _triton(case: Case):
     return case.fns.get("triton")
 
 
+@register_backend("eager-fused")
+def _eager_fused(case: Case):
+    """torch's fused implementation, where a case has one (the optimizers' ``fused=True``)."""
+    return case.fns.get("eager-fused")
+
+
 def _compiled(mode: str | None):
     def build(case: Case):
         if (mode is None and "compile" in case.fns):

@@ -56,6 +56,7 @@ from .harness import quantile
 
 SUITE = "resnet"
 OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam")
+SGD_IMPLS = ("auto", "torch", "torch-fused", "triton")
 DEFAULT_LR = {"sgd": 0.1, "sgd-nesterov": 0.1, "adagrad": 0.01, "adadelta": 1.0, "adam": 1e-3}
 AMP = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 STUDY_EPOCH_S = 18.07  # one V100, batch 512 (the profiling study's figure), quoted beside ours
@@ -79,6 +80,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--lr", type=float, default=None, help="peak learning rate (default per optimizer: %s)" % DEFAULT_LR)
     a("--optimizer", default="sgd", choices=OPTIMIZERS)
     a("--momentum", type=float, default=0.9)
+    a("--sgd", default="auto", choices=SGD_IMPLS, help="the sgd optimizers' step: torch.optim.SGD as torch runs it by "
+      "default (foreach on a GPU), torch's fused=True, or triton_kernels.sgd.SGD (one launch per group); auto: "
+      "triton on the triton backends, torch elsewhere")
     a("--weight-decay", type=float, default=5e-4)
     a("--data", default=None, help="CIFAR-10 directory (python/binary batches or WebP shards)")
     a("--synthetic", action="store_true", help="random images of CIFAR-10's shapes (timing only)")
@@ -317,10 +321,26 @@ def build_model(args, backend: str, device, dist: Dist | None = None):
     return model, wrapped
 
 
-def build_optimizer(args, params):
+def sgd_impl(args, backend: str) -> str | None:
+    """The SGD step a backend's optimizer runs (--sgd; "auto": "triton" on the triton backends, else "torch");
+    None for the other optimizers."""
+    if args.optimizer not in ("sgd", "sgd-nesterov"):
+        return None
+    if args.sgd != "auto":
+        return args.sgd
+    return "triton" if backend.startswith("triton") else "torch"
+
+
+def build_optimizer(args, params, backend: str = "eager"):
     kw = {"lr": args.lr, "weight_decay": args.weight_decay}
-    if args.optimizer in ("sgd", "sgd-nesterov"):
-        return torch.optim.SGD(params, momentum=args.momentum, nesterov=args.optimizer == "sgd-nesterov", **kw)
+    impl = sgd_impl(args, backend)
+    if impl is not None:
+        kw.update(momentum=args.momentum, nesterov=args.optimizer == "sgd-nesterov")
+        if impl == "triton":
+            from triton_kernels import sgd
+
+            return sgd.SGD(params, **kw)
+        return torch.optim.SGD(params, **kw, **({"fused": True} if impl == "torch-fused" else {}))
     return {"adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta, "adam": torch.optim.Adam}[args.optimizer](
         params, **kw)
 
@@ -341,7 +361,7 @@ class Trainer:
     def __init__(self, args, model, forward, device, total_steps: int) -> None:
         self.model, self.forward, self.device = model, forward, device
         self.amp = AMP[args.amp]
-        self.optimizer = build_optimizer(args, model.parameters())
+        self.optimizer = build_optimizer(args, model.parameters(), getattr(model, "backend", "eager"))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, args.warmup))
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp is torch.float16)
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
@@ -660,6 +680,8 @@ def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Di
                   epochs=args.epochs, warmup=args.warmup, label_smoothing=args.label_smoothing, seed=args.seed,
                   workers=args.workers, weight_decay=args.weight_decay, n_train=len(data.train_images))
     case, backend = f"{args.model}_train_step", args.backends[0]
+    if sgd_impl(args, backend) is not None:
+        params["sgd"] = sgd_impl(args, backend)
 
     def row(metric, value, unit, **kw):
         return results.make_row(SUITE, case, kw.pop("params", params), args.amp if args.amp != "none" else "float32",

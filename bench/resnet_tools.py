@@ -34,7 +34,7 @@ from triton_kernels.runtime import CudaEventTimer, atomic_write_text
 from . import resnet_data
 from . import results
 from .harness import _classify, bootstrap_ratio_ci, median, quantile
-from .resnet import (SUITE, Dist, Trainer, base_params, build_model, ddp_bucket_mb, new_model, run_tag,
+from .resnet import (SUITE, Dist, Trainer, base_params, build_model, ddp_bucket_mb, new_model, run_tag, sgd_impl,
                      seed_everything, sync)
 
 
@@ -135,8 +135,10 @@ def _step_rows(args, data, device, runs, timed, rounds) -> list[dict]:
     rows = []
     eager = runs.get("eager", {}).get("losses") or None
     for b, run in runs.items():
+        own = dict(params, **({"sgd": sgd_impl(args, b)} if sgd_impl(args, b) else {}))
+
         def row(metric, value, unit, **kw):
-            rows.append(results.make_row(SUITE, case, params, dtype, b, metric, value, unit, **kw))
+            rows.append(results.make_row(SUITE, case, own, dtype, b, metric, value, unit, **kw))
 
         if not run["times"]:
             row("step_ms", None, "ms", status=run["status"] if run["status"] != "ok" else "error", note=run["note"])

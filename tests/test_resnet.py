@@ -366,6 +366,22 @@ def test_scaling_report(tmp_path):
     assert (tmp_path / "out" / "resnet_ddp_scaling.png").stat().st_size > 0
 
 
+def test_sgd_implementations():
+    """--sgd auto: the triton backends step with triton_kernels.sgd.SGD, the others with torch.optim.SGD as torch
+    runs it by default; the choice is forced with --sgd and means nothing for the other optimizers."""
+    from triton_kernels import sgd
+
+    params = [torch.nn.Parameter(torch.randn(3))]
+    auto = bench.resnet.parse_args(["--optimizer", "sgd-nesterov"])
+    assert bench.resnet.sgd_impl(auto, "triton+stepgraph") == "triton" and bench.resnet.sgd_impl(auto, "compile") == "torch"
+    opt = bench.resnet.build_optimizer(auto, params, "triton")
+    assert type(opt) is sgd.SGD and opt.defaults["nesterov"] and opt.defaults["weight_decay"] == 5e-4
+    assert type(bench.resnet.build_optimizer(auto, params, "eager")) is torch.optim.SGD
+    forced = bench.resnet.parse_args(["--sgd", "torch-fused"])
+    assert bench.resnet.build_optimizer(forced, params, "triton").defaults["fused"] is True
+    assert bench.resnet.sgd_impl(bench.resnet.parse_args(["--optimizer", "adam"]), "triton") is None
+
+
 def test_bad_arguments():
     with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--backend", "cuda"])

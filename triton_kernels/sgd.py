@@ -1,0 +1,200 @@
+"""SGD with momentum (torch.optim.SGD's update) for every parameter of a group in one launch.
+
+torch.optim.SGD's default (foreach) implementation makes one pass over memory per operation: the weight
+decay, the momentum scale, its add, the Nesterov add and the update each read and write the parameters'
+size again (for ResNet-18's 11.2 M fp32 values, ~5 passes of ~90-135 MB). Here every value is read once (p,
+its gradient, its momentum buffer) and written once (p, the buffer).
+
+Math (torch.optim.SGD, per value; lr, momentum, dampening, weight_decay as its arguments):
+    g = -grad if maximize else grad
+    g = g + weight_decay * p                   (when weight_decay != 0)
+    buf = g                                     (first step: the buffer starts as the gradient)
+    buf = momentum * buf + (1 - dampening) * g  (later steps)
+    g = g + momentum * buf if nesterov else buf (when momentum != 0)
+    p = p - lr * g
+in fp32, each result stored in the parameter's dtype.
+
+Tiling: as foreach_cast.py's kernel, the tensors laid end to end and cut into BLOCK-element chunks, one
+program per chunk; ``block_starts[i]`` is tensor i's first chunk, and a program finds its tensor through a
+chain of compares unrolled over the tuple. Each tensor is walked in its storage order, so a gradient and a
+buffer must have their parameter's strides (a gradient in another layout is copied into it first).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, register_tuner
+
+
+@triton.jit
+def _sgd_kernel(params, grads, bufs, block_starts, numels, lr, momentum, dampening, weight_decay,
+                MAXIMIZE: tl.constexpr, HAS_WD: tl.constexpr, HAS_MOMENTUM: tl.constexpr, FIRST: tl.constexpr,
+                NESTEROV: tl.constexpr, BLOCK: tl.constexpr):
+    """params, grads, bufs: tuples of dense tensors (grad i and buf i have param i's shape and strides; bufs
+    is params when there is no momentum); block_starts: each tensor's first chunk, then the chunk count;
+    numels: each tensor's element count (< 2**31). FIRST: the buffers are written, not read."""
+    pid = tl.program_id(0)
+    for i in tl.static_range(len(params)):
+        if (pid >= block_starts[i]) & (pid < block_starts[i + 1]):
+            offs = (pid - block_starts[i]) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < numels[i]
+            p = tl.load(params[i] + offs, mask=mask).to(tl.float32)
+            g = tl.load(grads[i] + offs, mask=mask).to(tl.float32)
+            if MAXIMIZE:
+                g = -g
+            if HAS_WD:
+                g = g + weight_decay * p
+            if HAS_MOMENTUM:
+                if FIRST:
+                    buf = g
+                else:
+                    buf = tl.load(bufs[i] + offs, mask=mask).to(tl.float32) * momentum + (1.0 - dampening) * g
+                tl.store(bufs[i] + offs, buf.to(bufs[i].dtype.element_ty), mask=mask)
+                if NESTEROV:
+                    g = g + momentum * buf
+                else:
+                    g = buf
+            tl.store(params[i] + offs, (p - lr * g).to(params[i].dtype.element_ty), mask=mask)
+
+
+CONFIGS = [Config({"BLOCK": b}, w, 1) for b, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8), (1024, 4))]
+INTERPRET_CONFIG = Config({"BLOCK": 256}, 4, 1)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 in the interpreter
+MAX_TENSORS = 64  # tensors per launch (the kernel unrolls its tensor loop); more take several launches
+
+
+class SGDKey(NamedTuple):
+    """What a tuned SGD config depends on."""
+    n: int          # values in all, bucketed
+    tensors: int    # tensors per launch, bucketed
+    dtype: str      # the first parameter's dtype
+    momentum: bool
+    first: bool
+
+
+_tuner = register_tuner(Autotuner("sgd", _sgd_kernel, CONFIGS, interpret_config=INTERPRET_CONFIG))
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    return t.is_contiguous() or (t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last))
+
+
+def _launch_group(params, grads, bufs, hyper: tuple, flags: dict, config: Optional[Config]) -> None:
+    numels = tuple(p.numel() for p in params)
+
+    def run(cfg: Config) -> None:
+        starts = [0]
+        for n in numels:
+            starts.append(starts[-1] + cdiv(n, cfg.kwargs["BLOCK"]))
+        # tuple arguments: Triton's own launch (the bound launcher takes tensors and scalars only)
+        _sgd_kernel[(starts[-1],)](tuple(params), tuple(grads), tuple(bufs), tuple(starts), numels, *hyper, **flags,
+                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cfg.kwargs)
+
+    if config is None:
+        key = SGDKey(n=bucket(sum(numels), 1 << 16), tensors=bucket(len(params), 4), dtype=dtype_name(params[0].dtype),
+                     momentum=flags["HAS_MOMENTUM"], first=flags["FIRST"])
+        # the trials update the parameters: they run on copies
+        trial = ([p.clone() for p in params], [b.clone() for b in bufs] if flags["HAS_MOMENTUM"] else None)
+        config = _tuner.pick(key, lambda cfg: _trial(cfg, trial, grads, hyper, flags))
+    run(config)
+
+
+def _trial(cfg: Config, copies: tuple, grads, hyper: tuple, flags: dict) -> None:
+    params, bufs = copies
+    _launch_group(params, grads, bufs if bufs is not None else params, hyper, flags, cfg)
+
+
+def sgd_step_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+              momentum_buffers: Sequence[Optional[torch.Tensor]], lr: float, momentum: float = 0.0,
+              dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, *,
+              config: Optional[Config] = None) -> list[Optional[torch.Tensor]]:
+    """torch.optim.SGD's update of ``params`` in place (see the module docstring), one launch per MAX_TENSORS
+    tensors of each kind (first-step buffers apart). ``momentum_buffers[i]`` None: param i's first step, its
+    buffer is made (when momentum != 0). Returns the buffers (None without momentum). ``config`` forces a
+    launch config (tests)."""
+    _check(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov)
+    has_momentum = momentum != 0
+    grads = [g if g.stride() == p.stride() else torch.empty_strided(p.shape, p.stride(), dtype=p.dtype,
+                                                                     device=p.device).copy_(g)
+             for p, g in zip(params, grads)]
+    bufs = list(momentum_buffers)
+    if has_momentum:
+        bufs = [b if b is not None else torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=p.device)
+                for p, b in zip(params, bufs)]
+    hyper = (float(lr), float(momentum), float(dampening), float(weight_decay))
+    flags = dict(MAXIMIZE=bool(maximize), HAS_WD=weight_decay != 0, HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov))
+    live = [i for i, p in enumerate(params) if p.numel()]
+    passes = [(False, live)]  # (first step, tensors): the first steps' buffers are written, not read
+    if has_momentum:
+        passes = [(True, [i for i in live if momentum_buffers[i] is None]),
+                  (False, [i for i in live if momentum_buffers[i] is not None])]
+    for first, idx in passes:
+        for start in range(0, len(idx), MAX_TENSORS):
+            chunk = idx[start:start + MAX_TENSORS]
+            ps = [params[i] for i in chunk]
+            _launch_group(ps, [grads[i] for i in chunk], [bufs[i] for i in chunk] if has_momentum else ps,
+                          hyper, dict(flags, FIRST=first), config)
+    return bufs if has_momentum else [None] * len(params)
+
+
+def _check(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov) -> None:
+    if not isinstance(params, (list, tuple)) or not params:
+        raise ValueError(f"params must be a non-empty list or tuple of tensors, got {params!r}")
+    if len(grads) != len(params) or len(bufs) != len(params):
+        raise ValueError(f"params, grads and momentum_buffers must be as long: {len(params)}, {len(grads)}, "
+                         f"{len(bufs)}")
+    for name, value in (("lr", lr), ("momentum", momentum), ("dampening", dampening), ("weight_decay", weight_decay)):
+        if isinstance(value, torch.Tensor) or not isinstance(value, (int, float)) or not value >= 0.0:
+            raise ValueError(f"{name} must be a float >= 0, got {value!r}")
+    if nesterov and (momentum <= 0 or dampening != 0):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+    device = params[0].device
+    for i, (p, g, b) in enumerate(zip(params, grads, bufs)):
+        check_tensor(f"params[{i}]", p, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
+        check_tensor(f"grads[{i}]", g, dtypes=(p.dtype,), device=device)
+        if g.is_sparse:
+            raise ValueError(f"grads[{i}] is sparse: SGD's fused step takes dense gradients")
+        if g.shape != p.shape:
+            raise ValueError(f"grads[{i}] has shape {tuple(g.shape)}, its parameter {tuple(p.shape)}")
+        if not _is_dense(p):
+            raise ValueError(f"params[{i}] must be contiguous or channels_last (dense), got strides {p.stride()}")
+        if b is not None and (b.dtype != p.dtype or b.shape != p.shape or b.stride() != p.stride()
+                              or b.device != p.device):
+            raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and strides")
+        if p.numel() >= 2**31:
+            raise ValueError(f"params[{i}] has {p.numel()} elements; at most 2**31 - 1 per tensor")
+
+
+class SGD(torch.optim.SGD):
+    """torch.optim.SGD (same arguments, state and state_dict: a torch SGD's state loads into it and back) whose
+    step is :func:`sgd_step_`: one launch per parameter group. Dense gradients only; ``lr`` a float (a
+    scheduler's floats do); no foreach / fused / differentiable options (the launch is all of them)."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                         nesterov=nesterov, maximize=maximize)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            momentum = group["momentum"]
+            bufs = [self.state[p].get("momentum_buffer") for p in params]
+            bufs = sgd_step_(params, [p.grad for p in params], bufs, group["lr"], momentum, group["dampening"],
+                             group["weight_decay"], group["nesterov"], group["maximize"])
+            if momentum != 0:
+                for p, b in zip(params, bufs):
+                    self.state[p]["momentum_buffer"] = b
+        return loss
