@@ -25,7 +25,8 @@
 #              tiled conv with the statistics in its epilogue (the experiment's upper bound per step)  (~120 s)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
 #                replayed from CUDA graphs of the model (+graph) and of the whole forward + loss + backward
-#                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34)
+#                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34; SGD=torch-fused: torch's fused SGD for every
+#                backend, default auto: the Triton SGD on the triton backends)
 #   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
 #              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
 #              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
@@ -132,7 +133,7 @@ for stage in "$@"; do
     conv-bn-probe)
       timeout 400 python3 -m bench.conv_bn_probe --out "$(res_dir)" 2>&1 | grep -v -i warn ;;
     resnet-step)
-      timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 \
+      timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 --sgd "${SGD:-auto}" \
         --backend eager,eager+graph,eager+stepgraph,compile,compile+graph,compile+stepgraph,triton,triton+graph,triton+stepgraph \
         --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
         --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;
@@ -156,7 +157,7 @@ for stage in "$@"; do
               "tests/test_softmax.py tests/test_cross_entropy.py|5" "tests/test_layernorm.py|3"
               "tests/test_fused_mlp.py|3" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py|2"
               "tests/test_softmax_regression.py tests/test_mnist_data.py|1" "tests/test_conv1d.py tests/test_char_cnn.py|2"
-              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py tests/test_foreach_cast.py|1" "tests/test_runtime.py tests/test_graphs.py tests/test_compile_pool.py tests/test_harness.py tests/test_autotune_sweep.py tests/test_cost_model.py|1"
+              "tests/test_batchnorm.py tests/test_pool_head.py tests/test_resnet.py tests/test_foreach_cast.py tests/test_sgd.py|1" "tests/test_runtime.py tests/test_graphs.py tests/test_compile_pool.py tests/test_harness.py tests/test_autotune_sweep.py tests/test_cost_model.py|1"
               "tests/test_conv2d.py|2")
       sel=${TEST_GROUPS:-$(seq -s " " 1 ${#groups[@]})}
       logs=()
