@@ -75,6 +75,20 @@ def test_state_dict_interchanges_with_torch_sgd():
     theirs.step()
     for p, q in zip(a, b):
         assert_close(p.detach(), q.detach().double(), torch.float32)
+    for p in b:  # a loaded buffer in another layout than its parameter's is taken in the parameter's
+        theirs.state[p]["momentum_buffer"] = theirs.state[p]["momentum_buffer"].contiguous()
+    c = [p.detach().clone().requires_grad_() for p in b]
+    relaid, again = sgd.SGD(b, lr=0.1, momentum=0.9, nesterov=True), torch.optim.SGD(c, lr=0.1, momentum=0.9,
+                                                                                      nesterov=True)
+    relaid.load_state_dict(copy.deepcopy(theirs.state_dict()))
+    again.load_state_dict(copy.deepcopy(theirs.state_dict()))
+    for p, q, g in zip(b, c, grads[3]):
+        p.grad, q.grad = g.clone(), g.clone()
+    relaid.step()
+    again.step()
+    assert all(relaid.state[p]["momentum_buffer"].stride() == p.stride() for p in b)
+    for p, q in zip(b, c):
+        assert_close(p.detach(), q.detach().double(), torch.float32)
     back = torch.optim.SGD(a, lr=0.1, momentum=0.9, nesterov=True)
     back.load_state_dict(ours.state_dict())
     assert all(torch.equal(back.state[p]["momentum_buffer"], ours.state[p]["momentum_buffer"]) for p in a)
@@ -116,7 +130,7 @@ def test_nan_propagates_like_torch():
     (dict(grads="shape"), "grads\\[0\\] has shape"),
     (dict(grads="dtype"), "grads\\[0\\]"),
     (dict(params="strided"), "params\\[0\\] must be contiguous or channels_last"),
-    (dict(bufs="layout"), "momentum_buffers\\[0\\] must have"),
+    (dict(bufs="shape"), "momentum_buffers\\[0\\] must have"),
 ])
 def test_bad_input_raises(bad, match):
     p = torch.randn(4, 6, device=DEVICE)
@@ -128,8 +142,8 @@ def test_bad_input_raises(bad, match):
         grads = [g.double()]
     if bad.get("params") == "strided":
         params = [torch.randn(4, 12, device=DEVICE)[:, ::2]]
-    if bad.get("bufs") == "layout":
-        bufs = [torch.randn(6, 4, device=DEVICE).t()]
+    if bad.get("bufs") == "shape":
+        bufs = [torch.randn(6, 4, device=DEVICE)]
     kw = {k: v for k, v in bad.items() if k in ("lr", "nesterov", "momentum")}
     before = params[0].clone()
     with pytest.raises(ValueError, match=match):

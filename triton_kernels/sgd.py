@@ -115,17 +115,23 @@ def sgd_step_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
               config: Optional[Config] = None) -> list[Optional[torch.Tensor]]:
     """torch.optim.SGD's update of ``params`` in place (see the module docstring), one launch per MAX_TENSORS
     tensors of each kind (first-step buffers apart). ``momentum_buffers[i]`` None: param i's first step, its
-    buffer is made (when momentum != 0). Returns the buffers (None without momentum). ``config`` forces a
-    launch config (tests)."""
-    _check(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov)
+    buffer is made (when momentum != 0); a buffer in another layout than its parameter's is replaced by a copy in
+    the parameter's. Returns the buffers (None without momentum): keep these. ``config`` forces a launch config
+    (tests)."""
+    _check_options(lr, momentum, dampening, weight_decay, nesterov)
+    _check_tensors(params, grads, momentum_buffers)
+    return _step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, maximize, config)
+
+
+def _step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, maximize,
+          config: Optional[Config] = None) -> list[Optional[torch.Tensor]]:
+    """sgd_step_ on checked arguments."""
     has_momentum = momentum != 0
-    grads = [g if g.stride() == p.stride() else torch.empty_strided(p.shape, p.stride(), dtype=p.dtype,
-                                                                     device=p.device).copy_(g)
-             for p, g in zip(params, grads)]
+    grads = [g if g.stride() == p.stride() else _like(p).copy_(g) for p, g in zip(params, grads)]
     bufs = list(momentum_buffers)
-    if has_momentum:
-        bufs = [b if b is not None else torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=p.device)
-                for p, b in zip(params, bufs)]
+    if has_momentum:  # a new buffer for a first step; a buffer in another layout (e.g. loaded) copied into p's
+        bufs = [b if b is not None and b.stride() == p.stride() else
+                _like(p).copy_(b) if b is not None else _like(p) for p, b in zip(params, bufs)]
     hyper = (float(lr), float(momentum), float(dampening), float(weight_decay))
     flags = dict(MAXIMIZE=bool(maximize), HAS_WD=weight_decay != 0, HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov))
     live = [i for i, p in enumerate(params) if p.numel()]
@@ -142,17 +148,24 @@ def sgd_step_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
     return bufs if has_momentum else [None] * len(params)
 
 
-def _check(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov) -> None:
-    if not isinstance(params, (list, tuple)) or not params:
-        raise ValueError(f"params must be a non-empty list or tuple of tensors, got {params!r}")
-    if len(grads) != len(params) or len(bufs) != len(params):
-        raise ValueError(f"params, grads and momentum_buffers must be as long: {len(params)}, {len(grads)}, "
-                         f"{len(bufs)}")
+def _like(p: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=p.device)
+
+
+def _check_options(lr, momentum, dampening, weight_decay, nesterov) -> None:
     for name, value in (("lr", lr), ("momentum", momentum), ("dampening", dampening), ("weight_decay", weight_decay)):
         if isinstance(value, torch.Tensor) or not isinstance(value, (int, float)) or not value >= 0.0:
             raise ValueError(f"{name} must be a float >= 0, got {value!r}")
     if nesterov and (momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+
+def _check_tensors(params, grads, bufs) -> None:
+    if not isinstance(params, (list, tuple)) or not params:
+        raise ValueError(f"params must be a non-empty list or tuple of tensors, got {params!r}")
+    if len(grads) != len(params) or len(bufs) != len(params):
+        raise ValueError(f"params, grads and momentum_buffers must be as long: {len(params)}, {len(grads)}, "
+                         f"{len(bufs)}")
     device = params[0].device
     for i, (p, g, b) in enumerate(zip(params, grads, bufs)):
         check_tensor(f"params[{i}]", p, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
@@ -163,22 +176,35 @@ def _check(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov)
             raise ValueError(f"grads[{i}] has shape {tuple(g.shape)}, its parameter {tuple(p.shape)}")
         if not _is_dense(p):
             raise ValueError(f"params[{i}] must be contiguous or channels_last (dense), got strides {p.stride()}")
-        if b is not None and (b.dtype != p.dtype or b.shape != p.shape or b.stride() != p.stride()
-                              or b.device != p.device):
-            raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and strides")
+        if b is not None and (b.dtype != p.dtype or b.shape != p.shape or b.device != p.device):
+            raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and device")
         if p.numel() >= 2**31:
             raise ValueError(f"params[{i}] has {p.numel()} elements; at most 2**31 - 1 per tensor")
+
+
+def _grads_as_checked(params, grads) -> bool:
+    """Whether each gradient still has its parameter's dtype, shape and device, densely (the per-step check of a
+    group whose parameters and buffers were checked in full before)."""
+    return all(g.dtype == p.dtype and g.shape == p.shape and g.device == p.device and not g.is_sparse
+               for p, g in zip(params, grads))
 
 
 class SGD(torch.optim.SGD):
     """torch.optim.SGD (same arguments, state and state_dict: a torch SGD's state loads into it and back) whose
     step is :func:`sgd_step_`: one launch per parameter group. Dense gradients only; ``lr`` a float (a
-    scheduler's floats do); no foreach / fused / differentiable options (the launch is all of them)."""
+    scheduler's floats do); no foreach / fused / differentiable options (the launch is all of them). A group's
+    parameters and buffers are checked in full at its first step (and after a load_state_dict or a change of
+    which parameters have gradients); later steps check each gradient's dtype, shape and device only."""
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                          nesterov=nesterov, maximize=maximize)
+        self._checked: dict[int, tuple] = {}  # group index -> (parameter, strides) of those checked in full
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        self._checked.clear()  # new buffers: check them
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -186,14 +212,20 @@ class SGD(torch.optim.SGD):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            momentum = group["momentum"]
+            momentum, grads = group["momentum"], [p.grad for p in params]
             bufs = [self.state[p].get("momentum_buffer") for p in params]
-            bufs = sgd_step_(params, [p.grad for p in params], bufs, group["lr"], momentum, group["dampening"],
-                             group["weight_decay"], group["nesterov"], group["maximize"])
+            _check_options(group["lr"], momentum, group["dampening"], group["weight_decay"], group["nesterov"])
+            known = self._checked.get(index)
+            if known is None or len(known) != len(params) or not _grads_as_checked(params, grads) \
+                    or any(k is not p or s != p.stride() for (k, s), p in zip(known, params)):
+                _check_tensors(params, grads, bufs)
+                self._checked[index] = tuple((p, p.stride()) for p in params)
+            bufs = _step(params, grads, bufs, group["lr"], momentum, group["dampening"], group["weight_decay"],
+                         group["nesterov"], group["maximize"])
             if momentum != 0:
                 for p, b in zip(params, bufs):
                     self.state[p]["momentum_buffer"] = b
