@@ -80,6 +80,29 @@ def test_compiled_op_equals_its_eager_call(name):
         assert e is None or torch.equal(c, e), what
 
 
+def _inference_cases():
+    running_mean, running_var, weight, bias = torch.randn(8), torch.rand(8) + 0.5, torch.rand(8), torch.randn(8)
+    conv_weight, conv_bias = torch.randn(8, 8, 3, 3), torch.randn(8)
+    return {
+        "conv2d_bn_stats": (lambda x: conv2d.conv2d_bn_stats(x, conv_weight, conv_bias, 1, 1),
+                            torch.randn(2, 8, 4, 4).contiguous(memory_format=CL)),
+        "batch_norm_inference_add_relu": (
+            lambda x: batchnorm.batch_norm(x, running_mean, running_var, weight, bias, False, residual=x.flip(0),
+                                           relu=True), torch.randn(2, 8, 3, 3)),
+    }
+
+
+@needs_interpreter
+@pytest.mark.parametrize("name", list(_inference_cases()))
+def test_compiled_inference_op_equals_its_eager_call(name):
+    fn, x = _inference_cases()[name]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager, compiled = fn(x), torch.compile(fn, backend="aot_eager", fullgraph=True)(x)
+    for e, c in zip(*((out if isinstance(out, (tuple, list)) else (out,)) for out in (eager, compiled))):
+        assert torch.equal(c, e)
+
+
 def _resnet_every_conv_on_triton():
     model = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend="triton")
     for m in model.modules():
