@@ -95,8 +95,8 @@ def test_state_dict_interchanges_with_torch_sgd():
 
 
 def test_gradient_in_another_layout_and_many_tensors():
-    """A channels_last parameter with an NCHW gradient (copied into the parameter's layout), and 70 tensors (two
-    launches of at most MAX_TENSORS); forced small blocks, so tensors span several chunks."""
+    """A channels_last parameter with an NCHW gradient (copied into the parameter's layout), and 70 tensors in one
+    launch; forced small blocks, so tensors span several chunks."""
     params = [torch.randn(4, 5, 3, 3, device=DEVICE).contiguous(memory_format=CL)] + \
              [torch.randn(37 + i, device=DEVICE) for i in range(69)]
     grads = [torch.randn(p.shape, device=DEVICE) for p in params]  # all contiguous
@@ -108,6 +108,26 @@ def test_gradient_in_another_layout_and_many_tensors():
         assert_close(p, ref, torch.float32)
         assert b.stride() == p.stride()
         assert_close(b, 1.9 * g.double(), torch.float32)
+
+
+def test_mixed_dtypes_and_unaligned_tensors():
+    """fp32 and fp16 parameters in one call (a launch per dtype); a parameter whose address is not a multiple of
+    16 elements (a view at an odd offset: the kernel then makes no alignment claim); a moved parameter (p.data
+    replaced) is stepped at its new address."""
+    base = torch.randn(101, device=DEVICE)
+    params = [base[3:50], torch.randn(33, device=DEVICE).half(), torch.randn(7, 5, device=DEVICE)]
+    grads = [torch.randn(p.shape, device=DEVICE).to(p.dtype) for p in params]
+    refs = [p.double() - 0.1 * g.double() for p, g in zip(params, grads)]
+    sgd.sgd_step_(params, grads, [None] * 3, 0.1)
+    for p, r in zip(params, refs):
+        assert_close(p, r, p.dtype)
+    moved = torch.nn.Parameter(torch.randn(40, device=DEVICE))
+    opt = sgd.SGD([moved], lr=0.1)
+    moved.grad = torch.ones(40, device=DEVICE)
+    opt.step()
+    moved.data = torch.zeros(40, device=DEVICE)
+    opt.step()
+    assert torch.equal(moved.detach(), torch.full((40,), -0.1, device=DEVICE))
 
 
 def test_nan_propagates_like_torch():

@@ -14,10 +14,11 @@ Math (torch.optim.SGD, per value; lr, momentum, dampening, weight_decay as its a
     p = p - lr * g
 in fp32, each result stored in the parameter's dtype.
 
-Tiling: as foreach_cast.py's kernel, the tensors laid end to end and cut into BLOCK-element chunks, one
-program per chunk; ``block_starts[i]`` is tensor i's first chunk, and a program finds its tensor through a
-chain of compares unrolled over the tuple. Each tensor is walked in its storage order, so a gradient and a
-buffer must have their parameter's strides (a gradient in another layout is copied into it first).
+Tiling: the tensors laid end to end and cut into BLOCK-element chunks, one program per chunk. Two small
+tables give each chunk its tensor and its index in that tensor (made once per list of sizes), and a third the
+tensors' addresses: parameters, gradients, buffers (uploaded when one of them moves), so a launch takes a few
+tensor arguments however many parameters there are. Each tensor is walked in its storage order, so a gradient
+and a buffer must have their parameter's strides (a gradient in another layout is copied into it first).
 """
 from __future__ import annotations
 
@@ -28,93 +29,127 @@ import triton
 import triton.language as tl
 
 from .runtime import Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, register_tuner
+from .runtime import launch as _launch
 
 
 @triton.jit
-def _sgd_kernel(params, grads, bufs, block_starts, numels, lr, momentum, dampening, weight_decay,
+def _sgd_kernel(addresses, chunk_tensor, chunk_index, numels, like, lr, momentum, dampening, weight_decay, T,
                 MAXIMIZE: tl.constexpr, HAS_WD: tl.constexpr, HAS_MOMENTUM: tl.constexpr, FIRST: tl.constexpr,
-                NESTEROV: tl.constexpr, BLOCK: tl.constexpr):
-    """params, grads, bufs: tuples of dense tensors (grad i and buf i have param i's shape and strides; bufs
-    is params when there is no momentum); block_starts: each tensor's first chunk, then the chunk count;
-    numels: each tensor's element count (< 2**31). FIRST: the buffers are written, not read."""
+                NESTEROV: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """addresses: (3, T) int64, the data pointers of the T parameters, their gradients and their momentum
+    buffers (the parameters again without momentum); chunk_tensor, chunk_index: (chunks,) int32, each chunk's
+    tensor and its index in it; numels: (T,) int32; like: a tensor of the parameters' dtype (its pointer type
+    types the addresses). ALIGNED: every address a multiple of 16 elements. FIRST: the buffers are written,
+    not read."""
     pid = tl.program_id(0)
-    for i in tl.static_range(len(params)):
-        if (pid >= block_starts[i]) & (pid < block_starts[i + 1]):
-            offs = (pid - block_starts[i]) * BLOCK + tl.arange(0, BLOCK)
-            mask = offs < numels[i]
-            p = tl.load(params[i] + offs, mask=mask).to(tl.float32)
-            g = tl.load(grads[i] + offs, mask=mask).to(tl.float32)
-            if MAXIMIZE:
-                g = -g
-            if HAS_WD:
-                g = g + weight_decay * p
-            if HAS_MOMENTUM:
-                if FIRST:
-                    buf = g
-                else:
-                    buf = tl.load(bufs[i] + offs, mask=mask).to(tl.float32) * momentum + (1.0 - dampening) * g
-                tl.store(bufs[i] + offs, buf.to(bufs[i].dtype.element_ty), mask=mask)
-                if NESTEROV:
-                    g = g + momentum * buf
-                else:
-                    g = buf
-            tl.store(params[i] + offs, (p - lr * g).to(params[i].dtype.element_ty), mask=mask)
+    t = tl.load(chunk_tensor + pid)
+    offs = tl.load(chunk_index + pid) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < tl.load(numels + t)
+    p_ptr = tl.load(addresses + t).to(like.dtype)
+    g_ptr = tl.load(addresses + T + t).to(like.dtype)
+    b_ptr = tl.load(addresses + 2 * T + t).to(like.dtype)
+    if ALIGNED:
+        p_ptr, g_ptr, b_ptr = tl.multiple_of(p_ptr, 16), tl.multiple_of(g_ptr, 16), tl.multiple_of(b_ptr, 16)
+    p = tl.load(p_ptr + offs, mask=mask).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask).to(tl.float32)
+    if MAXIMIZE:
+        g = -g
+    if HAS_WD:
+        g = g + weight_decay * p
+    if HAS_MOMENTUM:
+        if FIRST:
+            buf = g
+        else:
+            buf = tl.load(b_ptr + offs, mask=mask).to(tl.float32) * momentum + (1.0 - dampening) * g
+        tl.store(b_ptr + offs, buf.to(like.dtype.element_ty), mask=mask)
+        if NESTEROV:
+            g = g + momentum * buf
+        else:
+            g = buf
+    tl.store(p_ptr + offs, (p - lr * g).to(like.dtype.element_ty), mask=mask)
 
 
 CONFIGS = [Config({"BLOCK": b}, w, 1) for b, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8), (1024, 4))]
 INTERPRET_CONFIG = Config({"BLOCK": 256}, 4, 1)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_DTYPES = (torch.float32, torch.float16)  # no bf16 in the interpreter
-MAX_TENSORS = 64  # tensors per launch (the kernel unrolls its tensor loop); more take several launches
 
 
 class SGDKey(NamedTuple):
     """What a tuned SGD config depends on."""
     n: int          # values in all, bucketed
     tensors: int    # tensors per launch, bucketed
-    dtype: str      # the first parameter's dtype
+    dtype: str
     momentum: bool
     first: bool
 
 
 _tuner = register_tuner(Autotuner("sgd", _sgd_kernel, CONFIGS, interpret_config=INTERPRET_CONFIG))
+# (device, sizes, BLOCK) -> (chunk_tensor, chunk_index, numels) on the device; (device, addresses) -> their table
+_CHUNKS: dict[tuple, tuple] = {}
+_ADDRESSES: dict[tuple, torch.Tensor] = {}
+_MAX_TABLES = 16  # address tables kept (a model's parameters and buffers stay put; its gradients often do)
 
 
 def _is_dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
 
+def _chunks(device, numels: tuple, block: int) -> tuple:
+    key = (device, numels, block)
+    tables = _CHUNKS.get(key)
+    if tables is None:
+        counts = torch.tensor([cdiv(n, block) for n in numels])
+        tensor = torch.repeat_interleave(torch.arange(len(numels)), counts)
+        index = torch.arange(len(tensor)) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        tables = _CHUNKS[key] = tuple(t.to(device=device, dtype=torch.int32)
+                                      for t in (tensor, index, torch.tensor(numels)))
+    return tables
+
+
+def _address_table(device, addresses: tuple) -> torch.Tensor:
+    key = (device, addresses)
+    table = _ADDRESSES.get(key)
+    if table is None:
+        if len(_ADDRESSES) >= _MAX_TABLES:
+            _ADDRESSES.pop(next(iter(_ADDRESSES)))
+        table = _ADDRESSES[key] = torch.tensor(addresses, dtype=torch.int64).to(device)
+    return table
+
+
 def _launch_group(params, grads, bufs, hyper: tuple, flags: dict, config: Optional[Config]) -> None:
+    """One launch over tensors of one dtype (bufs: params again without momentum)."""
     numels = tuple(p.numel() for p in params)
+    addresses = tuple(t.data_ptr() for t in (*params, *grads, *bufs))
+    align = 16 * params[0].element_size()
+    aligned = all(a % align == 0 for a in addresses)
+    table = _address_table(params[0].device, addresses)
 
     def run(cfg: Config) -> None:
-        starts = [0]
-        for n in numels:
-            starts.append(starts[-1] + cdiv(n, cfg.kwargs["BLOCK"]))
-        # tuple arguments: Triton's own launch (the bound launcher takes tensors and scalars only)
-        _sgd_kernel[(starts[-1],)](tuple(params), tuple(grads), tuple(bufs), tuple(starts), numels, *hyper, **flags,
-                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cfg.kwargs)
+        tensor, index, sizes = _chunks(params[0].device, numels, cfg.kwargs["BLOCK"])
+        _launch(_sgd_kernel, (len(tensor),), table, tensor, index, sizes, params[0], *hyper, len(params), **flags,
+                ALIGNED=aligned, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cfg.kwargs)
 
     if config is None:
         key = SGDKey(n=bucket(sum(numels), 1 << 16), tensors=bucket(len(params), 4), dtype=dtype_name(params[0].dtype),
                      momentum=flags["HAS_MOMENTUM"], first=flags["FIRST"])
-        # the trials update the parameters: they run on copies
-        trial = ([p.clone() for p in params], [b.clone() for b in bufs] if flags["HAS_MOMENTUM"] else None)
-        config = _tuner.pick(key, lambda cfg: _trial(cfg, trial, grads, hyper, flags))
+        copies: list = []  # the trials update what they are given: copies, made at the first trial
+
+        def trial(cfg: Config) -> None:
+            if not copies:
+                copies.extend(([p.clone() for p in params], [b.clone() for b in bufs]))
+            _launch_group(copies[0], grads, copies[1] if flags["HAS_MOMENTUM"] else copies[0], hyper, flags, cfg)
+
+        config = _tuner.pick(key, trial)
     run(config)
-
-
-def _trial(cfg: Config, copies: tuple, grads, hyper: tuple, flags: dict) -> None:
-    params, bufs = copies
-    _launch_group(params, grads, bufs if bufs is not None else params, hyper, flags, cfg)
 
 
 def sgd_step_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
               momentum_buffers: Sequence[Optional[torch.Tensor]], lr: float, momentum: float = 0.0,
               dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, *,
               config: Optional[Config] = None) -> list[Optional[torch.Tensor]]:
-    """torch.optim.SGD's update of ``params`` in place (see the module docstring), one launch per MAX_TENSORS
-    tensors of each kind (first-step buffers apart). ``momentum_buffers[i]`` None: param i's first step, its
+    """torch.optim.SGD's update of ``params`` in place (see the module docstring), one launch per parameter
+    dtype (first-step buffers apart). ``momentum_buffers[i]`` None: param i's first step, its
     buffer is made (when momentum != 0); a buffer in another layout than its parameter's is replaced by a copy in
     the parameter's. Returns the buffers (None without momentum): keep these. ``config`` forces a launch config
     (tests)."""
@@ -134,17 +169,14 @@ def _step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay
                 _like(p).copy_(b) if b is not None else _like(p) for p, b in zip(params, bufs)]
     hyper = (float(lr), float(momentum), float(dampening), float(weight_decay))
     flags = dict(MAXIMIZE=bool(maximize), HAS_WD=weight_decay != 0, HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov))
-    live = [i for i, p in enumerate(params) if p.numel()]
-    passes = [(False, live)]  # (first step, tensors): the first steps' buffers are written, not read
-    if has_momentum:
-        passes = [(True, [i for i in live if momentum_buffers[i] is None]),
-                  (False, [i for i in live if momentum_buffers[i] is not None])]
-    for first, idx in passes:
-        for start in range(0, len(idx), MAX_TENSORS):
-            chunk = idx[start:start + MAX_TENSORS]
-            ps = [params[i] for i in chunk]
-            _launch_group(ps, [grads[i] for i in chunk], [bufs[i] for i in chunk] if has_momentum else ps,
-                          hyper, dict(flags, FIRST=first), config)
+    passes: dict[tuple, list[int]] = {}  # (first step, dtype) -> tensors: first steps write their buffers
+    for i, p in enumerate(params):
+        if p.numel():
+            passes.setdefault((has_momentum and momentum_buffers[i] is None, p.dtype), []).append(i)
+    for (first, _), idx in passes.items():
+        ps = [params[i] for i in idx]
+        _launch_group(ps, [grads[i] for i in idx], [bufs[i] for i in idx] if has_momentum else ps, hyper,
+                      dict(flags, FIRST=first), config)
     return bufs if has_momentum else [None] * len(params)
 
 
