@@ -130,6 +130,21 @@ def test_mixed_dtypes_and_unaligned_tensors():
     assert torch.equal(moved.detach(), torch.full((40,), -0.1, device=DEVICE))
 
 
+def test_versions_move_and_packed_weights_follow():
+    """The step bumps each parameter's and buffer's version counter, as torch's in-place update does, so a cache
+    keyed by it (conv2d's packed weight) sees the new values instead of serving the old ones."""
+    from triton_kernels import conv2d
+
+    weight = torch.nn.Parameter(torch.randn(4, 3, 3, 3, device=DEVICE))
+    packed = conv2d.packed_weight(weight).clone()
+    versions = weight._version
+    opt = sgd.SGD([weight], lr=0.5, momentum=0.9)
+    weight.grad = torch.ones_like(weight)
+    opt.step()
+    assert weight._version > versions and opt.state[weight]["momentum_buffer"]._version > 0
+    assert torch.equal(conv2d.packed_weight(weight), packed - 0.5)
+
+
 def test_nan_propagates_like_torch():
     """A NaN gradient gives a NaN parameter and buffer; an inf parameter stays inf (no weight decay term)."""
     start = torch.tensor([1.0, 2.0, float("inf")], device=DEVICE)

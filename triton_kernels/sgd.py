@@ -27,6 +27,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.graph import increment_version
 
 from .runtime import Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, register_tuner
 from .runtime import launch as _launch
@@ -177,6 +178,9 @@ def _step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay
         ps = [params[i] for i in idx]
         _launch_group(ps, [grads[i] for i in idx], [bufs[i] for i in idx] if has_momentum else ps, hyper,
                       dict(flags, FIRST=first), config)
+    # the kernel wrote through pointers: bump the version counters, as torch's in-place update does (caches keyed
+    # by a tensor's version, e.g. conv2d's packed weights, then see the new values)
+    increment_version([t for t in (*params, *(bufs if has_momentum else ())) if t.numel()])
     return bufs if has_momentum else [None] * len(params)
 
 
