@@ -680,8 +680,9 @@ def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Di
                   epochs=args.epochs, warmup=args.warmup, label_smoothing=args.label_smoothing, seed=args.seed,
                   workers=args.workers, weight_decay=args.weight_decay, n_train=len(data.train_images))
     case, backend = f"{args.model}_train_step", args.backends[0]
-    if sgd_impl(args, backend) is not None:
-        params["sgd"] = sgd_impl(args, backend)
+    impl = sgd_impl(args, backend)
+    if impl is not None:
+        params["sgd"] = impl
 
     def row(metric, value, unit, **kw):
         return results.make_row(SUITE, case, kw.pop("params", params), args.amp if args.amp != "none" else "float32",

@@ -135,7 +135,8 @@ def _step_rows(args, data, device, runs, timed, rounds) -> list[dict]:
     rows = []
     eager = runs.get("eager", {}).get("losses") or None
     for b, run in runs.items():
-        own = dict(params, **({"sgd": sgd_impl(args, b)} if sgd_impl(args, b) else {}))
+        impl = sgd_impl(args, b)
+        own = dict(params, **({"sgd": impl} if impl else {}))
 
         def row(metric, value, unit, **kw):
             rows.append(results.make_row(SUITE, case, own, dtype, b, metric, value, unit, **kw))

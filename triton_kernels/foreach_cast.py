@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, is_dense, register_tuner
 
 
 @triton.jit
@@ -56,10 +56,6 @@ class ForeachCastKey(NamedTuple):
 _tuner = register_tuner(Autotuner("foreach_cast", _foreach_cast_kernel, CONFIGS, interpret_config=INTERPRET_CONFIG))
 
 
-def _is_dense(t: torch.Tensor) -> bool:
-    return t.is_contiguous() or (t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last))
-
-
 def _check(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError(f"tensors must be a non-empty list or tuple of tensors, got {tensors!r}")
@@ -71,7 +67,7 @@ def _check(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
     device = tensors[0].device if isinstance(tensors[0], torch.Tensor) else None
     for i, t in enumerate(tensors):
         check_tensor(f"tensors[{i}]", t, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
-        if not _is_dense(t):
+        if not is_dense(t):
             raise ValueError(f"tensors[{i}] must be contiguous or channels_last (dense), got strides {t.stride()}")
         if t.numel() >= 2**31:
             raise ValueError(f"tensors[{i}] has {t.numel()} elements; at most 2**31 - 1 per tensor")
@@ -137,7 +133,7 @@ class _CastParameters(torch.autograd.Function):
         for i, (g, (dtype, stride)) in enumerate(zip(grads, ctx.layouts)):
             if g is None:
                 continue
-            if g.stride() == stride and _is_dense(g):
+            if g.stride() == stride and is_dense(g):
                 by_dtype.setdefault(dtype, []).append(i)
             else:
                 out[i] = torch.empty_strided(g.shape, stride, dtype=dtype, device=g.device).copy_(g)

@@ -24,8 +24,7 @@ def traced_interpreter_launch(*args: Any) -> bool:
     """In the interpreter: True for a launch to skip, one over fake tensors (torch.compile tracing) inside a
     registered op's fake implementation, where only the outputs' shapes are wanted; a RuntimeError for one
     traced anywhere else, which skipping would leave unwritten. False for a launch over real tensors."""
-    tensors = [t for a in args for t in (a if isinstance(a, (tuple, list)) else (a,)) if isinstance(t, torch.Tensor)]
-    if not is_fake(*tensors):
+    if not is_fake(*(a for a in args if isinstance(a, torch.Tensor))):
         return False
     if getattr(_SHAPES_ONLY, "depth", 0):
         return True

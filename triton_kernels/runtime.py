@@ -150,6 +150,12 @@ def tl_dtype(dtype: torch.dtype):
 # --------------------------------------------------------------------------------------------------
 # Input validation shared by launchers: errors name the argument, raised before any launch.
 # --------------------------------------------------------------------------------------------------
+def is_dense(t: torch.Tensor) -> bool:
+    """Whether t's elements fill its storage span in one of the layouts the multi-tensor kernels walk in storage
+    order: contiguous, or channels_last for a 4-d tensor."""
+    return t.is_contiguous() or (t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last))
+
+
 def check_tensor(
     name: str,
     t: Any,

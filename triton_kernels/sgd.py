@@ -29,26 +29,26 @@ import triton
 import triton.language as tl
 from torch.autograd.graph import increment_version
 
-from .runtime import Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, register_tuner
+from .runtime import Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, is_dense, register_tuner
 from .runtime import launch as _launch
 
 
 @triton.jit
-def _sgd_kernel(addresses, chunk_tensor, chunk_index, numels, like, lr, momentum, dampening, weight_decay, T,
-                MAXIMIZE: tl.constexpr, HAS_WD: tl.constexpr, HAS_MOMENTUM: tl.constexpr, FIRST: tl.constexpr,
-                NESTEROV: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+def _sgd_kernel(addresses_ptr, chunk_tensor_ptr, chunk_index_ptr, numels_ptr, like_ptr, lr, momentum, dampening,
+                weight_decay, T, MAXIMIZE: tl.constexpr, HAS_WD: tl.constexpr, HAS_MOMENTUM: tl.constexpr,
+                FIRST: tl.constexpr, NESTEROV: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """addresses: (3, T) int64, the data pointers of the T parameters, their gradients and their momentum
     buffers (the parameters again without momentum); chunk_tensor, chunk_index: (chunks,) int32, each chunk's
     tensor and its index in it; numels: (T,) int32; like: a tensor of the parameters' dtype (its pointer type
     types the addresses). ALIGNED: every address a multiple of 16 elements. FIRST: the buffers are written,
     not read."""
     pid = tl.program_id(0)
-    t = tl.load(chunk_tensor + pid)
-    offs = tl.load(chunk_index + pid) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < tl.load(numels + t)
-    p_ptr = tl.load(addresses + t).to(like.dtype)
-    g_ptr = tl.load(addresses + T + t).to(like.dtype)
-    b_ptr = tl.load(addresses + 2 * T + t).to(like.dtype)
+    t = tl.load(chunk_tensor_ptr + pid)
+    offs = tl.load(chunk_index_ptr + pid) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < tl.load(numels_ptr + t)
+    p_ptr = tl.load(addresses_ptr + t).to(like_ptr.dtype)
+    g_ptr = tl.load(addresses_ptr + T + t).to(like_ptr.dtype)
+    b_ptr = tl.load(addresses_ptr + 2 * T + t).to(like_ptr.dtype)
     if ALIGNED:
         p_ptr, g_ptr, b_ptr = tl.multiple_of(p_ptr, 16), tl.multiple_of(g_ptr, 16), tl.multiple_of(b_ptr, 16)
     p = tl.load(p_ptr + offs, mask=mask).to(tl.float32)
@@ -62,12 +62,12 @@ def _sgd_kernel(addresses, chunk_tensor, chunk_index, numels, like, lr, momentum
             buf = g
         else:
             buf = tl.load(b_ptr + offs, mask=mask).to(tl.float32) * momentum + (1.0 - dampening) * g
-        tl.store(b_ptr + offs, buf.to(like.dtype.element_ty), mask=mask)
+        tl.store(b_ptr + offs, buf.to(like_ptr.dtype.element_ty), mask=mask)
         if NESTEROV:
             g = g + momentum * buf
         else:
             g = buf
-    tl.store(p_ptr + offs, (p - lr * g).to(like.dtype.element_ty), mask=mask)
+    tl.store(p_ptr + offs, (p - lr * g).to(like_ptr.dtype.element_ty), mask=mask)
 
 
 CONFIGS = [Config({"BLOCK": b}, w, 1) for b, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8), (1024, 4))]
@@ -90,10 +90,6 @@ _tuner = register_tuner(Autotuner("sgd", _sgd_kernel, CONFIGS, interpret_config=
 _CHUNKS: dict[tuple, tuple] = {}
 _ADDRESSES: dict[tuple, torch.Tensor] = {}
 _MAX_TABLES = 16  # address tables kept (a model's parameters and buffers stay put; its gradients often do)
-
-
-def _is_dense(t: torch.Tensor) -> bool:
-    return t.is_contiguous() or (t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
 
 def _chunks(device, numels: tuple, block: int) -> tuple:
@@ -210,7 +206,7 @@ def _check_tensors(params, grads, bufs) -> None:
             raise ValueError(f"grads[{i}] is sparse: SGD's fused step takes dense gradients")
         if g.shape != p.shape:
             raise ValueError(f"grads[{i}] has shape {tuple(g.shape)}, its parameter {tuple(p.shape)}")
-        if not _is_dense(p):
+        if not is_dense(p):
             raise ValueError(f"params[{i}] must be contiguous or channels_last (dense), got strides {p.stride()}")
         if b is not None and (b.dtype != p.dtype or b.shape != p.shape or b.device != p.device):
             raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and device")
