@@ -5,6 +5,7 @@ import copy
 
 import pytest
 import torch
+from torch.optim.sgd import sgd as torch_sgd
 
 from triton_kernels import sgd
 from triton_kernels.runtime import Config
@@ -128,6 +129,22 @@ def test_mixed_dtypes_and_unaligned_tensors():
     moved.data = torch.zeros(40, device=DEVICE)
     opt.step()
     assert torch.equal(moved.detach(), torch.full((40,), -0.1, device=DEVICE))
+
+
+def test_empty_parameter_among_others():
+    """A parameter with no elements is skipped by the launch but keeps its (empty) momentum buffer; the others
+    step as torch's in float64, first and later steps."""
+    params = [torch.randn(20, device=DEVICE), torch.empty(0, device=DEVICE), torch.randn(3, 4, device=DEVICE)]
+    ref = [p.double() for p in params]
+    bufs, ref_bufs = [None] * 3, [None] * 3
+    for _ in range(2):
+        grads = [torch.randn_like(p) for p in params]
+        bufs = sgd.sgd_step_(params, grads, bufs, 0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+        torch_sgd(ref, [g.double() for g in grads], ref_bufs, lr=0.1, momentum=0.9, dampening=0.0,
+                  weight_decay=0.01, nesterov=True, maximize=False, foreach=False)
+    assert bufs[1].shape == (0,)
+    for i, (p, r) in enumerate(zip(params, ref)):
+        assert_close(p, r, torch.float32, name=f"param {i}")
 
 
 def test_versions_move_and_packed_weights_follow():

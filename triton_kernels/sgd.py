@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from torch.autograd.graph import increment_version
 
-from .runtime import Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, is_dense, register_tuner
+from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, is_dense, register_tuner
 from .runtime import launch as _launch
 
 
@@ -104,23 +104,24 @@ def _chunks(device, numels: tuple, block: int) -> tuple:
     return tables
 
 
-def _address_table(device, addresses: tuple) -> torch.Tensor:
-    key = (device, addresses)
-    table = _ADDRESSES.get(key)
-    if table is None:
+def _address_table(device, addresses: tuple, align: int) -> tuple[torch.Tensor, bool]:
+    """The addresses on the device, and whether each is a multiple of ``align`` bytes."""
+    key = (device, addresses, align)
+    entry = _ADDRESSES.get(key)
+    if entry is None:
         if len(_ADDRESSES) >= _MAX_TABLES:
             _ADDRESSES.pop(next(iter(_ADDRESSES)))
-        table = _ADDRESSES[key] = torch.tensor(addresses, dtype=torch.int64).to(device)
-    return table
+        entry = _ADDRESSES[key] = (torch.tensor(addresses, dtype=torch.int64).to(device),
+                                   all(a % align == 0 for a in addresses))
+    return entry
 
 
 def _launch_group(params, grads, bufs, hyper: tuple, flags: dict, config: Optional[Config]) -> None:
     """One launch over tensors of one dtype (bufs: params again without momentum)."""
-    numels = tuple(p.numel() for p in params)
-    addresses = tuple(t.data_ptr() for t in (*params, *grads, *bufs))
-    align = 16 * params[0].element_size()
-    aligned = all(a % align == 0 for a in addresses)
-    table = _address_table(params[0].device, addresses)
+    data_ptr = torch.Tensor.data_ptr
+    addresses = (*map(data_ptr, params), *map(data_ptr, grads), *map(data_ptr, bufs))
+    table, aligned = _address_table(params[0].device, addresses, 16 * params[0].element_size())
+    numels = tuple(map(torch.Tensor.numel, params))
 
     def run(cfg: Config) -> None:
         tensor, index, sizes = _chunks(params[0].device, numels, cfg.kwargs["BLOCK"])
@@ -157,26 +158,32 @@ def sgd_step_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
 
 def _step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, maximize,
           config: Optional[Config] = None) -> list[Optional[torch.Tensor]]:
-    """sgd_step_ on checked arguments."""
+    """sgd_step_ on checked arguments (its host time is the floor of an eager call: comprehensions, not loops)."""
     has_momentum = momentum != 0
-    grads = [g if g.stride() == p.stride() else _like(p).copy_(g) for p, g in zip(params, grads)]
-    bufs = list(momentum_buffers)
+    strides = list(map(torch.Tensor.stride, params))
+    grads = [g if g.stride() == s else _like(p).copy_(g) for p, g, s in zip(params, grads, strides)]
     if has_momentum:  # a new buffer for a first step; a buffer in another layout (e.g. loaded) copied into p's
-        bufs = [b if b is not None and b.stride() == p.stride() else
-                _like(p).copy_(b) if b is not None else _like(p) for p, b in zip(params, bufs)]
+        bufs = [_like(p) if b is None else b if b.stride() == s else _like(p).copy_(b)
+                for p, b, s in zip(params, momentum_buffers, strides)]
+        firsts = [b is None for b in momentum_buffers]
+    else:
+        bufs, firsts = list(params), [False] * len(params)
     hyper = (float(lr), float(momentum), float(dampening), float(weight_decay))
     flags = dict(MAXIMIZE=bool(maximize), HAS_WD=weight_decay != 0, HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov))
-    passes: dict[tuple, list[int]] = {}  # (first step, dtype) -> tensors: first steps write their buffers
-    for i, p in enumerate(params):
-        if p.numel():
-            passes.setdefault((has_momentum and momentum_buffers[i] is None, p.dtype), []).append(i)
-    for (first, _), idx in passes.items():
-        ps = [params[i] for i in idx]
-        _launch_group(ps, [grads[i] for i in idx], [bufs[i] for i in idx] if has_momentum else ps, hyper,
-                      dict(flags, FIRST=first), config)
+    dtype = params[0].dtype
+    if all(p.dtype is dtype and p.numel() for p in params) and len(set(firsts)) == 1:
+        _launch_group(params, grads, bufs, hyper, dict(flags, FIRST=firsts[0]), config)
+    else:  # one launch per (first step, dtype): first steps write their buffers, not read them
+        passes: dict[tuple, list[int]] = {}
+        for i, p in enumerate(params):
+            if p.numel():
+                passes.setdefault((firsts[i], p.dtype), []).append(i)
+        for (first, _), idx in passes.items():
+            _launch_group([params[i] for i in idx], [grads[i] for i in idx], [bufs[i] for i in idx], hyper,
+                          dict(flags, FIRST=first), config)
     # the kernel wrote through pointers: bump the version counters, as torch's in-place update does (caches keyed
     # by a tensor's version, e.g. conv2d's packed weights, then see the new values)
-    increment_version([t for t in (*params, *(bufs if has_momentum else ())) if t.numel()])
+    increment_version([*params, *bufs] if has_momentum else list(params))
     return bufs if has_momentum else [None] * len(params)
 
 
@@ -198,20 +205,37 @@ def _check_tensors(params, grads, bufs) -> None:
     if len(grads) != len(params) or len(bufs) != len(params):
         raise ValueError(f"params, grads and momentum_buffers must be as long: {len(params)}, {len(grads)}, "
                          f"{len(bufs)}")
-    device = params[0].device
-    for i, (p, g, b) in enumerate(zip(params, grads, bufs)):
-        check_tensor(f"params[{i}]", p, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
-        check_tensor(f"grads[{i}]", g, dtypes=(p.dtype,), device=device)
-        if g.is_sparse:
-            raise ValueError(f"grads[{i}] is sparse: SGD's fused step takes dense gradients")
-        if g.shape != p.shape:
-            raise ValueError(f"grads[{i}] has shape {tuple(g.shape)}, its parameter {tuple(p.shape)}")
-        if not is_dense(p):
-            raise ValueError(f"params[{i}] must be contiguous or channels_last (dense), got strides {p.stride()}")
-        if b is not None and (b.dtype != p.dtype or b.shape != p.shape or b.device != p.device):
-            raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and device")
-        if p.numel() >= 2**31:
-            raise ValueError(f"params[{i}] has {p.numel()} elements; at most 2**31 - 1 per tensor")
+    check_tensor("params[0]", params[0], dtypes=DTYPES, device=None, interpreter_dtypes=INTERPRETER_DTYPES)
+    if not _all_valid(params, grads, bufs):  # find the first bad argument and name it
+        device = params[0].device
+        for i, (p, g, b) in enumerate(zip(params, grads, bufs)):
+            check_tensor(f"params[{i}]", p, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
+            check_tensor(f"grads[{i}]", g, dtypes=(p.dtype,), device=device)
+            if g.is_sparse:
+                raise ValueError(f"grads[{i}] is sparse: SGD's fused step takes dense gradients")
+            if g.shape != p.shape:
+                raise ValueError(f"grads[{i}] has shape {tuple(g.shape)}, its parameter {tuple(p.shape)}")
+            if not is_dense(p):
+                raise ValueError(f"params[{i}] must be contiguous or channels_last (dense), got strides {p.stride()}")
+            if b is not None and (not isinstance(b, torch.Tensor) or b.dtype != p.dtype or b.shape != p.shape
+                                  or b.device != p.device):
+                raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and device")
+            if p.numel() >= 2**31:
+                raise ValueError(f"params[{i}] has {p.numel()} elements; at most 2**31 - 1 per tensor")
+        raise AssertionError("_all_valid refused tensors that every check accepts")
+
+
+def _all_valid(params, grads, bufs) -> bool:
+    """Whether every tensor passes the checks of _check_tensors' loop (params[0]'s device and dtype checked):
+    one cheap pass for the common case."""
+    device, dtypes = params[0].device, INTERPRETER_DTYPES if INTERPRET else DTYPES
+    tensor = torch.Tensor
+    return all(isinstance(p, tensor) and isinstance(g, tensor) and p.dtype in dtypes and g.dtype == p.dtype
+               and p.device == device and g.device == device and g.shape == p.shape and not g.is_sparse
+               and is_dense(p) and p.numel() < 2**31
+               and (b is None or isinstance(b, tensor) and b.dtype == p.dtype and b.shape == p.shape
+                    and b.device == device)
+               for p, g, b in zip(params, grads, bufs))
 
 
 def _grads_as_checked(params, grads) -> bool:
