@@ -25,8 +25,8 @@
 #              tiled conv with the statistics in its epilogue (the experiment's upper bound per step)  (~120 s)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
 #                replayed from CUDA graphs of the model (+graph) and of the whole forward + loss + backward
-#                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34; SGD=torch-fused: torch's fused SGD for every
-#                backend, default auto: the Triton SGD on the triton backends)
+#                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34; the SGD step: default fused, the Triton SGD on the
+#                triton backends and torch's fused=True on the others; SGD=torch-fused|auto|... as bench.resnet --sgd)
 #   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
 #              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
 #              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
@@ -133,7 +133,7 @@ for stage in "$@"; do
     conv-bn-probe)
       timeout 400 python3 -m bench.conv_bn_probe --out "$(res_dir)" 2>&1 | grep -v -i warn ;;
     resnet-step)
-      timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 --sgd "${SGD:-auto}" \
+      timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 --sgd "${SGD:-fused}" \
         --backend eager,eager+graph,eager+stepgraph,compile,compile+graph,compile+stepgraph,triton,triton+graph,triton+stepgraph \
         --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
         --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;

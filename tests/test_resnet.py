@@ -368,7 +368,8 @@ def test_scaling_report(tmp_path):
 
 def test_sgd_implementations():
     """--sgd auto: the triton backends step with triton_kernels.sgd.SGD, the others with torch.optim.SGD as torch
-    runs it by default; the choice is forced with --sgd and means nothing for the other optimizers."""
+    runs it by default; --sgd fused gives those torch's fused step; the choice is forced with --sgd and means nothing
+    for the other optimizers."""
     from triton_kernels import sgd
 
     params = [torch.nn.Parameter(torch.randn(3))]
@@ -379,6 +380,9 @@ def test_sgd_implementations():
     assert type(bench.resnet.build_optimizer(auto, params, "eager")) is torch.optim.SGD
     forced = bench.resnet.parse_args(["--sgd", "torch-fused"])
     assert bench.resnet.build_optimizer(forced, params, "triton").defaults["fused"] is True
+    fused = bench.resnet.parse_args(["--sgd", "fused"])  # each backend's one-launch step
+    assert type(bench.resnet.build_optimizer(fused, params, "triton+graph")) is sgd.SGD
+    assert bench.resnet.build_optimizer(fused, params, "compile").defaults["fused"] is True
     assert bench.resnet.sgd_impl(bench.resnet.parse_args(["--optimizer", "adam"]), "triton") is None
 
 
