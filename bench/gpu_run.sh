@@ -21,8 +21,6 @@
 #   overhead   bench.overhead: per-call host cost of every module vs torch.nn, and the launch floors (~150 s)
 #   profile    bench.profile_call: cProfile of steady eager calls, inference and training (tiny cases, large Linear+ReLU) (~60 s)
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
-#   conv-bn-probe  bench.conv_bn_probe: per ResNet-18 layer, the conv + batch-norm statistics today against the
-#              tiled conv with the statistics in its epilogue (the experiment's upper bound per step)  (~120 s)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
 #                replayed from CUDA graphs of the model (+graph) and of the whole forward + loss + backward
 #                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34; the SGD step: default fused, the Triton SGD on the
@@ -130,8 +128,6 @@ for stage in "$@"; do
     conv2d)
       TEST_GROUPS=11 TEST_TIMEOUT=${TEST_TIMEOUT:-280} bash "$0" tests  # test_conv2d.py's group, two shards
       timeout 560 python3 -m bench.ops --op conv2d $(out) 2>&1 | grep -v "^\[" ;;
-    conv-bn-probe)
-      timeout 400 python3 -m bench.conv_bn_probe --out "$(res_dir)" 2>&1 | grep -v -i warn ;;
     resnet-step)
       timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 --sgd "${SGD:-fused}" \
         --backend eager,eager+graph,eager+stepgraph,compile,compile+graph,compile+stepgraph,triton,triton+graph,triton+stepgraph \

@@ -1,6 +1,6 @@
 """Experiment (ResNet, issue 18): would batch norm's statistics from the conv's epilogue shorten the step?
 
-    python -m bench.conv_bn_probe [--batch 512] [--out DIR]
+    PYTHONPATH=. python3 <this folder>/conv_bn_probe.py [--batch 512] [--out DIR]   (from the repository root)
 
 Today each ResNet-18 convolution is followed by batch norm's statistics kernel, which reads the conv's output
 once more. The tiled conv2d can write per-tile partial statistics in its epilogue instead (conv2d_forward's
@@ -16,7 +16,7 @@ the L2 flushed:
 and the per-step sum over the layers (each shape times its count in ResNet-18). ``gain_bound_ms`` =
 sum(current - fused) is what the fusion could take off a step at most; 1.15x over compile needs ~0.13 ms
 (results/NOTES.md, session 29). Every fused output and its statistics are checked against the unfused
-output. Delete this module once its result is recorded and acted on.
+output. Its result is in this folder's README.
 """
 from __future__ import annotations
 
