@@ -147,6 +147,25 @@ def test_empty_parameter_among_others():
         assert_close(p, r, torch.float32, name=f"param {i}")
 
 
+def test_a_parameter_whose_data_changed_is_checked_again():
+    """The class checks a group in full once, then compares cheap signatures: a parameter given new data of
+    another shape (its old gradient kept) or another layout is caught, as in the first check."""
+    p = torch.nn.Parameter(torch.randn(6, device=DEVICE))
+    opt = sgd.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.ones(6, device=DEVICE)
+    opt.step()
+    p.data = torch.randn(3, device=DEVICE)
+    with pytest.raises(ValueError, match=r"grads\[0\] has shape"):
+        opt.step()
+    w = torch.nn.Parameter(torch.randn(2, 3, 4, 5, device=DEVICE))
+    opt = sgd.SGD([w], lr=0.1)
+    w.grad = torch.ones_like(w)
+    opt.step()
+    w.data = torch.randn(5, 4, 3, 2, device=DEVICE).permute(3, 2, 1, 0)  # the same shape, not dense in any layout
+    with pytest.raises(ValueError, match=r"params\[0\] must be contiguous or channels_last"):
+        opt.step()
+
+
 def test_versions_move_and_packed_weights_follow():
     """The step bumps each parameter's and buffer's version counter, as torch's in-place update does, so a cache
     keyed by it (conv2d's packed weight) sees the new values instead of serving the old ones."""
