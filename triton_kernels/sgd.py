@@ -243,14 +243,14 @@ def _all_valid(params, grads, bufs) -> bool:
                for p, g, b in zip(params, grads, bufs))
 
 
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
+
+
 def _signature(tensors) -> tuple:
     """What the per-step check of a group compares: each tensor's dtype, shape, device index and strides (C-level
-    maps: ResNet-18's 62 parameters take a few µs, where a Python loop over them took ~0.1 ms)."""
+    maps, a few µs for ResNet-18's 62 parameters)."""
     return (list(map(_DTYPE, tensors)), list(map(_SHAPE, tensors)), list(map(torch.Tensor.get_device, tensors)),
             list(map(torch.Tensor.stride, tensors)))
-
-
-_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 
 
 class SGD(torch.optim.SGD):
