@@ -334,6 +334,12 @@ def sgd_impl(args, backend: str) -> str | None:
     return "torch" if args.sgd == "auto" else "torch-fused"
 
 
+def sgd_params(args, backend: str) -> dict:
+    """The rows' record of the SGD step a backend ran: {"sgd": impl}, or {} for the other optimizers."""
+    impl = sgd_impl(args, backend)
+    return {"sgd": impl} if impl is not None else {}
+
+
 def build_optimizer(args, params, backend: str = "eager"):
     kw = {"lr": args.lr, "weight_decay": args.weight_decay}
     impl = sgd_impl(args, backend)
@@ -683,9 +689,7 @@ def training_rows(args, data: resnet_data.Data, device, progress: dict, dist: Di
                   epochs=args.epochs, warmup=args.warmup, label_smoothing=args.label_smoothing, seed=args.seed,
                   workers=args.workers, weight_decay=args.weight_decay, n_train=len(data.train_images))
     case, backend = f"{args.model}_train_step", args.backends[0]
-    impl = sgd_impl(args, backend)
-    if impl is not None:
-        params["sgd"] = impl
+    params.update(sgd_params(args, backend))
 
     def row(metric, value, unit, **kw):
         return results.make_row(SUITE, case, kw.pop("params", params), args.amp if args.amp != "none" else "float32",

@@ -34,7 +34,7 @@ from triton_kernels.runtime import CudaEventTimer, atomic_write_text
 from . import resnet_data
 from . import results
 from .harness import _classify, bootstrap_ratio_ci, median, quantile
-from .resnet import (SUITE, Dist, Trainer, base_params, build_model, ddp_bucket_mb, new_model, run_tag, sgd_impl,
+from .resnet import (SUITE, Dist, Trainer, base_params, build_model, ddp_bucket_mb, new_model, run_tag, sgd_params,
                      seed_everything, sync)
 
 
@@ -135,8 +135,7 @@ def _step_rows(args, data, device, runs, timed, rounds) -> list[dict]:
     rows = []
     eager = runs.get("eager", {}).get("losses") or None
     for b, run in runs.items():
-        impl = sgd_impl(args, b)
-        own = dict(params, **({"sgd": impl} if impl else {}))
+        own = dict(params, **sgd_params(args, b))
 
         def row(metric, value, unit, **kw):
             rows.append(results.make_row(SUITE, case, own, dtype, b, metric, value, unit, **kw))

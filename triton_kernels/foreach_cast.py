@@ -21,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, is_dense, register_tuner
+from .runtime import (INTERPRET, Autotuner, Config, bucket, cdiv, check_dense, check_tensor, dtype_name, is_dense,
+                      register_tuner)
 
 
 @triton.jit
@@ -67,10 +68,7 @@ def _check(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
     device = tensors[0].device if isinstance(tensors[0], torch.Tensor) else None
     for i, t in enumerate(tensors):
         check_tensor(f"tensors[{i}]", t, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
-        if not is_dense(t):
-            raise ValueError(f"tensors[{i}] must be contiguous or channels_last (dense), got strides {t.stride()}")
-        if t.numel() >= 2**31:
-            raise ValueError(f"tensors[{i}] has {t.numel()} elements; at most 2**31 - 1 per tensor")
+        check_dense(f"tensors[{i}]", t)
 
 
 def _launch_group(srcs: list[torch.Tensor], dsts: list[torch.Tensor], config: Optional[Config]) -> None:

@@ -156,6 +156,15 @@ def is_dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or (t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last))
 
 
+def check_dense(name: str, t: torch.Tensor) -> None:
+    """Raise a ValueError naming ``name`` unless t is dense (:func:`is_dense`) with fewer than 2**31 elements: what
+    the multi-tensor kernels (foreach_cast, sgd), which walk each tensor in storage order with int32 offsets, take."""
+    if not is_dense(t):
+        raise ValueError(f"{name} must be contiguous or channels_last (dense), got strides {t.stride()}")
+    if t.numel() >= 2**31:
+        raise ValueError(f"{name} has {t.numel()} elements; at most 2**31 - 1 per tensor")
+
+
 def check_tensor(
     name: str,
     t: Any,

@@ -30,7 +30,8 @@ import triton
 import triton.language as tl
 from torch.autograd.graph import increment_version
 
-from .runtime import INTERPRET, Autotuner, Config, bucket, cdiv, check_tensor, dtype_name, is_dense, register_tuner
+from .runtime import (INTERPRET, Autotuner, Config, bucket, cdiv, check_dense, check_tensor, dtype_name, is_dense,
+                      register_tuner)
 from .runtime import launch as _launch
 
 
@@ -220,13 +221,10 @@ def _check_tensors(params, grads, bufs) -> None:
                 raise ValueError(f"grads[{i}] is sparse: SGD's fused step takes dense gradients")
             if g.shape != p.shape:
                 raise ValueError(f"grads[{i}] has shape {tuple(g.shape)}, its parameter {tuple(p.shape)}")
-            if not is_dense(p):
-                raise ValueError(f"params[{i}] must be contiguous or channels_last (dense), got strides {p.stride()}")
+            check_dense(f"params[{i}]", p)
             if b is not None and (not isinstance(b, torch.Tensor) or b.dtype != p.dtype or b.shape != p.shape
                                   or b.device != p.device):
                 raise ValueError(f"momentum_buffers[{i}] must have its parameter's dtype, shape and device")
-            if p.numel() >= 2**31:
-                raise ValueError(f"params[{i}] has {p.numel()} elements; at most 2**31 - 1 per tensor")
         raise AssertionError("_all_valid refused tensors that every check accepts")
 
 
