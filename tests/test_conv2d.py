@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.nn import functional
 
-from triton_kernels import conv2d
+from triton_kernels import batchnorm, conv2d
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
 
@@ -310,6 +310,36 @@ def test_bn_statistics_variant(config, offset):
         for t, rows in enumerate(z_rows.split(16)):
             assert_close(part[0, t], rows.sum(0), torch.float32, name=f"sum of tile {t}")
             assert_close(part[1, t], (rows - rows.mean(0)).square().sum(0), torch.float32, name=f"M2 of tile {t}")
+
+
+@pytest.mark.parametrize("path,activation", [("tiled", "relu"), ("flat", "none")])
+def test_tile_stats_differentiable_and_fast(path, activation):
+    """conv2d_tile_stats: y and every gradient as conv2d's (its backward), the partials as conv2d_forward's STATS
+    variant writes them (not differentiable), and the second call (the eager fast path) equal to the first bit
+    for bit; fed to batch_norm they give its reduction's output."""
+    x, w, b, r = _inputs(2, 3 if path == "flat" else 6, 7, 5, 8, 3, 1, 1, True, True, torch.float32, "channels_last")
+    leaves = [t.detach().requires_grad_() for t in (x, w, b, r)]
+    g = torch.randn(2, 8, 7, 5, device=DEVICE)
+    runs = []
+    for _ in range(2):
+        y, part = conv2d.conv2d_tile_stats(*leaves[:3], 1, 1, leaves[3], activation, path=path)
+        assert not part.requires_grad and part.dtype == torch.float32
+        runs.append((y, part) + torch.autograd.grad(y, leaves, g))
+    for a, c in zip(*runs):
+        assert torch.equal(a, c)
+    y_ref = conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], activation, path=path)
+    for name, ours, ref in zip(("y", "dx", "dw", "db", "dres"), runs[0][:1] + runs[0][2:],
+                               (y_ref,) + torch.autograd.grad(y_ref, leaves, g)):
+        assert rel_err(ours, ref) <= 1e-6, name
+    z = ref_conv(x.double(), w.double(), b.double(), 1, 1, r.double()).permute(0, 2, 3, 1).reshape(-1, 8)
+    tile_m = 1 << (-(-70 // part.shape[1]) - 1).bit_length()
+    for t, rows in enumerate(z.split(tile_m)):
+        assert_close(part[0, t], rows.sum(0), torch.float32, name=f"sum of tile {t}")
+        assert_close(part[1, t], (rows - rows.mean(0)).square().sum(0), torch.float32, name=f"M2 of tile {t}")
+    if activation == "none":
+        rm, rv = torch.zeros(8, device=DEVICE), torch.ones(8, device=DEVICE)
+        merged = batchnorm.batch_norm(y.detach(), rm, rv, tile_stats=part)
+        assert rel_err(merged, batchnorm.batch_norm(y.detach(), rm.clone(), rv.clone())) <= 1e-5
 
 
 # ------------------------------------------------------------------------------------------ model, suite

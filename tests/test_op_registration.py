@@ -34,6 +34,19 @@ def _bn(residual: bool, relu: bool, two_outputs: bool):
                 torch.randn(2, 8, 3, 3).contiguous(memory_format=CL)]
 
 
+def _conv_bn():
+    """conv2d_tile_stats' partials merged by batch_norm instead of its reduction (the ResNet stem and shortcuts)."""
+    running_mean, running_var = torch.zeros(8), torch.ones(8)
+
+    def fn(x, w, weight, bias):
+        y, part = conv2d.conv2d_tile_stats(x, w, None, 2, 1)
+        return batchnorm.batch_norm(y, running_mean, running_var, weight, bias, True, 0.1, 1e-5, relu=True,
+                                    tile_stats=part)
+
+    return fn, [torch.randn(2, 4, 6, 6).contiguous(memory_format=CL), torch.randn(8, 4, 3, 3), torch.rand(8) + 0.5,
+                torch.randn(8)]
+
+
 def _cases():
     target = torch.randint(0, 16, (4,))
     cross_entropy = CrossEntropyLoss(label_smoothing=0.1)
@@ -55,6 +68,7 @@ def _cases():
                                    torch.randn(16), torch.randn(2, 16, 4, 4)]),
         "conv2d_flat_stride2": (lambda x, w: conv2d.conv2d(x, w, None, 2, 1),  # the flat-K weight gradient
                                 [torch.randn(2, 3, 6, 6).contiguous(memory_format=CL), torch.randn(16, 3, 3, 3)]),
+        "conv2d_tile_stats_batch_norm": _conv_bn(),
     }
 
 
