@@ -373,6 +373,42 @@ def test_resnet_layers_on_the_triton_conv():
         assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), name
 
 
+def test_resnet_stats_epilogue_layers():
+    """Every conv of a tiny ResNet on the Triton conv with the statistics epilogue feeding its fused batch norm
+    (what STATS_EPILOGUE_SHAPES gives the stem and the shortcuts): two training steps' outputs, every parameter
+    gradient and the running statistics as float64's (within 4x of the model without the epilogue, with a
+    floor); the triton backend lists exactly the stem and the 1x1 stride-2 shortcuts of the full-width model."""
+    from models.resnet import Conv2d, ResNet, conv_shape
+
+    full = ResNet((1, 1, 1, 1), backend="triton")
+    listed = sorted(conv_shape(m) for m in full.modules() if isinstance(m, Conv2d) and m.stats_epilogue)
+    assert listed == [(1, 2, 64, 128), (1, 2, 128, 256), (1, 2, 256, 512), (3, 1, 3, 64)]
+    assert not any(m.stats_epilogue for m in ResNet((1, 1, 1, 1)).modules() if isinstance(m, Conv2d))
+    torch.manual_seed(0)
+    widths = (4, 8, 8, 16)
+    ref = ResNet((1, 1, 1, 1), widths=widths).to(DEVICE)
+    ours, base = (ResNet((1, 1, 1, 1), widths=widths, backend="triton").to(DEVICE) for _ in range(2))
+    ref64 = ResNet((1, 1, 1, 1), widths=widths).double().to(DEVICE)
+    for model in (ours, base, ref64):
+        model.load_state_dict(ref.state_dict())
+    for model, stats in ((ours, True), (base, False)):
+        for m in model.modules():
+            if isinstance(m, Conv2d):
+                m.impl, m.stats_epilogue = "triton", stats
+    x = torch.randn(4, 3, 16, 16, device=DEVICE).contiguous(memory_format=CL)  # >= 16 values per channel everywhere
+    for step in range(2):  # the second step takes the eager fast paths
+        outs = {"ours": ours(x), "base": base(x), "ref": ref64(x.double())}
+        assert rel_err(outs["ours"], outs["ref"]) <= max(4 * rel_err(outs["base"], outs["ref"]), 1e-5), step
+        g = torch.randn_like(outs["ref"])
+        for model, out in zip((ours, base, ref64), outs.values()):
+            model.zero_grad(set_to_none=True)
+            out.backward(g.to(out.dtype))
+        for (name, p64), p, pb in zip(ref64.named_parameters(), ours.parameters(), base.parameters()):
+            assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), (step, name)
+        for (name, b64), b in zip(ref64.named_buffers(), ours.buffers()):
+            assert rel_err(b, b64) <= 1e-5 if b.is_floating_point() else torch.equal(b, b64), (step, name)
+
+
 def _with_triton_convs(make):
     """Three models with the same (seeded) weights: ``make("eager")`` twice -- the fp32 reference and the
     autocast eager one -- and ``make("triton")`` with every conv on the Triton conv2d."""

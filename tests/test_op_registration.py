@@ -117,11 +117,12 @@ def test_compiled_inference_op_equals_its_eager_call(name):
         assert torch.equal(c, e)
 
 
-def _resnet_every_conv_on_triton():
+def _resnet_every_conv_on_triton(stats_epilogue: bool = False):
     model = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend="triton")
     for m in model.modules():
         if isinstance(m, Conv2d):
             m.impl = "triton"  # the stem's flat-K kernels, the tiled kernel elsewhere
+            m.stats_epilogue = stats_epilogue  # every batch norm's statistics from its conv's epilogue
     labels = torch.randint(0, 10, (2,))
     x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)
     return model, x, lambda out: functional.cross_entropy(out, labels)
@@ -139,6 +140,7 @@ def _char_cnn():
 
 MODELS = {
     "resnet_every_conv_on_triton": _resnet_every_conv_on_triton,
+    "resnet_stats_epilogue": lambda: _resnet_every_conv_on_triton(stats_epilogue=True),
     "char_cnn": _char_cnn,
     "glonet": lambda: (build_model("GloNet4", backend="triton", seed=0), torch.randn(8, 14), _square_sum),
     "resnet_mlp": lambda: (build_model("ResNetMLP4", backend="triton", seed=0), torch.randn(8, 14), _square_sum),
