@@ -30,7 +30,7 @@ def _signature(t: Optional[torch.Tensor]):
     return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
 
 
-def _key(x, weight, bias, residual, stride, padding, activation, precision, path, stats) -> Optional[tuple]:
+def _key(x, weight, bias, residual, stride, padding, activation, precision, path, stats=False) -> Optional[tuple]:
     """A call's signature, or None when an argument is unhashable (a list given as stride or padding is
     turned into a tuple)."""
     try:
