@@ -48,12 +48,11 @@ def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     return functional.conv2d(x, _weight(conv), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
-def _conv_triton(conv: nn.Conv2d, x: torch.Tensor, stats: bool = False):
+def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """triton_kernels.conv2d's implicit GEMM (the layer must pass :func:`triton_conv_supports`). Under
     autocast it computes in the autocast dtype, as torch's conv2d does there: x and the bias are cast, the
     fp32 weight is cast when packed (once per weight version), or taken as ResNet's prologue cast it
-    (``cast_weight``), and its gradient returns in fp32. ``stats``: (y, the per-tile statistics its epilogue
-    writes for the batch norm that follows, conv2d.conv2d_tile_stats)."""
+    (``cast_weight``), and its gradient returns in fp32."""
     if not triton_conv_supports(conv):
         raise ValueError(f"the Triton conv2d runs zero-padded, undilated, ungrouped convolutions with int padding; "
                          f"got {conv}")
@@ -62,8 +61,6 @@ def _conv_triton(conv: nn.Conv2d, x: torch.Tensor, stats: bool = False):
         dtype = torch.get_autocast_dtype(x.device.type)
         x = x.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
-    if stats:
-        return _conv2d.conv2d_tile_stats(x, _weight(conv), bias, conv.stride, conv.padding)
     if conv.in_channels >= _conv2d.TRANSPOSED_MIN_C and not _conv2d.transposed_wins(x):
         return _conv_cudnn(conv, x)  # a layer listed for the transposed kernel, off the inputs it wins on
     return _conv2d.conv2d(x, _weight(conv), bias, conv.stride, conv.padding)
@@ -89,14 +86,6 @@ CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor
 # does not beat.
 TRITON_CONV_SHAPES: frozenset[tuple[int, int, int, int]] = frozenset({(3, 1, 3, 64), (3, 1, 512, 512)})
 
-# The layers whose batch norm takes its statistics from the convolution's epilogue (conv2d_tile_stats, merged by
-# the batch norm instead of a pass over the conv's output) on the triton backends in training: the stem (its
-# flat-K kernel) and the 1x1 stride-2 shortcuts (the tiled kernel, where the layer is cuDNN's otherwise; in
-# inference they stay cuDNN's). Each was measured ahead of its conv + statistics pass by 15-33 us per step at
-# batch 512 (results/NOTES.md, sessions 30-31); the 3x3 layers were not (the tiled kernel is behind cuDNN there).
-STATS_EPILOGUE_SHAPES: frozenset[tuple[int, int, int, int]] = frozenset(
-    {(3, 1, 3, 64), (1, 2, 64, 128), (1, 2, 128, 256), (1, 2, 256, 512)})
-
 
 def conv_shape(conv: nn.Conv2d) -> tuple[int, int, int, int]:
     return conv.kernel_size[0], conv.stride[0], conv.in_channels, conv.out_channels
@@ -119,13 +108,10 @@ def _set_plain(module: nn.Module, name: str, value) -> None:
 class Conv2d(nn.Conv2d):
     """nn.Conv2d whose forward goes through CONV_IMPLEMENTATIONS[self.impl] (same parameters).
     ``cast_weight``: the weight already cast to the autocast dtype, set by ResNet for the length of one
-    forward (one launch casts every layer's weight, see ResNet.one_launch_prologue); None otherwise.
-    ``stats_epilogue``: followed by a fused batch norm in training, the layer runs the Triton conv with the
-    statistics epilogue (:func:`conv_norm`)."""
+    forward (one launch casts every layer's weight, see ResNet.one_launch_prologue); None otherwise."""
 
     impl = "cudnn"
     cast_weight: torch.Tensor | None = None
-    stats_epilogue = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return CONV_IMPLEMENTATIONS[self.impl](self, x)
@@ -152,9 +138,7 @@ class BatchNormAct2d(nn.BatchNorm2d):
         self.counted = False
         self.two_outputs = False
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
-                tile_stats: torch.Tensor | None = None) -> torch.Tensor:
-        """``tile_stats`` (fused, training): x's statistics from the convolution's epilogue (see conv_norm)."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if not self.fused:
             y = super().forward(x)
             if residual is not None:
@@ -170,8 +154,7 @@ class BatchNormAct2d(nn.BatchNorm2d):
         return batchnorm.batch_norm(x, self.running_mean if use_running else None,
                                     self.running_var if use_running else None,
                                     self.weight, self.bias, training, factor, self.eps,
-                                    residual=residual, relu=self.relu, two_outputs=self.two_outputs,
-                                    tile_stats=tile_stats)
+                                    residual=residual, relu=self.relu, two_outputs=self.two_outputs)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}"
@@ -192,16 +175,6 @@ class AddAct(nn.Module):
 
 def _norm(channels: int, relu: bool, no_batch_norm: bool) -> nn.Module:
     return AddAct(relu) if no_batch_norm else BatchNormAct2d(channels, relu=relu)
-
-
-def conv_norm(conv: Conv2d, norm: nn.Module, x, residual: torch.Tensor | None = None):
-    """norm(conv(x), residual); for a layer with ``stats_epilogue`` before a fused batch norm in training, the
-    conv's epilogue computes the batch statistics (per tile) and the batch norm merges them instead of reading
-    conv(x) once more."""
-    if conv.stats_epilogue and isinstance(norm, BatchNormAct2d) and norm.fused and norm.training:
-        y, tile_stats = _conv_triton(conv, x, stats=True)
-        return norm(y, residual, tile_stats=tile_stats)
-    return norm(conv(x), residual)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -227,8 +200,8 @@ class BasicBlock(nn.Module):
 
     def forward(self, x):
         x, x2 = x if isinstance(x, tuple) else (x, x)
-        identity = x2 if self.downsample is None else conv_norm(self.downsample[0], self.downsample[1], x2)
-        return conv_norm(self.conv2, self.bn2, conv_norm(self.conv1, self.bn1, x), identity)
+        identity = x2 if self.downsample is None else self.downsample(x2)
+        return self.bn2(self.conv2(self.bn1(self.conv1(x))), identity)
 
 
 class ResNet(nn.Module):
@@ -270,8 +243,6 @@ class ResNet(nn.Module):
                 m.fused = self.fused
             if isinstance(m, Conv2d):
                 m.impl = choose_conv(m, backend)
-                m.stats_epilogue = (self.fused and not self.no_batch_norm and conv_shape(m) in STATS_EPILOGUE_SHAPES
-                                    and triton_conv_supports(m))
         self._norms = [m for m in self.modules() if isinstance(m, BatchNormAct2d)]
         # the batch norms whose output a block uses twice (conv1 and the shortcut): the stem's and every
         # block's last but the network's last
@@ -319,7 +290,7 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self._prologue(x):
-            x = conv_norm(self.conv1, self.bn1, x)
+            x = self.bn1(self.conv1(x))
             x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
             if self.fused:
                 return _pool_head.pool_head(x, self.fc.weight, self.fc.bias)

@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional
 
 from models.resnet import BatchNormAct2d
-from triton_kernels import batchnorm, batchnorm_eager, batchnorm_scratch, runtime
+from triton_kernels import batchnorm, batchnorm_eager, runtime
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err
 
@@ -120,7 +120,7 @@ def test_reductions_leave_their_counters_at_zero():
     for later in outs[1:]:
         for a, b in zip(outs[0], later):
             assert torch.equal(a, b)
-    for buf in batchnorm_scratch._COUNTERS.values():
+    for buf in batchnorm._COUNTERS.values():
         assert int(buf.count_nonzero()) == 0
 
 
@@ -132,16 +132,16 @@ def test_fast_path_buffers_are_per_thread_and_grow():
     import threading
 
     x = torch.zeros(4, device=DEVICE)
-    part, counters, coef = batchnorm_scratch.stream_buffers(x, 64, 8, 64)
+    part, counters, coef = batchnorm.stream_buffers(x, 64, 8, 64)
     assert part.numel() >= 64 and coef.numel() >= 64 and counters.numel() >= 8 and int(counters.count_nonzero()) == 0
     assert part.data_ptr() != coef.data_ptr()
-    again = batchnorm_scratch.stream_buffers(x, 32, 4, 32)
+    again = batchnorm.stream_buffers(x, 32, 4, 32)
     assert again[0].data_ptr() == part.data_ptr() and again[2].data_ptr() == coef.data_ptr()
-    assert again[1].data_ptr() == counters.data_ptr() and batchnorm_scratch.stream_buffers(x, 8, 4)[2] is None
-    grown = batchnorm_scratch.stream_buffers(x, 4096, 4, 16)
+    assert again[1].data_ptr() == counters.data_ptr() and batchnorm.stream_buffers(x, 8, 4)[2] is None
+    grown = batchnorm.stream_buffers(x, 4096, 4, 16)
     assert grown[0].numel() >= 4096 and grown[2].numel() >= 16
     other = []
-    thread = threading.Thread(target=lambda: other.append(batchnorm_scratch.stream_buffers(x, 64, 8, 64)))
+    thread = threading.Thread(target=lambda: other.append(batchnorm.stream_buffers(x, 64, 8, 64)))
     thread.start()
     thread.join()
     assert other[0][2].data_ptr() != grown[2].data_ptr() and other[0][1].data_ptr() == counters.data_ptr()
@@ -189,42 +189,6 @@ def test_repeated_signature_takes_the_fast_path(relu, use_res, fmt):
         ref = functional.batch_norm(x.double(), rm.double(), rv.double(), w.double(), b.double(), False, 0.0, 1e-5)
         ref = ref + res.double() if use_res else ref
         assert_close(second, functional.relu(ref) if relu else ref, torch.float32, name="inference y")
-
-
-def tile_partials(x: torch.Tensor, tile_m: int) -> torch.Tensor:
-    """(2, T, C) fp32: each run of tile_m consecutive pixels' sum and centred M2 (a producer's tile statistics)."""
-    rows = x.detach().permute(0, 2, 3, 1).reshape(-1, x.shape[1]).double()
-    tiles = rows.split(tile_m)
-    return torch.stack([torch.stack([t.sum(0) for t in tiles]),
-                        torch.stack([(t - t.mean(0)).square().sum(0) for t in tiles])]).float()
-
-
-@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
-@pytest.mark.parametrize("shape,tile_m", [((3, 12, 5, 4), 16), ((2, 5, 3, 3), 4), ((4, 8, 2, 2), 64)])
-def test_tile_stats_replace_the_reduction(relu, use_res, shape, tile_m):
-    """tile_stats (a producer's per-tile sums and M2, merged instead of reduced from x) give the reduction's
-    output, running statistics and gradients (fp32, to rounding), through the general path and the fast path
-    (the second call), which equal each other bit for bit; bad tile_stats raise naming the argument."""
-    C = shape[1]
-    x = (torch.randn(shape, device=DEVICE) * 2 + 3).to(memory_format=torch.channels_last).requires_grad_()
-    res = torch.randn_like(x).requires_grad_() if use_res else None
-    w, b = torch.rand(C, device=DEVICE).requires_grad_(), torch.randn(C, device=DEVICE).requires_grad_()
-    tiles = tile_partials(x, tile_m).to(DEVICE)
-    leaves = [t for t in (x, w, b, res) if t is not None]
-    g, runs = torch.randn_like(x), []
-    for given in (None, tiles, tiles):
-        rm, rv = torch.zeros(C, device=DEVICE), torch.ones(C, device=DEVICE)
-        y = batchnorm.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5, residual=res, relu=relu, tile_stats=given)
-        runs.append((y, rm, rv) + torch.autograd.grad(y, leaves, g))
-    for name, reduced, merged, fast in zip(("y", "running_mean", "running_var", "dx", "dw", "db", "dres"), *runs):
-        assert rel_err(merged, reduced) <= 1e-5, name
-        assert torch.equal(merged, fast), name
-    with pytest.raises(ValueError, match="tile_stats has shape"):
-        batchnorm.batch_norm(x, tile_stats=tiles[:, :, 1:].contiguous())
-    with pytest.raises(ValueError, match="tile_stats has dtype"):
-        batchnorm.batch_norm(x, tile_stats=tiles.double())
-    with pytest.raises(ValueError, match="need training=True"):
-        batchnorm.batch_norm(x, torch.zeros(C), torch.ones(C), training=False, tile_stats=tiles)
 
 
 @pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])

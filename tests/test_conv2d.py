@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.nn import functional
 
-from triton_kernels import batchnorm, conv2d
+from triton_kernels import conv2d
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
 
@@ -312,36 +312,6 @@ def test_bn_statistics_variant(config, offset):
             assert_close(part[1, t], (rows - rows.mean(0)).square().sum(0), torch.float32, name=f"M2 of tile {t}")
 
 
-@pytest.mark.parametrize("path,activation", [("tiled", "relu"), ("flat", "none")])
-def test_tile_stats_differentiable_and_fast(path, activation):
-    """conv2d_tile_stats: y and every gradient as conv2d's (its backward), the partials as conv2d_forward's STATS
-    variant writes them (not differentiable), and the second call (the eager fast path) equal to the first bit
-    for bit; fed to batch_norm they give its reduction's output."""
-    x, w, b, r = _inputs(2, 3 if path == "flat" else 6, 7, 5, 8, 3, 1, 1, True, True, torch.float32, "channels_last")
-    leaves = [t.detach().requires_grad_() for t in (x, w, b, r)]
-    g = torch.randn(2, 8, 7, 5, device=DEVICE)
-    runs = []
-    for _ in range(2):
-        y, part = conv2d.conv2d_tile_stats(*leaves[:3], 1, 1, leaves[3], activation, path=path)
-        assert not part.requires_grad and part.dtype == torch.float32
-        runs.append((y, part) + torch.autograd.grad(y, leaves, g))
-    for a, c in zip(*runs):
-        assert torch.equal(a, c)
-    y_ref = conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], activation, path=path)
-    for name, ours, ref in zip(("y", "dx", "dw", "db", "dres"), runs[0][:1] + runs[0][2:],
-                               (y_ref,) + torch.autograd.grad(y_ref, leaves, g)):
-        assert rel_err(ours, ref) <= 1e-6, name
-    z = ref_conv(x.double(), w.double(), b.double(), 1, 1, r.double()).permute(0, 2, 3, 1).reshape(-1, 8)
-    tile_m = 1 << (-(-70 // part.shape[1]) - 1).bit_length()
-    for t, rows in enumerate(z.split(tile_m)):
-        assert_close(part[0, t], rows.sum(0), torch.float32, name=f"sum of tile {t}")
-        assert_close(part[1, t], (rows - rows.mean(0)).square().sum(0), torch.float32, name=f"M2 of tile {t}")
-    if activation == "none":
-        rm, rv = torch.zeros(8, device=DEVICE), torch.ones(8, device=DEVICE)
-        merged = batchnorm.batch_norm(y.detach(), rm, rv, tile_stats=part)
-        assert rel_err(merged, batchnorm.batch_norm(y.detach(), rm.clone(), rv.clone())) <= 1e-5
-
-
 # ------------------------------------------------------------------------------------------ model, suite
 def test_resnet_layers_on_the_triton_conv():
     """A tiny ResNet whose every conv runs CONV_IMPLEMENTATIONS["triton"] (3x3 and 1x1, stride 1 and 2):
@@ -371,42 +341,6 @@ def test_resnet_layers_on_the_triton_conv():
         out.backward(g.to(out.dtype))
     for (name, p64), p, pb in zip(ref64.named_parameters(), ours.parameters(), base.parameters()):
         assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), name
-
-
-def test_resnet_stats_epilogue_layers():
-    """Every conv of a tiny ResNet on the Triton conv with the statistics epilogue feeding its fused batch norm
-    (what STATS_EPILOGUE_SHAPES gives the stem and the shortcuts): two training steps' outputs, every parameter
-    gradient and the running statistics as float64's (within 4x of the model without the epilogue, with a
-    floor); the triton backend lists exactly the stem and the 1x1 stride-2 shortcuts of the full-width model."""
-    from models.resnet import Conv2d, ResNet, conv_shape
-
-    full = ResNet((1, 1, 1, 1), backend="triton")
-    listed = sorted(conv_shape(m) for m in full.modules() if isinstance(m, Conv2d) and m.stats_epilogue)
-    assert listed == [(1, 2, 64, 128), (1, 2, 128, 256), (1, 2, 256, 512), (3, 1, 3, 64)]
-    assert not any(m.stats_epilogue for m in ResNet((1, 1, 1, 1)).modules() if isinstance(m, Conv2d))
-    torch.manual_seed(0)
-    widths = (4, 8, 8, 16)
-    ref = ResNet((1, 1, 1, 1), widths=widths).to(DEVICE)
-    ours, base = (ResNet((1, 1, 1, 1), widths=widths, backend="triton").to(DEVICE) for _ in range(2))
-    ref64 = ResNet((1, 1, 1, 1), widths=widths).double().to(DEVICE)
-    for model in (ours, base, ref64):
-        model.load_state_dict(ref.state_dict())
-    for model, stats in ((ours, True), (base, False)):
-        for m in model.modules():
-            if isinstance(m, Conv2d):
-                m.impl, m.stats_epilogue = "triton", stats
-    x = torch.randn(4, 3, 16, 16, device=DEVICE).contiguous(memory_format=CL)  # >= 16 values per channel everywhere
-    for step in range(2):  # the second step takes the eager fast paths
-        outs = {"ours": ours(x), "base": base(x), "ref": ref64(x.double())}
-        assert rel_err(outs["ours"], outs["ref"]) <= max(4 * rel_err(outs["base"], outs["ref"]), 1e-5), step
-        g = torch.randn_like(outs["ref"])
-        for model, out in zip((ours, base, ref64), outs.values()):
-            model.zero_grad(set_to_none=True)
-            out.backward(g.to(out.dtype))
-        for (name, p64), p, pb in zip(ref64.named_parameters(), ours.parameters(), base.parameters()):
-            assert rel_err(p.grad, p64.grad) <= max(4 * rel_err(pb.grad, p64.grad), 1e-5), (step, name)
-        for (name, b64), b in zip(ref64.named_buffers(), ours.buffers()):
-            assert rel_err(b, b64) <= 1e-5 if b.is_floating_point() else torch.equal(b, b64), (step, name)
 
 
 def _with_triton_convs(make):

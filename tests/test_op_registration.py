@@ -34,19 +34,6 @@ def _bn(residual: bool, relu: bool, two_outputs: bool):
                 torch.randn(2, 8, 3, 3).contiguous(memory_format=CL)]
 
 
-def _conv_bn():
-    """conv2d_tile_stats' partials merged by batch_norm instead of its reduction (the ResNet stem and shortcuts)."""
-    running_mean, running_var = torch.zeros(8), torch.ones(8)
-
-    def fn(x, w, weight, bias):
-        y, part = conv2d.conv2d_tile_stats(x, w, None, 2, 1)
-        return batchnorm.batch_norm(y, running_mean, running_var, weight, bias, True, 0.1, 1e-5, relu=True,
-                                    tile_stats=part)
-
-    return fn, [torch.randn(2, 4, 6, 6).contiguous(memory_format=CL), torch.randn(8, 4, 3, 3), torch.rand(8) + 0.5,
-                torch.randn(8)]
-
-
 def _cases():
     target = torch.randint(0, 16, (4,))
     cross_entropy = CrossEntropyLoss(label_smoothing=0.1)
@@ -68,7 +55,6 @@ def _cases():
                                    torch.randn(16), torch.randn(2, 16, 4, 4)]),
         "conv2d_flat_stride2": (lambda x, w: conv2d.conv2d(x, w, None, 2, 1),  # the flat-K weight gradient
                                 [torch.randn(2, 3, 6, 6).contiguous(memory_format=CL), torch.randn(16, 3, 3, 3)]),
-        "conv2d_tile_stats_batch_norm": _conv_bn(),
     }
 
 
@@ -117,12 +103,11 @@ def test_compiled_inference_op_equals_its_eager_call(name):
         assert torch.equal(c, e)
 
 
-def _resnet_every_conv_on_triton(stats_epilogue: bool = False):
+def _resnet_every_conv_on_triton():
     model = ResNet((1, 1, 1, 1), widths=(4, 8, 8, 16), backend="triton")
     for m in model.modules():
         if isinstance(m, Conv2d):
             m.impl = "triton"  # the stem's flat-K kernels, the tiled kernel elsewhere
-            m.stats_epilogue = stats_epilogue  # every batch norm's statistics from its conv's epilogue
     labels = torch.randint(0, 10, (2,))
     x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)
     return model, x, lambda out: functional.cross_entropy(out, labels)
@@ -140,7 +125,6 @@ def _char_cnn():
 
 MODELS = {
     "resnet_every_conv_on_triton": _resnet_every_conv_on_triton,
-    "resnet_stats_epilogue": lambda: _resnet_every_conv_on_triton(stats_epilogue=True),
     "char_cnn": _char_cnn,
     "glonet": lambda: (build_model("GloNet4", backend="triton", seed=0), torch.randn(8, 14), _square_sum),
     "resnet_mlp": lambda: (build_model("ResNetMLP4", backend="triton", seed=0), torch.randn(8, 14), _square_sum),

@@ -17,7 +17,7 @@ import torch
 import bench.resnet
 from bench import resnet_data
 from bench.data import cifar10
-from models.resnet import BatchNormAct2d, Conv2d, ResNet, compile_model, fold_batch_norms, resnet
+from models.resnet import BatchNormAct2d, ResNet, compile_model, fold_batch_norms, resnet
 from triton_kernels import graphs
 from triton_kernels.testing import assert_close, rel_err
 
@@ -455,23 +455,19 @@ def test_gpu_triton_model_compiles_fullgraph():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["eager", "triton", "triton-stats", "compile"])
+@pytest.mark.parametrize("backend", ["eager", "triton", "compile"])
 def test_gpu_step_graph_equals_eager_calls(backend):
     """"+stepgraph" (eager steps, then one captured step, then replays) trains as the same backend's eager calls:
     same losses and weights over the warm-up, the capture's step and the replays (fp32, cuDNN deterministic), with
-    the memory freed by others after the capture (cuBLAS's workspaces, the allocator's cache) reused meanwhile.
-    "triton-stats": every conv on the Triton conv with the statistics epilogue feeding its batch norm."""
+    the memory freed by others after the capture (cuBLAS's workspaces, the allocator's cache) reused meanwhile."""
     deterministic = torch.backends.cudnn.deterministic
     torch.backends.cudnn.deterministic = True
     try:
         runs = []
-        for name in (backend.removesuffix("-stats"), backend.removesuffix("-stats") + "+stepgraph"):
+        for name in (backend, backend + "+stepgraph"):
             args = bench.resnet.parse_args(["--widths", "8,16,16,32", "--backend", name, "--lr", "0.05"])
             torch.manual_seed(0)
             model, forward = bench.resnet.build_model(args, name, torch.device("cuda"))
-            for m in model.modules() if backend.endswith("-stats") else ():
-                if isinstance(m, Conv2d):
-                    m.impl, m.stats_epilogue = "triton", True
             trainer = bench.resnet.Trainer(args, model, forward, torch.device("cuda"), 100)
             g = torch.Generator(device="cuda").manual_seed(1)
             losses, poison = [], None

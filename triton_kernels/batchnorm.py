@@ -46,14 +46,14 @@ mutates its inputs there).
 from __future__ import annotations
 
 import json
+import threading
 from typing import NamedTuple, Optional
 
 import torch
+import triton
 
-from .batchnorm_kernels import (_bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel,
-                                _bn_tile_stats_kernel)
-from .batchnorm_scratch import _counters
-from .launcher import BoundKernel, bind
+from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
+from .launcher import BoundKernel, _capturing, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
 from .runtime import (INTERPRET, Autotuner, Config, check_tensor, dependent_launch, next_power_of_2, num_sms,
                       register_op, register_tuner)
@@ -270,30 +270,82 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, depende
     return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
 
 
-# the merge of a producer's per-tile statistics: tiles per program, tiles per loop step (a small, untuned pass)
-_TILE_GROUP, _TILE_STEP = (4, 2) if INTERPRET else (128, 32)
+# arrival counters of the reductions per (device, stream): every launch leaves its counters at zero. A graph
+# captured on a stream launches with that stream's buffer, so a buffer outgrown is kept alive, not freed.
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []
 
 
-def tile_stats_plan(tiles: torch.Tensor, geo: _Geometry, flags: dict) -> _Plan:
-    """The plan of _bn_tile_stats_kernel over tiles (2, T, C): T = cdiv(M, TILE_M), TILE_M a power of two."""
-    T = tiles.shape[1]
-    tile_m = 1 << (cdiv(geo.M, T) - 1).bit_length() if T > 1 else geo.M
-    groups, block_c = cdiv(T, _TILE_GROUP), min(64, next_power_of_2(geo.C))
-    bound = bind(_bn_tile_stats_kernel, **flags, BLOCK_T=_TILE_STEP, BLOCK_C=block_c,
-                 BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G), num_warps=4)
-    return _Plan(bound, (groups, cdiv(geo.C, block_c)), (T, tile_m, _TILE_GROUP, groups), 3, groups)
+def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
+    """n int32 zeros for a reduction over x: the current stream's reused buffer, or fresh zeros while
+    torch.compile traces, or while a CUDA graph is captured on a stream without a large enough buffer (the
+    graph then zeroes them on every replay)."""
+    if is_tracing(x):
+        return torch.zeros(n, device=x.device, dtype=torch.int32)
+    return _stream_counters(x, n, _stream_key(x), _capturing_on(x))
 
 
-def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = (), geometry: bool = True) -> None:
-    """Launch a plan: ``inputs`` (the leading pointers), the geometry (C alone when not ``geometry``), the
-    plan's scalars, then for a reduction its partials (rows x groups x C fp32) and its arrival counters, then
-    ``tail``."""
-    geo_args = (geo.C, geo.HW, *geo.strides) if geometry else (geo.C,)
+def _stream_counters(x: torch.Tensor, n: int, key: tuple, capturing: bool) -> torch.Tensor:
+    """The (device, stream) ``key``'s counters, made (and kept unless ``capturing``) when missing or short."""
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        if capturing:
+            return torch.zeros(n, device=x.device, dtype=torch.int32)
+        if buf is not None:
+            _OUTGROWN.append(buf)
+        buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
+    return buf
+
+
+def _stream_key(x: torch.Tensor) -> tuple:
+    """(device, current stream) of x's device; stream 0 off the GPU and in the interpreter."""
+    return x.device, 0 if INTERPRET or x.device.type != "cuda" else _current_stream(x.device.index)
+
+
+def _capturing_on(x: torch.Tensor) -> bool:
+    return x.device.type == "cuda" and _capturing()
+
+
+# the eager fast path's scratch per (device, stream, host thread): a reduction's partials, the dx coefficients
+_SCRATCH: dict[tuple, tuple] = {}
+
+
+def stream_buffers(x: torch.Tensor, part: int, counters: int, coef: int = 0) -> tuple:
+    """The eager fast path's buffers for one launch (not tracing), found with one stream key and one capture
+    check: (at least ``part`` fp32 values for a reduction's partials, the stream's arrival counters (at least
+    ``counters`` int32 zeros, as ``_counters``), at least ``coef`` fp32 values for the dx coefficients or None
+    when 0). The scratch is kept per device, stream and host thread and reused, because kernels of one stream
+    run in order (the partials are dead when their reduction ends, the coefficients when the dx kernel that
+    the same thread launches next ends); fresh scratch while a CUDA graph is captured (the graph keeps it)."""
+    stream, capturing = _stream_key(x), _capturing_on(x)
+    counter_buf = _stream_counters(x, counters, stream, capturing)
+    if capturing:
+        return (x.new_empty(part, dtype=torch.float32), counter_buf,
+                x.new_empty(coef, dtype=torch.float32) if coef else None)
+    key = (*stream, threading.get_ident())
+    bufs = _SCRATCH.get(key)
+    if bufs is None or bufs[0].numel() < part or bufs[1].numel() < coef:
+        if bufs is None and len(_SCRATCH) >= 256:  # threads come and go: drop the old buffers
+            _SCRATCH.clear()
+        have = (bufs[0].numel(), bufs[1].numel()) if bufs is not None else (0, 0)
+        bufs = _SCRATCH[key] = (x.new_empty(max(part, have[0], 1024), dtype=torch.float32),
+                                x.new_empty(max(coef, have[1], 1024), dtype=torch.float32))
+    return bufs[0], counter_buf, bufs[1] if coef else None
+
+
+def _current_stream(index: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(index)
+
+
+def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -> None:
+    """Launch a plan: ``inputs`` (the leading pointers), the geometry, the plan's scalars, then for a
+    reduction its partials (rows x groups x C fp32) and its arrival counters, then ``tail``."""
     if not plan.rows:
-        plan.kernel.launch(plan.grid, *inputs, *geo_args, *plan.scalars, *tail)
+        plan.kernel.launch(plan.grid, *inputs, geo.C, geo.HW, *geo.strides, *plan.scalars, *tail)
         return
     part = torch.empty((plan.rows, plan.groups, geo.C), device=device, dtype=torch.float32)
-    plan.kernel.launch(plan.grid, *inputs, part, *geo_args, *plan.scalars, _counters(inputs[0], plan.grid[1]), *tail)
+    plan.kernel.launch(plan.grid, *inputs, part, geo.C, geo.HW, *geo.strides, *plan.scalars,
+                       _counters(inputs[0], plan.grid[1]), *tail)
 
 
 def plan_key(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, device) -> tuple:
@@ -350,12 +402,11 @@ def relu_bits(x: torch.Tensor, geo: "_Geometry") -> torch.Tensor:
 
 
 def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
-                             relu: bool, update_in_place: bool, config: Optional[Config] = None, tile_stats=None):
+                             relu: bool, update_in_place: bool, config: Optional[Config] = None):
     """Training-mode forward: (y, stats (5, C) fp32 = s, offset, rstd, scale, beta; running (2, C) = the new
     running statistics when they are not updated in place (then the buffers must be contiguous), else an
     empty tensor; bits = the relu's mask when a residual was added, else None). weight / bias are copied
-    when not contiguous. ``tile_stats``: x's statistics as per-tile partials (see :func:`batch_norm`),
-    merged instead of reduced from x."""
+    when not contiguous."""
     (x, residual), fmt, geo = _prepare(x, residual)
     dev = x.device
     weight, bias = (t.contiguous() if t is not None else None for t in (weight, bias))
@@ -376,11 +427,8 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
         scratch = torch.empty((2, geo.C), device=dev, dtype=running_mean.dtype)
         return head + (scratch[0], scratch[1], geo.M, eps, momentum)
 
-    if tile_stats is not None:
-        _run(tile_stats_plan(tile_stats, geo, flags), geo, (tile_stats,), dev, tail, geometry=False)
-    else:
-        _launch_planned("stats", _bn_stats_kernel, geo, (x,), x.dtype, flags, dev, config, tail,
-                        trial_tail if has_running else None)
+    _launch_planned("stats", _bn_stats_kernel, geo, (x,), x.dtype, flags, dev, config, tail,
+                    trial_tail if has_running else None)
     y = _empty_like_layout(x, fmt)
     bits = relu_bits(x, geo) if relu and residual is not None else None
     _launch_planned("apply", _bn_apply_kernel, geo,
@@ -456,9 +504,9 @@ def batch_norm_train_backward(dy, x, bits, stats, relu: bool, need_dx: bool, sto
 def _bn_train_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                  residual: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
                  running_var: Optional[torch.Tensor], momentum: float, eps: float, relu: bool,
-                 update_in_place: bool, config: str, tile_stats: Optional[torch.Tensor]) -> list[torch.Tensor]:
+                 update_in_place: bool, config: str) -> list[torch.Tensor]:
     y, stats, running, bits = batch_norm_train_forward(x, weight, bias, residual, running_mean, running_var, momentum,
-                                                       eps, relu, update_in_place, _config_from(config), tile_stats)
+                                                       eps, relu, update_in_place, _config_from(config))
     return [y, stats, running, bits if bits is not None else x.new_empty((0,), dtype=torch.uint8)]
 
 
@@ -481,7 +529,7 @@ def _bn_apply_op(x: torch.Tensor, residual: Optional[torch.Tensor], running_mean
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, _, _, _, _, relu, _, config, _ = inputs
+    x, weight, bias, residual, _, _, _, _, relu, _, config = inputs
     _, stats, _, bits = output
     ctx.relu, ctx.has_res, ctx.config = relu, residual is not None, config
     ctx.w_dtype = weight.dtype if weight is not None else None
@@ -506,7 +554,7 @@ def _backward(ctx, grads):
     x, bits, stats = ctx.saved_tensors
     needs = tuple(bool(n) for n in ctx.needs_input_grad[:4])
     return (*backward_ops(grads[0], x, bits, stats, ctx.relu, needs, ctx.config, (ctx.w_dtype, ctx.b_dtype)),
-            None, None, None, None, None, None, None, None)
+            None, None, None, None, None, None, None)
 
 
 _bn_backward_call = register_op("tk::batch_norm_act_backward", _bn_backward_op, eager=_bn_backward_eager)
@@ -517,17 +565,9 @@ _bn_apply_call = register_op("tk::batch_norm_act_inference", _bn_apply_op)
 # ----------------------------------------------------------------------------------------------------
 # Public functions
 # ----------------------------------------------------------------------------------------------------
-def _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual, tile_stats=None) -> None:
+def _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual) -> None:
     check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     C = x.shape[1]
-    if tile_stats is not None:
-        check_tensor("tile_stats", tile_stats, ndim=3, dtypes=(torch.float32,), device=x.device)
-        M, T = x.numel() // max(C, 1), tile_stats.shape[1]
-        if tile_stats.shape[::2] != (2, C) or T < 1 or cdiv(M, 1 << (cdiv(M, T) - 1).bit_length()) != T:
-            raise ValueError(f"tile_stats has shape {tuple(tile_stats.shape)}: expected (2, cdiv(M, TILE_M), {C}) "
-                             f"for M = {M} pixels and a power-of-two TILE_M")
-        if not tile_stats.is_contiguous():
-            raise ValueError("tile_stats must be contiguous")
     for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
         if t is not None:
             check_tensor(name, t, ndim=1, dtypes=DTYPES, device=x.device)
@@ -549,7 +589,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                running_var: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
                residual: Optional[torch.Tensor] = None, relu: bool = False,
-               config: Optional[Config] = None, two_outputs: bool = False, tile_stats: Optional[torch.Tensor] = None):
+               config: Optional[Config] = None, two_outputs: bool = False):
     """``act(F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps) [+ residual])``
     with act = relu when ``relu``, for x (N, C, H, W) fp32 / fp16 / bf16 (weight, bias and the running
     statistics in any of those dtypes). Training mode normalises with the batch statistics (fp32) and
@@ -559,33 +599,28 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
     ``two_outputs``: return (y, y2), y2 sharing y's memory, for a y used twice (a ResNet block's input: its
     first convolution and its shortcut). Where the eager fast path runs the call, autograd hands y's two
     gradients to this op's backward separately and the backward kernels add them as they load them, instead
-    of autograd adding them in a pass of its own; elsewhere y2 is y. ``tile_stats`` (training only): x's
-    statistics as a producer computed them, (2, T, C) fp32 = the sum and the centred sum of squares (M2) of each
-    run of TILE_M consecutive pixels in (N, H, W) order, TILE_M a power of two, T = cdiv(N * H * W, TILE_M)
-    (triton_kernels.conv2d.conv2d_tile_stats' second output): they are merged instead of reduced from x."""
+    of autograd adding them in a pass of its own; elsewhere y2 is y."""
     if type(two_outputs) is not bool:
         raise ValueError(f"two_outputs must be a bool, got {two_outputs!r}")
-    if tile_stats is not None and not training:
-        raise ValueError("tile_stats are batch statistics: they need training=True")
     y = _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
-                    two_outputs, tile_stats)
+                    two_outputs)
     return y if isinstance(y, tuple) or not two_outputs else (y, y)
 
 
 def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
-                two_outputs: bool, tile_stats=None):
+                two_outputs: bool):
     """batch_norm's output: y, or the fast path's aliased (y, y2) when it runs a two_outputs call with autograd."""
     if config is None:
         if training:
             y = batchnorm_eager.fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu,
-                                           two_outputs, tile_stats)
+                                           two_outputs)
         elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))):
             y = batchnorm_eager.fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu)
         else:
             y = None
         if y is not None:
             return y
-    _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual, tile_stats)
+    _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual)
     check_config(config)
     N, C, H, W = x.shape
     if training:
@@ -595,14 +630,14 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
         in_place = (running_mean is not None and not tracing and running_mean.is_contiguous()
                     and running_var.is_contiguous())
         y, _, running, _ = _bn_train_call(x, weight, bias, residual, running_mean, running_var, float(momentum),
-                                          float(eps), bool(relu), in_place, _config_str(config), tile_stats)
+                                          float(eps), bool(relu), in_place, _config_str(config))
         if running_mean is not None and not in_place:
             with torch.no_grad():
                 running_mean.copy_(running[0])
                 running_var.copy_(running[1])
         elif config is None:
             batchnorm_eager.remember_train(x, running_mean, running_var, weight, bias, residual, bool(relu),
-                                           two_outputs, tile_stats)
+                                           two_outputs)
         return y
     if running_mean is None:
         raise ValueError("inference mode (training=False) needs running_mean and running_var")

@@ -3,8 +3,8 @@ tensor's shape, strides, dtype and device; relu; two_outputs) was seen before sk
 analysis and plan lookups. Training runs as two allocations (three with the relu bits of a residual layer)
 + two launches forward and up to three allocations + two launches backward through ``_Node`` (a
 runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the registered op), the reductions'
-scratch reused per stream (batchnorm_scratch.stream_buffers); inference as one allocation + one launch.
-The first call of a signature takes the general path (which validates, tunes and makes the plans) and is remembered
+scratch reused per stream (batchnorm.stream_buffers); inference as one allocation + one launch. The first
+call of a signature takes the general path (which validates, tunes and makes the plans) and is remembered
 here when its layout is the simple one: x dense, the residual in x's strides, contiguous parameters and
 running statistics. torch.compile always traces the registered ops.
 """
@@ -16,8 +16,7 @@ import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
                         _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, relu_bits,
-                        tile_stats_plan)
-from .batchnorm_scratch import stream_buffers
+                        stream_buffers)
 from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
 
@@ -25,11 +24,10 @@ def _signature(t: Optional[torch.Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
-def _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False,
-         tile_stats=None) -> tuple:
-    """A call's signature: every tensor's shape, strides, dtype and device (tile_stats' too), relu and two_outputs."""
+def _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False) -> tuple:
+    """A call's signature: every tensor's shape, strides, dtype and device, relu and two_outputs."""
     return (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
-            _signature(running_var), bool(relu), two_outputs, _signature(tile_stats))
+            _signature(running_var), bool(relu), two_outputs)
 
 
 class _FastTrain:
@@ -42,8 +40,7 @@ class _FastTrain:
 
     MAX_FIXED = 4  # (momentum, eps) pairs with a fixed statistics launch; others take the general launch
 
-    def __init__(self, x, weight, bias, residual, running_mean, relu: bool, two_outputs: bool = False,
-                 tile_stats=None):
+    def __init__(self, x, weight, bias, residual, running_mean, relu: bool, two_outputs: bool = False):
         fmt = _memory_format(x)
         self.fmt, self.shape = fmt, tuple(x.shape)
         geo = self.geo = _Geometry(self.shape, _pixel_strides(x))
@@ -54,21 +51,17 @@ class _FastTrain:
         self.w_dtype = weight.dtype if weight is not None and weight.dtype != torch.float32 else None
         self.b_dtype = bias.dtype if bias is not None and bias.dtype != torch.float32 else None
         dev, C = x.device, geo.C
-        flags = _stats_flags(weight is not None, bias is not None, self.has_running)
-        # the statistics: reduced from x, or merged from a producer's per-tile partials
-        self.stats = (_PLANS[plan_key("stats", geo, x.dtype, flags, dev)] if tile_stats is None
-                      else tile_stats_plan(tile_stats, geo, flags))
-        self.tiles = tile_stats is not None
+        self.stats = _PLANS[plan_key("stats", geo, x.dtype, _stats_flags(weight is not None, bias is not None,
+                                                                          self.has_running), dev)]
         self.apply = _PLANS[plan_key("apply", geo, x.dtype, _apply_flags(self.has_res, relu,
                                                                          store_bits=self.mask_from_bits), dev)]
         self.geo_args = (C, geo.HW, *geo.strides)
-        self.stats_args = (C,) if self.tiles else self.geo_args
         self.part_size = 3 * self.stats.groups * C
         self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
         self.apply_launch = None
         self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g, has_dy2) -> [reduce, dx plan, launches]
 
-    def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float, tile_stats=None):
+    def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
         """(y, stats (5, C) fp32, the relu bits or None) of a training call; the running statistics are updated
         in place."""
         geo, stats_plan = self.geo, self.stats
@@ -78,13 +71,12 @@ class _FastTrain:
         b = bias if bias is not None else stats
         rm = running_mean if self.has_running else stats
         rv = running_var if self.has_running else stats
-        source = tile_stats if self.tiles else x
         launch = self.stats_launches.get((momentum, eps))
         if launch is not None:
-            launch(source, part, counters, w, b, stats, rm, rv, rm, rv)
+            launch(x, part, counters, w, b, stats, rm, rv, rm, rv)
         else:
-            args = (source, part, *self.stats_args, *stats_plan.scalars, counters, w, b, stats, rm, rv, rm, rv, geo.M,
-                    eps, momentum)
+            args = (x, part, *self.geo_args, *stats_plan.scalars, counters, w, b, stats, rm, rv, rm, rv, geo.M, eps,
+                    momentum)
             if len(self.stats_launches) < self.MAX_FIXED:
                 self.stats_launches[(momentum, eps)] = stats_plan.kernel.fix(stats_plan.grid, *args)
             stats_plan.kernel.launch(stats_plan.grid, *args)
@@ -137,9 +129,9 @@ class _FastTrain:
         return dx, g, dwb
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
-    # running_mean, running_var, momentum, eps, tile_stats)
-    def forward(self, ctx, x, weight, bias, residual, running_mean, running_var, momentum, eps, tile_stats):
-        y, stats, bits = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps, tile_stats)
+    # running_mean, running_var, momentum, eps)
+    def forward(self, ctx, x, weight, bias, residual, running_mean, running_var, momentum, eps):
+        y, stats, bits = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
         ctx.save_for_backward(x, bits, stats)
         # two outputs: autograd hands their gradients to backward() separately (y2 is a view of y)
         return (y, y.view_as(y)) if self.two_outputs else y
@@ -156,7 +148,7 @@ class _FastTrain:
             dw = dwb[0] if self.w_dtype is None else dwb[0].to(self.w_dtype)
         if need_b:
             db = dwb[1] if self.b_dtype is None else dwb[1].to(self.b_dtype)
-        return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None, None
+        return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None
 
     def general_backward(self, ctx, dy, dy2=None):
         """The registered op's backward (batchnorm.backward_ops): a double backward."""
@@ -164,7 +156,7 @@ class _FastTrain:
         dy = dy if dy2 is None else dy + dy2
         needs = tuple(bool(n) for n in ctx.needs_input_grad[1:5])
         dtypes = (self.w_dtype or torch.float32, self.b_dtype or torch.float32)
-        return *backward_ops(dy, x, bits, stats, self.relu, needs, "", dtypes), None, None, None, None, None
+        return *backward_ops(dy, x, bits, stats, self.relu, needs, "", dtypes), None, None, None, None
 
 
 class _Node(EagerNode):
@@ -174,23 +166,22 @@ class _Node(EagerNode):
 _FAST: dict[tuple, _FastTrain] = {}
 
 
-def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False,
-               tile_stats=None):
+def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False):
     """The output of a training call through the fast path (with two_outputs and autograd, the node's aliased
     (y, y2)), or None when the call must take the general one (first call of its signature, tracing, an unusual
     layout, a momentum or eps to validate)."""
     if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
                                                             and type(eps) is float and 0.0 <= eps < float("inf")):
         return None
-    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs, tile_stats)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs)
     fast = _FAST.get(key)
     if fast is None:
         return None
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
-        return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps, tile_stats)
-    return fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps, tile_stats)[0]
+        return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps)
+    return fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
 
 
 def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:
@@ -202,14 +193,13 @@ def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool
                 or any(t is not None and not t.is_contiguous() for t in (weight, bias, running_mean, running_var)))
 
 
-def remember_train(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False,
-                   tile_stats=None) -> None:
+def remember_train(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False) -> None:
     """After a general-path training call: keep its signature for the fast path (simple layouts only)."""
     if not _simple_layout(x, running_mean, running_var, weight, bias, residual):
         return
-    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs, tile_stats)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs)
     try:
-        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu, two_outputs, tile_stats))
+        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu, two_outputs))
     except KeyError:  # a plan was not kept (explicit config): no fast path
         pass
 

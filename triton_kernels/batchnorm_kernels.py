@@ -1,8 +1,7 @@
 """The Triton kernels of the fused batch norm (triton_kernels/batchnorm.py holds the math, the passes
 over memory, the tiling and the launchers): the statistics reduction (its last program per channel block
-merges the partials) or the merge of a producer's per-tile statistics, the apply kernel (normalise,
-residual, ReLU), and the backward's reduction (merged the same way) and dx kernel, with the small jit
-helpers they share.
+merges the partials), the apply kernel (normalise, residual, ReLU), and the backward's reduction (merged
+the same way) and dx kernel, with the small jit helpers they share.
 """
 from __future__ import annotations
 
@@ -118,50 +117,6 @@ def _bn_stats_kernel(
     if _last_arrival(count_ptr, GROUPS):
         _merge_stats(part_ptr, shift, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
                      cols, cmask, C, GROUPS, M, eps, momentum, HAS_W, HAS_B, UPDATE_RUNNING, BLOCK_G, BLOCK_C)
-
-
-@triton.jit
-def _bn_tile_stats_kernel(
-    tiles_ptr, part_ptr, C, T, TILE_M, TILES_PER_GROUP, GROUPS, count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr,
-    rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
-):
-    """The statistics from partials a producer wrote (a convolution's epilogue, conv2d's STATS variant):
-    tiles (2, T, C) fp32 = each run of TILE_M consecutive pixels' sum and centred M2 (the last run shorter).
-    Program (group, channel block) merges the tiles [group * TILES_PER_GROUP, ...) by Chan's formula (mean of
-    the group, then M2 = sum M2_t + n_t (S_t / n_t - mean)^2) into one partial (count, mean, M2) (shift s = 0);
-    the last program of the channel block merges the GROUPS partials as _bn_stats_kernel's does."""
-    group = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
-    t_start = group * TILES_PER_GROUP
-    t_end = tl.minimum(t_start + TILES_PER_GROUP, T)
-    sums = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-    counts = tl.zeros((BLOCK_T,), dtype=tl.float32)
-    for t0 in range(t_start, t_end, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        tmask = t < t_end
-        sums += tl.load(tiles_ptr + t[:, None] * C + cols[None, :], mask=tmask[:, None] & cmask[None, :], other=0.0)
-        counts += tl.where(tmask, tl.minimum(M - t * TILE_M, TILE_M), 0).to(tl.float32)
-    n = tl.sum(counts, axis=0)
-    mean = tl.sum(sums, axis=0) / n
-    m2 = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-    for t0 in range(t_start, t_end, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        mask = (t < t_end)[:, None] & cmask[None, :]
-        count = tl.maximum(tl.minimum(M - t * TILE_M, TILE_M), 1).to(tl.float32)[:, None]
-        offs = t[:, None] * C + cols[None, :]
-        d = tl.load(tiles_ptr + offs, mask=mask, other=0.0) / count - mean[None, :]
-        m2 += tl.where(mask, tl.load(tiles_ptr + T * C + offs, mask=mask, other=0.0) + count * d * d, 0.0)
-    out = part_ptr + group * C + cols
-    tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
-    tl.store(out + GROUPS * C, mean, mask=cmask)
-    tl.store(out + 2 * GROUPS * C, tl.sum(m2, axis=0), mask=cmask)
-    if _last_arrival(count_ptr, GROUPS):
-        _merge_stats(part_ptr, tl.zeros((BLOCK_C,), dtype=tl.float32), w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr,
-                     rmean_out_ptr, rvar_out_ptr, cols, cmask, C, GROUPS, M, eps, momentum, HAS_W, HAS_B,
-                     UPDATE_RUNNING, BLOCK_G, BLOCK_C)
 
 
 @triton.jit

@@ -448,12 +448,13 @@ def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
                           activation, precision, path=path, config=cfg)
 
 
-def _conv2d_tile_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                          residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
-                          activation: str, precision: str, path: str, config: str) -> list[torch.Tensor]:
+def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
+                     activation: str, precision: str, path: str, config: str) -> list[torch.Tensor]:
     y, part = conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
                              activation, precision, stats=True, path=path, config=config_from(config))
-    return [y, part]
+    mean, var = merge_tile_stats(part, y.shape[0] * y.shape[2] * y.shape[3])
+    return [y, mean, var]
 
 
 def backward_spec(weight, bias, residual, stride, padding, precision: str, path: str) -> BackwardSpec:
@@ -472,18 +473,8 @@ def _backward(ctx, dy):
     return input_grads(ctx.spec, dy, *ctx.saved_tensors, ctx.needs_input_grad[:4]) + (None,) * 8
 
 
-def _setup_context_tile_stats(ctx, inputs, output):
-    _setup_context(ctx, inputs, output[0])
-    ctx.mark_non_differentiable(output[1])
-
-
-def _backward_tile_stats(ctx, grads):  # the partials are not differentiable: y's gradient alone
-    return _backward(ctx, grads[0])
-
-
 _conv2d_call = register_op("tk::conv2d", _conv2d_op, setup_context=_setup_context, backward=_backward)
-_conv2d_tile_stats_call = register_op("tk::conv2d_tile_stats", _conv2d_tile_stats_op,
-                                      setup_context=_setup_context_tile_stats, backward=_backward_tile_stats)
+_conv2d_stats_call = register_op("tk::conv2d_stats", _conv2d_stats_op)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -549,35 +540,17 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
     launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
-    return _conv2d(x, weight, bias, stride, padding, residual, activation, precision, path, config, False)
-
-
-def _conv2d(x, weight, bias, stride, padding, residual, activation, precision, path, config, stats: bool):
-    """conv2d's output, or with ``stats`` conv2d_tile_stats' (y, tile_stats): the eager fast path for a signature
-    seen before, else validation and the registered op."""
     if config is None:
-        out = conv2d_eager.fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path, stats)
-        if out is not None:
-            return out
-    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path, stats)
-    op = _conv2d_tile_stats_call if stats else _conv2d_call
-    out = op(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
-             config_str(config) if config is not None else "")
-    if config is None and (out[0] if stats else out).numel() > 0:
+        y = conv2d_eager.fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path)
+        if y is not None:
+            return y
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
+    y = _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
+                     config_str(config) if config is not None else "")
+    if config is None and y.numel() > 0:
         conv2d_eager.remember(x, weight, bias, residual, stride, padding, (sh, sw), (ph, pw), activation, precision,
-                              path, stats)
-    return tuple(out) if stats else out
-
-
-def conv2d_tile_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
-                      residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
-                      path: str = "auto", config: Config | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y, tile_stats): :func:`conv2d`'s output (differentiable as conv2d's) and, from the kernel's epilogue (the
-    STATS variant), the statistics of its pre-activation z per run of BLOCK_M output pixels: tile_stats (2,
-    cdiv(M, BLOCK_M), C_out) fp32 = each run's per-channel sum and centred M2 (not differentiable), what
-    ``batchnorm.batch_norm(y, ..., tile_stats=tile_stats)`` merges instead of reducing y. The flat-K and tiled
-    kernels only (path "transposed" is refused)."""
-    return _conv2d(x, weight, bias, stride, padding, residual, activation, precision, path, config, True)
+                              path)
+    return y
 
 
 def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
@@ -586,13 +559,13 @@ def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, var): :func:`conv2d`'s output and the per-channel batch mean and biased variance (fp32) of
     its pre-activation z over (B, H_out, W_out), from the statistics the kernel's epilogue writes (the
-    STATS variant; :func:`conv2d_tile_stats` merged by :func:`merge_tile_stats`). Not differentiable (call it
-    under torch.no_grad()); the ResNet model feeds conv2d_tile_stats' partials to its batch norm instead."""
+    STATS variant) -- what a training BatchNorm2d of y needs, without a reduction pass over y. Not
+    differentiable (call it under torch.no_grad()); not yet used by the ResNet model."""
+    (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path, stats=True)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         raise ValueError("conv2d_bn_stats is not differentiable: call it under torch.no_grad()")
-    y, part = conv2d_tile_stats(x, weight, bias, stride, padding, residual, activation, precision=precision,
-                                path=path, config=config)
-    mean, var = merge_tile_stats(part, y.shape[0] * y.shape[2] * y.shape[3])
+    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
+                                      config_str(config) if config is not None else "")
     return y, mean, var
 
 

@@ -30,13 +30,13 @@ def _signature(t: Optional[torch.Tensor]):
     return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
 
 
-def _key(x, weight, bias, residual, stride, padding, activation, precision, path, stats=False) -> Optional[tuple]:
+def _key(x, weight, bias, residual, stride, padding, activation, precision, path) -> Optional[tuple]:
     """A call's signature, or None when an argument is unhashable (a list given as stride or padding is
     turned into a tuple)."""
     try:
         key = (_signature(x), _signature(weight), _signature(bias), _signature(residual),
                tuple(stride) if isinstance(stride, list) else stride,
-               tuple(padding) if isinstance(padding, list) else padding, activation, precision, path, stats)
+               tuple(padding) if isinstance(padding, list) else padding, activation, precision, path)
         hash(key)
         return key
     except TypeError:
@@ -45,11 +45,10 @@ def _key(x, weight, bias, residual, stride, padding, activation, precision, path
 
 class _FastConv:
     """One call signature's forward: the general path's plan, launched through a fixed launch function
-    made at the signature's first fast call; the backward's spec (conv2d.BackwardSpec). ``stats``: the call is
-    conv2d_tile_stats', whose kernel also writes the per-tile statistics (returned with y, not differentiable)."""
+    made at the signature's first fast call; the backward's spec (conv2d.BackwardSpec)."""
 
     def __init__(self, plan, x, weight, bias, residual, stride: tuple, padding: tuple, activation: str,
-                 precision: str, path: str, stats: bool = False) -> None:
+                 precision: str, path: str) -> None:
         B, C, H, W = x.shape
         N, _, KH, KW = weight.shape
         H_out, W_out = out_size(H, KH, stride[0], padding[0]), out_size(W, KW, stride[1], padding[1])
@@ -58,33 +57,26 @@ class _FastConv:
         self.relu = activation == "relu"
         self.transposed = isinstance(plan, _TransposedPlan)  # its weight layout, and TMA descriptors
         self.spec = backward_spec(weight, bias, residual, stride, padding, precision, path)
-        self.part_shape = (2, -(-self.M // plan.block_m), N) if stats else None
         self.launch = None
 
-    def run(self, x, weight, bias, residual):
-        """y, or (y, the statistics partials) for a stats signature."""
+    def run(self, x, weight, bias, residual) -> torch.Tensor:
         w = packed_weight(weight, x.dtype, self.transposed)
         if self.transposed and not INTERPRET:
             _ensure_allocator()
         y = x.new_empty_strided(self.shape, self.strides)
-        part = x.new_empty(self.part_shape, dtype=torch.float32) if self.part_shape is not None else None
         if self.launch is None:
-            grid, args = launch_args(self.plan, x, w, bias, residual, y, part, self.M)
+            grid, args = launch_args(self.plan, x, w, bias, residual, y, None, self.M)
             self.launch = self.plan.kernel.fix(grid, **args)
-        self.launch(x, w, bias if bias is not None else y, residual if residual is not None else y, y,
-                    part if part is not None else y)
-        return (y, part) if part is not None else y
+        self.launch(x, w, bias if bias is not None else y, residual if residual is not None else y, y, y)
+        return y
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual)
     def forward(self, ctx, x, weight, bias, residual):
-        out = self.run(x, weight, bias, residual)
-        y = out[0] if self.part_shape is not None else out
+        y = self.run(x, weight, bias, residual)
         ctx.save_for_backward(x, weight, y if self.relu else None)
-        if self.part_shape is not None:
-            ctx.mark_non_differentiable(out[1])
-        return out
+        return y
 
-    def backward(self, ctx, dy, dpart=None):  # the partials are not differentiable: y's gradient alone
+    def backward(self, ctx, dy):
         return input_grads(self.spec, dy, *ctx.saved_tensors, ctx.needs_input_grad[1:5])
 
     general_backward = backward  # a double backward: as the general path's (the same function)
@@ -97,12 +89,11 @@ class _Node(EagerNode):
 _FAST: dict[tuple, _FastConv] = {}
 
 
-def fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path, stats: bool = False):
-    """The output of a call through the fast path (with ``stats``, (y, partials)), or None when it must take the
-    general one."""
+def fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path) -> Optional[torch.Tensor]:
+    """The output of a call through the fast path, or None when it must take the general one."""
     if torch.compiler.is_compiling() or type(x) not in _PLAIN or type(weight) not in _PLAIN:
         return None
-    key = _key(x, weight, bias, residual, stride, padding, activation, precision, path, stats)
+    key = _key(x, weight, bias, residual, stride, padding, activation, precision, path)
     fast = _FAST.get(key) if key is not None else None
     if fast is None:
         return None
@@ -112,17 +103,17 @@ def fast_conv2d(x, weight, bias, residual, stride, padding, activation, precisio
 
 
 def remember(x, weight, bias, residual, stride, padding, stride_pair: tuple, padding_pair: tuple, activation: str,
-             precision: str, path: str, stats: bool = False) -> None:
+             precision: str, path: str) -> None:
     """After a general-path call of plain tensors: keep its signature with the plan it ran."""
     if (torch.compiler.is_compiling() or type(x) not in _PLAIN or type(weight) not in _PLAIN
             or any(t is not None and type(t) not in _PLAIN for t in (bias, residual))):
         return
     N, C, KH, KW = weight.shape
-    kind = kernel_kind(x, KH, KW, N, stride_pair, padding_pair, path, residual is not None, stats)
+    kind = kernel_kind(x, KH, KW, N, stride_pair, padding_pair, path, residual is not None)
     plan = _PLANS.get(plan_key(x, KH, KW, N, stride_pair, padding_pair, activation, precision, bias is not None,
-                               residual is not None, stats, kind))
-    key = _key(x, weight, bias, residual, stride, padding, activation, precision, path, stats)
+                               residual is not None, False, kind))
+    key = _key(x, weight, bias, residual, stride, padding, activation, precision, path)
     if plan is None or key is None:
         return
     remember_call(_FAST, key, _FastConv(plan, x, weight, bias, residual, stride_pair, padding_pair, activation,
-                                        precision, path, stats))
+                                        precision, path))
