@@ -762,5 +762,17 @@ def main(argv=None) -> int:
         dist.close()
 
 
+def exit_process(code) -> None:
+    """The process's exit. Under torchrun it leaves through os._exit once its output is flushed: its work is
+    written by then (rows and checkpoints atomically, the process group destroyed), while gloo's threads can
+    still be joinable when the interpreter's exit-time destructors run, which aborts the process (SIGABRT,
+    "terminate called without an active exception") and would fail a finished run."""
+    if torch.distributed.is_torchelastic_launched():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code or 0))
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -517,6 +517,7 @@ def train_and_compare(dist):  # the DDP model, which holds the process group, is
 dist = br.Dist()
 train_and_compare(dist)
 dist.close()
+br.exit_process(0)
 """
 
 
