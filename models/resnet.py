@@ -44,11 +44,13 @@ def _weight(conv: nn.Conv2d) -> torch.Tensor:
     return conv.weight if getattr(conv, "cast_weight", None) is None else conv.cast_weight
 
 
-def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    return functional.conv2d(x, _weight(conv), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+def _conv_cudnn(conv: nn.Conv2d, x: torch.Tensor, stride=None) -> torch.Tensor:
+    """torch's conv2d with the layer's arguments (``stride``: another stride than the layer's)."""
+    return functional.conv2d(x, _weight(conv), conv.bias, conv.stride if stride is None else stride, conv.padding,
+                             conv.dilation, conv.groups)
 
 
-def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+def _conv_triton(conv: nn.Conv2d, x: torch.Tensor, stride=None) -> torch.Tensor:
     """triton_kernels.conv2d's implicit GEMM (the layer must pass :func:`triton_conv_supports`). Under
     autocast it computes in the autocast dtype, as torch's conv2d does there: x and the bias are cast, the
     fp32 weight is cast when packed (once per weight version), or taken as ResNet's prologue cast it
@@ -62,8 +64,8 @@ def _conv_triton(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
         x = x.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
     if conv.in_channels >= _conv2d.TRANSPOSED_MIN_C and not _conv2d.transposed_wins(x):
-        return _conv_cudnn(conv, x)  # a layer listed for the transposed kernel, off the inputs it wins on
-    return _conv2d.conv2d(x, _weight(conv), bias, conv.stride, conv.padding)
+        return _conv_cudnn(conv, x, stride)  # a layer listed for the transposed kernel, off the inputs it wins on
+    return _conv2d.conv2d(x, _weight(conv), bias, conv.stride if stride is None else stride, conv.padding)
 
 
 def triton_conv_supports(conv: nn.Conv2d) -> bool:
@@ -71,7 +73,7 @@ def triton_conv_supports(conv: nn.Conv2d) -> bool:
             and not isinstance(conv.padding, str))
 
 
-# name -> fn(conv module, x). "triton" is the implicit-GEMM conv2d (triton_kernels/conv2d.py: 3x3 and 1x1,
+# name -> fn(conv module, x, stride=None: the layer's). "triton" is the implicit-GEMM conv2d (triton_kernels/conv2d.py: 3x3 and 1x1,
 # stride 1 and 2, fused bias; its backward is cuDNN's), benchmarked against cuDNN at every ResNet-18 layer
 # shape by `python -m bench.ops --op conv2d`.
 CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor]] = {
@@ -116,6 +118,18 @@ class Conv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return CONV_IMPLEMENTATIONS[self.impl](self, x)
 
+    def reads_one_in(self) -> int:
+        """s when this is a 1x1 convolution of stride s (both ways) without padding: it reads only
+        input[:, :, ::s, ::s] (see :meth:`forward_subsampled`); else 1."""
+        s = self.stride[0]
+        return s if (self.kernel_size == (1, 1) and tuple(self.padding) == (0, 0) and self.stride == (s, s)
+                     and self.dilation == (1, 1)) else 1
+
+    def forward_subsampled(self, x: torch.Tensor) -> torch.Tensor:
+        """This layer's output from x = input[:, :, ::s, ::s] (s = :meth:`reads_one_in`): the same
+        convolution at stride 1."""
+        return CONV_IMPLEMENTATIONS[self.impl](self, x, 1)
+
 
 # --------------------------------------------------------------------------------------------------
 # Normalisation + activation
@@ -129,7 +143,8 @@ class BatchNormAct2d(nn.BatchNorm2d):
     forward's num_batches_tracked increment is done already (ResNet.one_launch_prologue does every layer's
     in one launch). ``two_outputs`` (fused only): return (y, y2) for a y that a block uses twice, y2 sharing
     its memory, so that the backward gets the two gradients apart and adds them in its kernels
-    (triton_kernels.batchnorm.batch_norm's two_outputs)."""
+    (triton_kernels.batchnorm.batch_norm's two_outputs); ``second_stride`` s > 1: y2 = y[:, :, ::s, ::s], for a
+    shortcut that reads only that (its gradient then comes that small: batch_norm's second_stride)."""
 
     def __init__(self, num_features: int, relu: bool = True, **kwargs) -> None:
         super().__init__(num_features, **kwargs)
@@ -137,6 +152,7 @@ class BatchNormAct2d(nn.BatchNorm2d):
         self.fused = False
         self.counted = False
         self.two_outputs = False
+        self.second_stride = 1
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if not self.fused:
@@ -154,7 +170,8 @@ class BatchNormAct2d(nn.BatchNorm2d):
         return batchnorm.batch_norm(x, self.running_mean if use_running else None,
                                     self.running_var if use_running else None,
                                     self.weight, self.bias, training, factor, self.eps,
-                                    residual=residual, relu=self.relu, two_outputs=self.two_outputs)
+                                    residual=residual, relu=self.relu, two_outputs=self.two_outputs,
+                                    second_stride=self.second_stride)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}"
@@ -182,8 +199,9 @@ def _norm(channels: int, relu: bool, no_batch_norm: bool) -> nn.Module:
 # --------------------------------------------------------------------------------------------------
 class BasicBlock(nn.Module):
     """Two 3x3 convolutions; out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut a
-    1x1 convolution + BatchNorm when the shape changes. x may come as a pair (x, x2) of tensors sharing
-    memory (the previous batch norm's two_outputs): conv1 takes x, the shortcut x2."""
+    1x1 convolution + BatchNorm when the shape changes. x may come as a pair (x, x2) (the previous batch
+    norm's two_outputs): conv1 takes x, the shortcut x2, which is x or, when smaller, x[:, :, ::s, ::s] for the
+    shortcut's 1x1 stride-s convolution, run at stride 1 on it."""
 
     expansion = 1
 
@@ -200,7 +218,12 @@ class BasicBlock(nn.Module):
 
     def forward(self, x):
         x, x2 = x if isinstance(x, tuple) else (x, x)
-        identity = x2 if self.downsample is None else self.downsample(x2)
+        if self.downsample is None:
+            identity = x2
+        elif x2.shape[-2:] != x.shape[-2:]:
+            identity = self.downsample[1](self.downsample[0].forward_subsampled(x2))
+        else:
+            identity = self.downsample(x2)
         return self.bn2(self.conv2(self.bn1(self.conv1(x))), identity)
 
 
@@ -250,6 +273,11 @@ class ResNet(nn.Module):
         feeding = [self.bn1] + [b.bn2 for b in blocks[:-1]]
         for m in self._norms:
             m.two_outputs = self.fused and any(m is f for f in feeding)
+            m.second_stride = 1
+        # a block whose shortcut reads one pixel in s x s: the batch norm feeding it hands it that subsample
+        for f, block in zip(feeding, blocks):
+            if self.fused and block.downsample is not None and isinstance(f, BatchNormAct2d):
+                f.second_stride = block.downsample[0].reads_one_in()
         # the convs whose weights the prologue casts: cuDNN's, and the Triton ones whose kernel reads a
         # channels_last weight in x's dtype as it is (the transposed kernel's: C_in >= TRANSPOSED_MIN_C); the
         # flat-K stem packs (and so casts) its own

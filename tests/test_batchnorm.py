@@ -228,6 +228,63 @@ def test_two_outputs_gradients_apart(relu, use_res, dtype, second_used):
 
 
 @pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("fmt", [torch.channels_last, torch.contiguous_format], ids=["cl", "nchw"])
+@pytest.mark.parametrize("second_used", [True, False], ids=["both_used", "second_unused"])
+def test_second_stride_gradients(relu, use_res, dtype, fmt, second_used):
+    """two_outputs with second_stride=2: y2 = y[:, :, ::2, ::2] (odd H and W: the last row and column count),
+    a view of y on the general path, a dense channels_last tensor of its own on the fast path, whose backward
+    kernels add y2's small gradient (here in NCHW) where it lands; every gradient matches float64, and in fp32
+    the fast path equals the general path bit for bit."""
+    shape, C = (3, 12, 5, 7), 12
+    x = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=fmt).requires_grad_()
+    res = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=fmt).requires_grad_() if use_res else None
+    w, b = (torch.rand(C, device=DEVICE) + 0.5).requires_grad_(), torch.randn(C, device=DEVICE).requires_grad_()
+    a = torch.randn(shape, device=DEVICE)
+    c = torch.randn((3, 12, 3, 4), device=DEVICE)
+    leaves = [t for t in (x, w, b, res) if t is not None]
+    runs, nodes = [], []
+    batchnorm_eager._FAST.clear()  # the first call takes the general path
+    for _ in range(3):
+        y, y2 = batchnorm.batch_norm(x, None, None, w, b, True, residual=res, relu=relu, two_outputs=True,
+                                     second_stride=2)
+        assert torch.equal(y2, y[:, :, ::2, ::2]) and y.is_contiguous(memory_format=fmt)
+        nodes.append((type(y.grad_fn).__name__, y2._base is None, y2.is_contiguous(memory_format=torch.channels_last)))
+        loss = (y.float() * a).sum() + ((y2.float() * c).sum() if second_used else 0.0)
+        runs.append((y,) + torch.autograd.grad(loss, leaves))
+    assert nodes[1] == nodes[2] == ("_NodeBackward", True, True) and not nodes[0][1]
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = reference(ref_leaves[0], ref_leaves[1], ref_leaves[2], ref_leaves[3] if use_res else None, relu=relu,
+                    relu_mask=(runs[0][0].detach() > 0) if relu else None)
+    weight = a.double().clone()
+    if second_used:
+        weight[:, :, ::2, ::2] += c.double()
+    ref_grads = torch.autograd.grad((ref * weight).sum(), ref_leaves)
+    for run in runs:
+        for name, got, want in zip(("dx", "dweight", "dbias", "dresidual"), run[1:], ref_grads):
+            assert_close(got, want, dtype, name=name)
+    if dtype == torch.float32:
+        for first, fast in zip(runs[0], runs[1]):
+            assert torch.equal(first, fast)
+
+
+def test_second_stride_without_grad_and_bad_values():
+    """Without autograd the fast path hands back (y, y2) as well; second_stride is an int >= 1, and 1 unless
+    two_outputs (a ValueError naming it, before any launch)."""
+    x = torch.randn(2, 8, 4, 4, device=DEVICE).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        outs = [batchnorm.batch_norm(x, None, None, None, None, True, two_outputs=True, second_stride=2)
+                for _ in range(2)]
+    for y, y2 in outs:
+        assert y2.shape == (2, 8, 2, 2) and torch.equal(y2, y[:, :, ::2, ::2])
+    assert torch.equal(outs[0][0], outs[1][0])
+    for kwargs in ({"second_stride": 2}, {"two_outputs": True, "second_stride": 0},
+                   {"two_outputs": True, "second_stride": 2.0}):
+        with pytest.raises(ValueError, match="second_stride"):
+            batchnorm.batch_norm(x, None, None, None, None, True, **kwargs)
+
+
+@pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
 def test_double_backward_is_refused(relu, use_res):
     """The backward kernels have no derivative: with create_graph=True the gradients are the plain
     backward's, and differentiating them again raises a RuntimeError naming the backward op -- on the
@@ -517,17 +574,19 @@ def test_gpu_views(case, dtype_name, isolated):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("residual,relu,two_outputs", [(True, True, False), (False, True, False), (False, False, False),
-                                                       (True, False, False), (False, True, True)])
-def test_gpu_compile_fullgraph(residual, relu, two_outputs):
+@pytest.mark.parametrize("residual,relu,two_outputs,second_stride", [
+    (True, True, False, 1), (False, True, False, 1), (False, False, False, 1), (True, False, False, 1),
+    (False, True, True, 1), (True, True, True, 2)])
+def test_gpu_compile_fullgraph(residual, relu, two_outputs, second_stride):
     """torch.compile(fullgraph=True) traces through the op: same output, gradients and running statistics
-    as the eager call path, with and without a residual and a ReLU, and for a ResNet block's two outputs."""
+    as the eager call path, with and without a residual and a ReLU, and for a ResNet block's two outputs (the
+    second one subsampled as a 1x1 stride-2 shortcut reads it)."""
     torch._dynamo.reset()
     bn_eager = BatchNormAct2d(64, relu=relu).cuda().to(memory_format=torch.channels_last)
     bn_comp = BatchNormAct2d(64, relu=relu).cuda()
     bn_comp.load_state_dict(bn_eager.state_dict())
     for bn in (bn_eager, bn_comp):
-        bn.fused, bn.two_outputs = True, two_outputs
+        bn.fused, bn.two_outputs, bn.second_stride = True, two_outputs, second_stride
     x = torch.randn(64, 64, 16, 16, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     res = torch.randn_like(x) if residual else None
     compiled = torch.compile(bn_comp, fullgraph=True)

@@ -100,6 +100,7 @@ class _Geometry:
     def __init__(self, shape: tuple, strides: tuple):
         N, C, H, W = shape
         self.C, self.M = C, N * H * W
+        self.image = (H, W)  # an image's height and width (a second output's kernels map pixels with them)
         self.stride_n, self.stride_hw, self.stride_c = strides
         self.N, self.HW = N, H * W
         if N > 1 and self.stride_n == self.HW * self.stride_hw:
@@ -432,9 +433,9 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     y = _empty_like_layout(x, fmt)
     bits = relu_bits(x, geo) if relu and residual is not None else None
     _launch_planned("apply", _bn_apply_kernel, geo,
-                    (x, residual if residual is not None else x, y, bits if bits is not None else y, stats), x.dtype,
+                    (x, residual if residual is not None else x, y, bits if bits is not None else y, y, stats), x.dtype,
                     _apply_flags(residual is not None, relu, store_bits=bits is not None), dev, config,
-                    (stats, stats, stats, stats, 0.0))
+                    (stats, stats, stats, stats, 0.0, *geo.image))
     return y, stats, running, bits
 
 
@@ -442,18 +443,21 @@ def _stats_flags(has_w: bool, has_b: bool, update_running: bool) -> dict:
     return {"HAS_W": has_w, "HAS_B": has_b, "UPDATE_RUNNING": update_running}
 
 
-def _reduce_flags(relu: bool, mask_from_bits: bool, store_g: bool, has_dy2: bool = False) -> dict:
-    return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "STORE_G": store_g, "HAS_DY2": has_dy2}
+def _reduce_flags(relu: bool, mask_from_bits: bool, store_g: bool, has_dy2: bool = False,
+                  second_stride: int = 1) -> dict:
+    return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "STORE_G": store_g, "HAS_DY2": has_dy2,
+            "SECOND_STRIDE": second_stride}
 
 
-def _dx_flags(relu: bool, mask_from_bits: bool, load_g: bool, has_dy2: bool = False) -> dict:
-    return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "LOAD_G": load_g, "HAS_DY2": has_dy2}
+def _dx_flags(relu: bool, mask_from_bits: bool, load_g: bool, has_dy2: bool = False, second_stride: int = 1) -> dict:
+    return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "LOAD_G": load_g, "HAS_DY2": has_dy2,
+            "SECOND_STRIDE": second_stride}
 
 
 def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False,
-                 store_bits: bool = False):
+                 store_bits: bool = False, second_stride: int = 1):
     return {"HAS_RES": has_res, "RELU": relu, "FROM_RUNNING": from_running, "HAS_W": has_w, "HAS_B": has_b,
-            "STORE_BITS": store_bits}
+            "STORE_BITS": store_bits, "SECOND_STRIDE": second_stride}
 
 
 def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: float, relu: bool,
@@ -464,20 +468,25 @@ def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: 
     running_mean, running_var, weight, bias = (t.contiguous() if t is not None else None
                                                for t in (running_mean, running_var, weight, bias))
     y = _empty_like_layout(x, fmt)
-    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, y, x), x.dtype,
-                    _apply_flags(residual is not None, relu, True, weight is not None, bias is not None), x.device,
-                    config, (running_mean, running_var, weight if weight is not None else running_mean,
-                             bias if bias is not None else running_mean, eps))
+    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, y, y, x),
+                    x.dtype, _apply_flags(residual is not None, relu, True, weight is not None, bias is not None),
+                    x.device, config, (running_mean, running_var, weight if weight is not None else running_mean,
+                                       bias if bias is not None else running_mean, eps, *geo.image))
     return y
 
 
 def batch_norm_train_backward(dy, x, bits, stats, relu: bool, need_dx: bool, store_g: bool,
-                              config: Optional[Config] = None, dy2: Optional[torch.Tensor] = None):
+                              config: Optional[Config] = None, dy2: Optional[torch.Tensor] = None,
+                              second_stride: int = 1):
     """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``bits``: the
     forward's relu bits when the mask is read from them (a residual was added), else None. ``dy2``: the
-    second part of the output's gradient (two aliased outputs, see batch_norm's ``two_outputs``), added as
-    it is loaded."""
-    (x, dy, dy2), fmt, geo = _prepare(x, dy, dy2)
+    second part of the output's gradient (see batch_norm's ``two_outputs``), added as it is loaded: y's, or
+    with ``second_stride`` > 1 that of y[:, :, ::stride, ::stride] (taken dense channels_last)."""
+    if second_stride > 1:
+        (x, dy), fmt, geo = _prepare(x, dy)
+        dy2 = dy2.contiguous(memory_format=torch.channels_last)
+    else:
+        (x, dy, dy2), fmt, geo = _prepare(x, dy, dy2)
     dev = x.device
     mask_from_bits = relu and bits is not None
     has_dy2 = dy2 is not None
@@ -488,13 +497,15 @@ def batch_norm_train_backward(dy, x, bits, stats, relu: bool, need_dx: bool, sto
     _launch_planned(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo,
         (dy, dy2, x, bits if bits is not None else x, g if g is not None else dy, stats),
-        dy.dtype, _reduce_flags(relu, mask_from_bits, store_g, has_dy2), dev, config, (coef, dwb, geo.M))
+        dy.dtype, _reduce_flags(relu, mask_from_bits, store_g, has_dy2, second_stride), dev, config,
+        (coef, dwb, geo.M, *geo.image))
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)
         _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
                         (dy, dy2, g if g is not None else dy, x, bits if bits is not None else x, dx, stats, coef),
-                        x.dtype, _dx_flags(relu, mask_from_bits, store_g, has_dy2), dev, config)
+                        x.dtype, _dx_flags(relu, mask_from_bits, store_g, has_dy2, second_stride), dev, config,
+                        geo.image)
     return dx, g, dwb
 
 
@@ -589,7 +600,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
                running_var: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
                residual: Optional[torch.Tensor] = None, relu: bool = False,
-               config: Optional[Config] = None, two_outputs: bool = False):
+               config: Optional[Config] = None, two_outputs: bool = False, second_stride: int = 1):
     """``act(F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps) [+ residual])``
     with act = relu when ``relu``, for x (N, C, H, W) fp32 / fp16 / bf16 (weight, bias and the running
     statistics in any of those dtypes). Training mode normalises with the batch statistics (fp32) and
@@ -599,21 +610,28 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
     ``two_outputs``: return (y, y2), y2 sharing y's memory, for a y used twice (a ResNet block's input: its
     first convolution and its shortcut). Where the eager fast path runs the call, autograd hands y's two
     gradients to this op's backward separately and the backward kernels add them as they load them, instead
-    of autograd adding them in a pass of its own; elsewhere y2 is y."""
+    of autograd adding them in a pass of its own; elsewhere y2 is y. ``second_stride`` (with two_outputs): y2 is
+    y[:, :, ::second_stride, ::second_stride], what a 1x1 convolution of that stride (no padding) reads, for
+    the same convolution at stride 1; the fast path writes it as a tensor of its own in the forward, so its
+    gradient comes that small (a view of y elsewhere)."""
     if type(two_outputs) is not bool:
         raise ValueError(f"two_outputs must be a bool, got {two_outputs!r}")
+    if type(second_stride) is not int or second_stride < 1 or (second_stride > 1 and not two_outputs):
+        raise ValueError(f"second_stride must be an int >= 1, and 1 unless two_outputs, got {second_stride!r}")
     y = _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
-                    two_outputs)
-    return y if isinstance(y, tuple) or not two_outputs else (y, y)
+                    two_outputs, second_stride)
+    if isinstance(y, tuple) or not two_outputs:
+        return y
+    return y, (y if second_stride == 1 else y[:, :, ::second_stride, ::second_stride])
 
 
 def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
-                two_outputs: bool):
-    """batch_norm's output: y, or the fast path's aliased (y, y2) when it runs a two_outputs call with autograd."""
+                two_outputs: bool, second_stride: int = 1):
+    """batch_norm's output: y, or the fast path's (y, y2) for a two_outputs call with autograd or a second_stride."""
     if config is None:
         if training:
             y = batchnorm_eager.fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu,
-                                           two_outputs)
+                                           two_outputs, second_stride)
         elif not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual))):
             y = batchnorm_eager.fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu)
         else:
@@ -637,7 +655,7 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
                 running_var.copy_(running[1])
         elif config is None:
             batchnorm_eager.remember_train(x, running_mean, running_var, weight, bias, residual, bool(relu),
-                                           two_outputs)
+                                           two_outputs, second_stride)
         return y
     if running_mean is None:
         raise ValueError("inference mode (training=False) needs running_mean and running_var")

@@ -1,5 +1,5 @@
 """The eager fast path of the fused batch norm (triton_kernels/batchnorm.py): a call whose signature (every
-tensor's shape, strides, dtype and device; relu; two_outputs) was seen before skips validation, layout
+tensor's shape, strides, dtype and device; relu; two_outputs, second_stride) was seen before skips validation, layout
 analysis and plan lookups. Training runs as two allocations (three with the relu bits of a residual layer)
 + two launches forward and up to three allocations + two launches backward through ``_Node`` (a
 runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the registered op), the reductions'
@@ -14,9 +14,11 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _memory_format, _pixel_strides,
-                        _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key, relu_bits,
-                        stream_buffers)
+from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _launch_planned, _memory_format,
+                        _pixel_strides, _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key,
+                        relu_bits, stream_buffers)
+from .batchnorm_kernels import _bn_apply_kernel
+from .runtime import cdiv
 from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
 
@@ -24,37 +26,56 @@ def _signature(t: Optional[torch.Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
-def _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False) -> tuple:
-    """A call's signature: every tensor's shape, strides, dtype and device, relu and two_outputs."""
+def _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False,
+         second_stride: int = 1) -> tuple:
+    """A call's signature: every tensor's shape, strides, dtype and device, relu, two_outputs, second_stride."""
     return (_signature(x), _signature(weight), _signature(bias), _signature(residual), _signature(running_mean),
-            _signature(running_var), bool(relu), two_outputs)
+            _signature(running_var), bool(relu), two_outputs, second_stride)
+
+
+def add_second(dy: torch.Tensor, dy2: torch.Tensor, stride: int) -> torch.Tensor:
+    """y's whole gradient from the gradients of its two outputs, y and y2 = y[:, :, ::stride, ::stride]."""
+    if stride == 1:
+        return dy + dy2
+    dy = dy.clone()
+    dy[:, :, ::stride, ::stride] += dy2
+    return dy
 
 
 class _FastTrain:
-    """What a training call's signature (every tensor's shape, strides, dtype and device; relu; two_outputs)
-    fixes: the layout, the geometry's launch arguments and the plans of its kernels (the forward's from the
-    first call, the backward's from the first backward per (need_dx, store_g, two gradients)). Kernels
-    launch through fixed launch functions (launcher.BoundKernel.fix: every argument but the tensors bound)
-    made at the first fast call; the reductions' partials and the dx coefficients live in the stream's
-    scratch."""
+    """What a training call's signature (every tensor's shape, strides, dtype and device; relu; two_outputs,
+    second_stride) fixes: the layout, the geometry's launch arguments and the plans of its kernels (the
+    forward's from the first call, or with a second_stride > 1 the apply's from the first fast call; the
+    backward's from the first backward per (need_dx, store_g, two gradients)). Kernels launch through fixed
+    launch functions (launcher.BoundKernel.fix: every argument but the tensors bound) made at the first fast
+    call; the reductions' partials and the dx coefficients live in the stream's scratch. With a second_stride
+    > 1 the apply kernel also writes y2 = y[:, :, ::stride, ::stride] (dense channels_last), and the backward
+    kernels add its gradient where it lands."""
 
     MAX_FIXED = 4  # (momentum, eps) pairs with a fixed statistics launch; others take the general launch
 
-    def __init__(self, x, weight, bias, residual, running_mean, relu: bool, two_outputs: bool = False):
+    def __init__(self, x, weight, bias, residual, running_mean, relu: bool, two_outputs: bool = False,
+                 second_stride: int = 1):
         fmt = _memory_format(x)
         self.fmt, self.shape = fmt, tuple(x.shape)
         geo = self.geo = _Geometry(self.shape, _pixel_strides(x))
         self.out_strides = x.stride()
         self.relu, self.has_res, self.mask_from_bits = relu, residual is not None, relu and residual is not None
         self.has_running = running_mean is not None
-        self.two_outputs = two_outputs
+        self.two_outputs, self.second_stride = two_outputs, second_stride
+        N, C, H, W = self.shape
+        self.second_shape = (N, C, cdiv(H, second_stride), cdiv(W, second_stride))
+        self.second_strides = _dense_strides(self.second_shape, torch.channels_last) if second_stride > 1 \
+            else self.out_strides
         self.w_dtype = weight.dtype if weight is not None and weight.dtype != torch.float32 else None
         self.b_dtype = bias.dtype if bias is not None and bias.dtype != torch.float32 else None
         dev, C = x.device, geo.C
         self.stats = _PLANS[plan_key("stats", geo, x.dtype, _stats_flags(weight is not None, bias is not None,
                                                                           self.has_running), dev)]
-        self.apply = _PLANS[plan_key("apply", geo, x.dtype, _apply_flags(self.has_res, relu,
-                                                                         store_bits=self.mask_from_bits), dev)]
+        self.apply_flags = _apply_flags(self.has_res, relu, store_bits=self.mask_from_bits, second_stride=second_stride)
+        self.apply = _PLANS.get(plan_key("apply", geo, x.dtype, self.apply_flags, dev))
+        if self.apply is None and second_stride == 1:
+            raise KeyError("apply")  # the general call kept no plan (an explicit config)
         self.geo_args = (C, geo.HW, *geo.strides)
         self.part_size = 3 * self.stats.groups * C
         self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
@@ -62,8 +83,8 @@ class _FastTrain:
         self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g, has_dy2) -> [reduce, dx plan, launches]
 
     def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
-        """(y, stats (5, C) fp32, the relu bits or None) of a training call; the running statistics are updated
-        in place."""
+        """(y, y2 (second_stride > 1) or None, stats (5, C) fp32, the relu bits or None) of a training call; the
+        running statistics are updated in place."""
         geo, stats_plan = self.geo, self.stats
         stats = x.new_empty((5, geo.C), dtype=torch.float32)
         part, counters, _ = stream_buffers(x, self.part_size, stats_plan.grid[1])
@@ -84,27 +105,38 @@ class _FastTrain:
         res = residual if residual is not None else x
         bits = relu_bits(x, geo) if self.mask_from_bits else None
         bits_or_y = bits if bits is not None else y
+        y2 = x.new_empty_strided(self.second_shape, self.second_strides) if self.second_stride > 1 else None
+        y2_or_y = y2 if y2 is not None else y
         if self.apply_launch is None:
+            if self.apply is None:  # a second output's first call: the general launcher makes the plan
+                _launch_planned("apply", _bn_apply_kernel, geo, (x, res, y, bits_or_y, y2_or_y, stats), x.dtype,
+                                self.apply_flags, x.device, None, (stats, stats, stats, stats, 0.0, *geo.image))
+                self.apply = _PLANS[plan_key("apply", geo, x.dtype, self.apply_flags, x.device)]
+                return y, y2, stats, bits
             apply_plan = self.apply
-            self.apply_launch = apply_plan.kernel.fix(apply_plan.grid, x, res, y, bits_or_y, stats, *self.geo_args,
-                                                      *apply_plan.scalars, stats, stats, stats, stats, 0.0)
-        self.apply_launch(x, res, y, bits_or_y, stats, stats, stats, stats, stats)
-        return y, stats, bits
+            self.apply_launch = apply_plan.kernel.fix(apply_plan.grid, x, res, y, bits_or_y, y2_or_y, stats,
+                                                      *self.geo_args, *apply_plan.scalars, stats, stats, stats, stats,
+                                                      0.0, *geo.image)
+        self.apply_launch(x, res, y, bits_or_y, y2_or_y, stats, stats, stats, stats, stats)
+        return y, y2, stats, bits
 
     def run_backward(self, dy, x, bits, stats, need_dx: bool, store_g: bool, dy2=None):
         """(dx or None, g or None, dwb (2, C) fp32); ``dy2``: the gradient's second part (two_outputs)."""
         if dy.stride() != self.out_strides:
             dy = dy.contiguous(memory_format=self.fmt)
         has_dy2 = dy2 is not None
-        if has_dy2 and dy2.stride() != self.out_strides:
-            dy2 = dy2.contiguous(memory_format=self.fmt)
+        if has_dy2 and dy2.stride() != self.second_strides:
+            dy2 = dy2.contiguous(memory_format=self.fmt if self.second_stride == 1 else torch.channels_last)
         entry = self.backward_plans.get((need_dx, store_g, has_dy2))
         if entry is None:  # the general path tunes / finds the plans, then they are kept here
-            out = batch_norm_train_backward(dy, x, bits, stats, self.relu, need_dx, store_g, dy2=dy2)
+            stride = self.second_stride if has_dy2 else 1
+            out = batch_norm_train_backward(dy, x, bits, stats, self.relu, need_dx, store_g, dy2=dy2,
+                                            second_stride=stride)
             geo, dev, relu, from_bits = self.geo, x.device, self.relu, self.mask_from_bits
             self.backward_plans[(need_dx, store_g, has_dy2)] = [
-                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_bits, store_g, has_dy2), dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_bits, store_g, has_dy2), dev)]
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_bits, store_g, has_dy2, stride),
+                                dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_bits, store_g, has_dy2, stride), dev)]
                 if need_dx else None,
                 None]
             return out
@@ -120,9 +152,9 @@ class _FastTrain:
         if launches is None:
             launches = entry[2] = (
                 reduce_plan.kernel.fix(reduce_plan.grid, dy, dy2, x, bits_or_x, g_or_dy, stats, part, *self.geo_args,
-                                       *reduce_plan.scalars, counters, coef, dwb, geo.M),
+                                       *reduce_plan.scalars, counters, coef, dwb, geo.M, *geo.image),
                 dx_plan.kernel.fix(dx_plan.grid, dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef, *self.geo_args,
-                                   *dx_plan.scalars) if need_dx else None)
+                                   *dx_plan.scalars, *geo.image) if need_dx else None)
         launches[0](dy, dy2, x, bits_or_x, g_or_dy, stats, part, counters, coef, dwb)
         if need_dx:
             launches[1](dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef)
@@ -131,10 +163,10 @@ class _FastTrain:
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
     # running_mean, running_var, momentum, eps)
     def forward(self, ctx, x, weight, bias, residual, running_mean, running_var, momentum, eps):
-        y, stats, bits = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
+        y, y2, stats, bits = self.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
         ctx.save_for_backward(x, bits, stats)
-        # two outputs: autograd hands their gradients to backward() separately (y2 is a view of y)
-        return (y, y.view_as(y)) if self.two_outputs else y
+        # two outputs: autograd hands their gradients to backward() separately (y2 a view of y, or its own)
+        return (y, y2 if y2 is not None else y.view_as(y)) if self.two_outputs else y
 
     def backward(self, ctx, dy, dy2=None):
         x, bits, stats = ctx.saved_tensors
@@ -142,7 +174,7 @@ class _FastTrain:
         store_g = bool(need_res and self.relu)
         dx, g, dwb = self.run_backward(dy, x, bits, stats, bool(need_x), store_g, dy2)
         if need_res and not store_g and dy2 is not None:
-            dy = dy + dy2
+            dy = add_second(dy, dy2, self.second_stride)
         dw = db = None
         if need_w:
             dw = dwb[0] if self.w_dtype is None else dwb[0].to(self.w_dtype)
@@ -153,7 +185,7 @@ class _FastTrain:
     def general_backward(self, ctx, dy, dy2=None):
         """The registered op's backward (batchnorm.backward_ops): a double backward."""
         x, bits, stats = ctx.saved_tensors
-        dy = dy if dy2 is None else dy + dy2
+        dy = dy if dy2 is None else add_second(dy, dy2, self.second_stride)
         needs = tuple(bool(n) for n in ctx.needs_input_grad[1:5])
         dtypes = (self.w_dtype or torch.float32, self.b_dtype or torch.float32)
         return *backward_ops(dy, x, bits, stats, self.relu, needs, "", dtypes), None, None, None, None
@@ -166,14 +198,15 @@ class _Node(EagerNode):
 _FAST: dict[tuple, _FastTrain] = {}
 
 
-def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False):
-    """The output of a training call through the fast path (with two_outputs and autograd, the node's aliased
+def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False,
+               second_stride: int = 1):
+    """The output of a training call through the fast path (with two_outputs and autograd, or a second_stride,
     (y, y2)), or None when the call must take the general one (first call of its signature, tracing, an unusual
     layout, a momentum or eps to validate)."""
     if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
                                                             and type(eps) is float and 0.0 <= eps < float("inf")):
         return None
-    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs, second_stride)
     fast = _FAST.get(key)
     if fast is None:
         return None
@@ -181,7 +214,8 @@ def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residu
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
         return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps)
-    return fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)[0]
+    y, y2, _, _ = fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
+    return y if y2 is None else (y, y2)
 
 
 def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:
@@ -193,23 +227,27 @@ def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool
                 or any(t is not None and not t.is_contiguous() for t in (weight, bias, running_mean, running_var)))
 
 
-def remember_train(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False) -> None:
+def remember_train(x, running_mean, running_var, weight, bias, residual, relu, two_outputs: bool = False,
+                   second_stride: int = 1) -> None:
     """After a general-path training call: keep its signature for the fast path (simple layouts only)."""
     if not _simple_layout(x, running_mean, running_var, weight, bias, residual):
         return
-    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs)
+    key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs, second_stride)
     try:
-        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu, two_outputs))
+        remember_call(_FAST, key, _FastTrain(x, weight, bias, residual, running_mean, relu, two_outputs,
+                                             second_stride))
     except KeyError:  # a plan was not kept (explicit config): no fast path
         pass
 
 
 class _FastInfer(NamedTuple):
-    """An inference signature's apply plan, output layout and geometry arguments."""
+    """An inference signature's apply plan, output layout and geometry arguments (before the plan's scalars, and
+    the image's height and width after the kernel's other arguments)."""
     plan: object
     shape: tuple
     strides: tuple
     geo_args: tuple
+    image: tuple
 
 
 _FAST_INFER: dict[tuple, _FastInfer] = {}
@@ -223,10 +261,10 @@ def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) 
     if fast is None:
         return None
     y = x.new_empty_strided(fast.shape, fast.strides)
-    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, y, x, *fast.geo_args,
+    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, y, y, x, *fast.geo_args,
                             *fast.plan.scalars, running_mean, running_var,
                             weight if weight is not None else running_mean,
-                            bias if bias is not None else running_mean, eps)
+                            bias if bias is not None else running_mean, eps, *fast.image)
     return y
 
 
@@ -239,4 +277,4 @@ def remember_infer(x, running_mean, running_var, weight, bias, residual, relu) -
     plan = _PLANS.get(plan_key("apply", geo, x.dtype, flags, x.device))
     if plan is not None:
         remember_call(_FAST_INFER, _key(x, running_mean, running_var, weight, bias, residual, relu),
-                      _FastInfer(plan, tuple(x.shape), x.stride(), (geo.C, geo.HW, *geo.strides)))
+                      _FastInfer(plan, tuple(x.shape), x.stride(), (geo.C, geo.HW, *geo.strides), geo.image))

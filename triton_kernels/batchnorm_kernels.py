@@ -36,6 +36,22 @@ def _bit_offsets(t, TILES_PER_SAMPLE, HW, C, BLOCK_M: tl.constexpr, BLOCK_C: tl.
 
 
 @triton.jit
+def _second_rows(t, TILES_PER_SAMPLE, HW, IMG_H, IMG_W, STRIDE: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Tile t's pixels in y2 = y[:, :, ::STRIDE, ::STRIDE], a dense channels_last tensor of its own (C values
+    per pixel): each pixel's index there, and whether it is there (its h and w multiples of STRIDE). A tile
+    row is pixel hw of sample n; with samples merged (n = 0) hw runs over the images, img = hw // (H * W)."""
+    n = t // TILES_PER_SAMPLE
+    hw = (t - n * TILES_PER_SAMPLE) * BLOCK_M + tl.arange(0, BLOCK_M)
+    img = hw // (IMG_H * IMG_W)
+    r = hw - img * (IMG_H * IMG_W)
+    h = r // IMG_W
+    w = r - h * IMG_W
+    h2, w2 = (IMG_H + STRIDE - 1) // STRIDE, (IMG_W + STRIDE - 1) // STRIDE
+    rows = ((n + img).to(tl.int64) * h2 + h // STRIDE) * w2 + w // STRIDE
+    return rows, (hw < HW) & (h % STRIDE == 0) & (w % STRIDE == 0)
+
+
+@triton.jit
 def _pack_bits(keep, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
     """(BLOCK_M, BLOCK_C) booleans -> (BLOCK_M, BLOCK_C // G) bytes, channel j of a byte's G in bit j."""
     G: tl.constexpr = BLOCK_C if BLOCK_C < 8 else 8
@@ -183,19 +199,20 @@ def _centered(x, shift, offset):
 
 @triton.jit
 def _bn_apply_kernel(
-    x_ptr, res_ptr, y_ptr, bits_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
-    rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps,
+    x_ptr, res_ptr, y_ptr, bits_ptr, y2_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
+    rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps, IMG_H, IMG_W,
     HAS_RES: tl.constexpr, RELU: tl.constexpr, FROM_RUNNING: tl.constexpr, HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr, STORE_BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
-    PDL: tl.constexpr = False,
+    HAS_B: tl.constexpr, STORE_BITS: tl.constexpr, SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
     (and the residual), one write of y; with STORE_BITS also the relu's mask, one bit per value (pre-activation
-    > 0, or NaN), for the backward. Per-channel vectors from stats (5, C) (training), or with FROM_RUNNING
-    from the running statistics (inference): mean = running_mean, scale = w / sqrt(running_var + eps),
-    beta = b. PDL (training): launched as a programmatic dependent of the statistics kernel, which may still
-    run; the program loads its tiles (written before that kernel started), then waits for it to end
-    (gdc_wait) before it reads the statistics and stores anything."""
+    > 0, or NaN), for the backward; with SECOND_STRIDE > 1 also y2 = y[:, :, ::S, ::S] as a tensor of its own
+    (IMG_H x IMG_W images; what a 1x1 stride-S convolution reads). Per-channel vectors from stats (5, C)
+    (training), or with FROM_RUNNING from the running statistics (inference): mean = running_mean,
+    scale = w / sqrt(running_var + eps), beta = b. PDL (training): launched as a programmatic dependent of the
+    statistics kernel, which may still run; the program loads its tiles (written before that kernel started),
+    then waits for it to end (gdc_wait) before it reads the statistics and stores anything."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
@@ -225,16 +242,27 @@ def _bn_apply_kernel(
             bit_offs, bit_mask = _bit_offsets(tl.program_id(0), TILES_PER_SAMPLE, HW, C, BLOCK_M, BLOCK_C)
             tl.store(bits_ptr + bit_offs, _pack_bits(~(y <= 0.0), BLOCK_M, BLOCK_C), mask=bit_mask)
         y = tl.where(y <= 0.0, 0.0, y)  # NaN stays NaN, as torch.relu
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    y = y.to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + offs, y, mask=mask)
+    if SECOND_STRIDE > 1:
+        rows, keep = _second_rows(tl.program_id(0), TILES_PER_SAMPLE, HW, IMG_H, IMG_W, SECOND_STRIDE, BLOCK_M)
+        tl.store(y2_ptr + rows[:, None] * C + cols[None, :], y, mask=keep[:, None] & cmask[None, :])
 
 
 @triton.jit
-def _load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2: tl.constexpr):
-    """The output's gradient in fp32: dy, or dy + dy2 when it comes in two parts (the sum rounded once, to
-    fp32, where autograd would have added the two in the activation dtype)."""
+def _load_dy(dy_ptr, dy2_ptr, offs, mask, t, TILES_PER_SAMPLE, HW, C, cols, cmask, IMG_H, IMG_W,
+             HAS_DY2: tl.constexpr, SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Tile t's output gradient in fp32: dy, or dy + dy2 when it comes in two parts (the sum rounded once, to
+    fp32, where autograd would have added the two in the activation dtype); dy2 in dy's layout, or with
+    SECOND_STRIDE > 1 the gradient of y2 = y[:, :, ::S, ::S] (dense channels_last), added where it lands."""
     dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_DY2:
-        dy += tl.load(dy2_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        if SECOND_STRIDE > 1:
+            rows, keep = _second_rows(t, TILES_PER_SAMPLE, HW, IMG_H, IMG_W, SECOND_STRIDE, BLOCK_M)
+            dy += tl.load(dy2_ptr + rows[:, None] * C + cols[None, :], mask=keep[:, None] & cmask[None, :],
+                          other=0.0).to(tl.float32)
+        else:
+            dy += tl.load(dy2_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     return dy
 
 
@@ -256,17 +284,17 @@ def _masked_grad(dy, x_minus_mean, bits_ptr, t, TILES_PER_SAMPLE, HW, C, scale, 
 @triton.jit
 def _bn_bwd_reduce_kernel(
     dy_ptr, dy2_ptr, x_ptr, bits_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
-    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M,
+    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M, IMG_H, IMG_W,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
-    PDL: tl.constexpr = False,
+    SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr,
+    BLOCK_G: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles, kept in
     (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) -> part (2, GROUPS, C) fp32; with STORE_G also writes g (the
-    residual's gradient). HAS_DY2: the output's gradient comes in two parts (its two aliased outputs),
-    dy = dy + dy2 as it is loaded. The last program of the channel block to finish merges the partials
-    (_merge_grads). PDL: once its tiles are summed, a program lets the dx kernel (a programmatic dependent
-    launch) start."""
+    residual's gradient). HAS_DY2: the output's gradient comes in two parts (its two outputs), dy = dy + dy2
+    as it is loaded (_load_dy; SECOND_STRIDE: y2 is y[:, :, ::S, ::S]). The last program of the channel block
+    to finish merges the partials (_merge_grads). PDL: once its tiles are summed, a program lets the dx kernel
+    (a programmatic dependent launch) start."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -279,7 +307,8 @@ def _bn_bwd_reduce_kernel(
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         offs = base + in_tile
-        dy = _load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2)
+        dy = _load_dy(dy_ptr, dy2_ptr, offs, mask, t, TILES_PER_SAMPLE, HW, C, cols, cmask, IMG_H, IMG_W, HAS_DY2,
+                      SECOND_STRIDE, BLOCK_M)
         xc = tl.where(mask, _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset), 0.0)
         g = _masked_grad(dy, xc, bits_ptr, t, TILES_PER_SAMPLE, HW, C, scale, beta, RELU, MASK_FROM_BITS,
                          BLOCK_M, BLOCK_C)
@@ -323,8 +352,9 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
 @triton.jit
 def _bn_bwd_dx_kernel(
     dy_ptr, dy2_ptr, g_ptr, x_ptr, bits_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c,
-    TILES_PER_SAMPLE, RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, LOAD_G: tl.constexpr, HAS_DY2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
+    TILES_PER_SAMPLE, IMG_H, IMG_W, RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, LOAD_G: tl.constexpr,
+    HAS_DY2: tl.constexpr, SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
     reduce kernel stored it) or formed from dy (+ dy2) and the relu mask. PDL: launched as a programmatic
@@ -339,8 +369,10 @@ def _bn_bwd_dx_kernel(
     shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
     xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
     if not LOAD_G:
-        g = _masked_grad(_load_dy(dy_ptr, dy2_ptr, offs, mask, HAS_DY2), xc, bits_ptr, tl.program_id(0),
-                         TILES_PER_SAMPLE, HW, C, scale, beta, RELU, MASK_FROM_BITS, BLOCK_M, BLOCK_C)
+        dy = _load_dy(dy_ptr, dy2_ptr, offs, mask, tl.program_id(0), TILES_PER_SAMPLE, HW, C, cols, cmask, IMG_H,
+                      IMG_W, HAS_DY2, SECOND_STRIDE, BLOCK_M)
+        g = _masked_grad(dy, xc, bits_ptr, tl.program_id(0), TILES_PER_SAMPLE, HW, C, scale, beta, RELU,
+                         MASK_FROM_BITS, BLOCK_M, BLOCK_C)
     if PDL:
         gdc_wait()
     if LOAD_G:
