@@ -235,7 +235,8 @@ def test_second_stride_gradients(relu, use_res, dtype, fmt, second_used):
     """two_outputs with second_stride=2: y2 = y[:, :, ::2, ::2] (odd H and W: the last row and column count),
     a view of y on the general path, a dense channels_last tensor of its own on the fast path, whose backward
     kernels add y2's small gradient (here in NCHW) where it lands; every gradient matches float64, and in fp32
-    the fast path equals the general path bit for bit."""
+    in the interpreter (one tiling per kernel: on a GPU the tuner may pick another for the fast path's kernels,
+    which sums in another order) the fast path equals the general path bit for bit."""
     shape, C = (3, 12, 5, 7), 12
     x = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=fmt).requires_grad_()
     res = torch.randn(shape, device=DEVICE).to(dtype).to(memory_format=fmt).requires_grad_() if use_res else None
@@ -263,7 +264,7 @@ def test_second_stride_gradients(relu, use_res, dtype, fmt, second_used):
     for run in runs:
         for name, got, want in zip(("dx", "dweight", "dbias", "dresidual"), run[1:], ref_grads):
             assert_close(got, want, dtype, name=name)
-    if dtype == torch.float32:
+    if dtype == torch.float32 and DEVICE == "cpu":
         for first, fast in zip(runs[0], runs[1]):
             assert torch.equal(first, fast)
 
