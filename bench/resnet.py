@@ -354,17 +354,6 @@ def build_optimizer(args, params, backend: str = "eager"):
         params, **kw)
 
 
-def build_criterion(args, backend: str = "eager") -> torch.nn.Module:
-    """The training loss: torch's CrossEntropyLoss, or on the triton backends the Triton one
-    (models.layers.CrossEntropyLoss: one pass over the logits writes the loss and its gradient, the backward
-    scales it)."""
-    if backend.startswith("triton"):
-        from models.layers import CrossEntropyLoss
-
-        return CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    return torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-
-
 def warmup_cosine(total_steps: int, warmup: int):
     """LambdaLR factor: linear from 1/warmup to 1 over ``warmup`` steps, then cosine to 0 at ``total_steps``."""
     def factor(step: int) -> float:
@@ -384,7 +373,7 @@ class Trainer:
         self.optimizer = build_optimizer(args, model.parameters(), getattr(model, "backend", "eager"))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, args.warmup))
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp is torch.float16)
-        self.criterion = build_criterion(args, getattr(model, "backend", "eager"))
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
         # graphs need the autocast cache off
         self.autocast_cache = not isinstance(forward, (GraphedModel, StepGraph))
 

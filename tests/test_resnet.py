@@ -416,22 +416,6 @@ def test_sgd_implementations():
     assert bench.resnet.sgd_impl(bench.resnet.parse_args(["--optimizer", "adam"]), "triton") is None
 
 
-def test_triton_backends_train_on_the_triton_loss():
-    """The triton backends' criterion is models.layers.CrossEntropyLoss (one fused pass), the others torch's;
-    with label smoothing both give torch's loss and logits gradient."""
-    from models.layers import CrossEntropyLoss
-
-    args = bench.resnet.parse_args(["--label-smoothing", "0.1"])
-    ours, torchs = bench.resnet.build_criterion(args, "triton+stepgraph"), bench.resnet.build_criterion(args, "compile")
-    assert type(ours) is CrossEntropyLoss and type(torchs) is torch.nn.CrossEntropyLoss
-    logits, target = torch.randn(16, 10, device=DEVICE), torch.randint(0, 10, (16,), device=DEVICE)
-    got, want = (logits.clone().requires_grad_() for _ in range(2))
-    loss_ours, loss_torch = ours(got, target), torchs(want, target)
-    (2 * loss_ours).backward()
-    (2 * loss_torch).backward()
-    assert rel_err(loss_ours, loss_torch) <= 1e-6 and rel_err(got.grad, want.grad) <= 1e-5
-
-
 def test_bad_arguments():
     with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--backend", "cuda"])
