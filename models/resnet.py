@@ -73,9 +73,9 @@ def triton_conv_supports(conv: nn.Conv2d) -> bool:
             and not isinstance(conv.padding, str))
 
 
-# name -> fn(conv module, x, stride=None: the layer's). "triton" is the implicit-GEMM conv2d (triton_kernels/conv2d.py: 3x3 and 1x1,
-# stride 1 and 2, fused bias; its backward is cuDNN's), benchmarked against cuDNN at every ResNet-18 layer
-# shape by `python -m bench.ops --op conv2d`.
+# name -> fn(conv module, x, stride=None: the layer's). "triton" is the implicit-GEMM conv2d
+# (triton_kernels/conv2d.py: 3x3 and 1x1, stride 1 and 2, fused bias; its backward is cuDNN's), benchmarked
+# against cuDNN at every ResNet-18 layer shape by `python -m bench.ops --op conv2d`.
 CONV_IMPLEMENTATIONS: dict[str, Callable[[nn.Conv2d, torch.Tensor], torch.Tensor]] = {
     "cudnn": _conv_cudnn, "triton": _conv_triton}
 
@@ -160,11 +160,7 @@ class BatchNormAct2d(nn.BatchNorm2d):
             if residual is not None:
                 y += residual
             return functional.relu(y, inplace=True) if self.relu else y
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            if not self.counted:
-                self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        factor = self._factor()
         training = self.training or (self.running_mean is None and self.running_var is None)
         use_running = not self.training or self.track_running_stats
         return batchnorm.batch_norm(x, self.running_mean if use_running else None,
@@ -172,6 +168,33 @@ class BatchNormAct2d(nn.BatchNorm2d):
                                     self.weight, self.bias, training, factor, self.eps,
                                     residual=residual, relu=self.relu, two_outputs=self.two_outputs,
                                     second_stride=self.second_stride)
+
+    def _factor(self) -> float:
+        """This forward's running-statistics factor (nn.BatchNorm2d's exponential_average_factor), after
+        counting the batch in num_batches_tracked (unless ``counted``)."""
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            if not self.counted:
+                self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        return factor
+
+    def pairs_with(self, shortcut: nn.Module) -> bool:
+        """Whether :meth:`forward_with_shortcut` fuses this layer with ``shortcut``'s batch norm: both fused,
+        training with running statistics, the shortcut's without relu."""
+        return (isinstance(shortcut, BatchNormAct2d) and self.fused and shortcut.fused and not shortcut.relu
+                and all(m.training and m.running_mean is not None and m.running_var is not None
+                        for m in (self, shortcut)))
+
+    def forward_with_shortcut(self, x: torch.Tensor, res_x: torch.Tensor, shortcut: "BatchNormAct2d"):
+        """``self(x, shortcut(res_x))`` (see :meth:`pairs_with`) as batchnorm.batch_norm_pair: the shortcut's
+        output is normalised inside this layer's apply and never written."""
+        if not self.pairs_with(shortcut):
+            return self(x, shortcut(res_x))
+        return batchnorm.batch_norm_pair(x, res_x, self.running_mean, self.running_var, self.weight, self.bias,
+                                         shortcut.running_mean, shortcut.running_var, shortcut.weight, shortcut.bias,
+                                         self._factor(), self.eps, shortcut._factor(), shortcut.eps, self.relu,
+                                         self.two_outputs, self.second_stride)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}"
@@ -201,7 +224,8 @@ class BasicBlock(nn.Module):
     """Two 3x3 convolutions; out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut a
     1x1 convolution + BatchNorm when the shape changes. x may come as a pair (x, x2) (the previous batch
     norm's two_outputs): conv1 takes x, the shortcut x2, which is x or, when smaller, x[:, :, ::s, ::s] for the
-    shortcut's 1x1 stride-s convolution, run at stride 1 on it."""
+    shortcut's 1x1 stride-s convolution, run at stride 1 on it. On the triton backends in training, bn2 and the
+    shortcut's batch norm run as one pair (BatchNormAct2d.forward_with_shortcut)."""
 
     expansion = 1
 
@@ -219,12 +243,12 @@ class BasicBlock(nn.Module):
     def forward(self, x):
         x, x2 = x if isinstance(x, tuple) else (x, x)
         if self.downsample is None:
-            identity = x2
-        elif x2.shape[-2:] != x.shape[-2:]:
-            identity = self.downsample[1](self.downsample[0].forward_subsampled(x2))
-        else:
-            identity = self.downsample(x2)
-        return self.bn2(self.conv2(self.bn1(self.conv1(x))), identity)
+            return self.bn2(self.conv2(self.bn1(self.conv1(x))), x2)
+        conv, norm = self.downsample
+        shortcut = conv.forward_subsampled(x2) if x2.shape[-2:] != x.shape[-2:] else conv(x2)
+        if isinstance(self.bn2, BatchNormAct2d) and self.bn2.pairs_with(norm):  # one apply normalises both
+            return self.bn2.forward_with_shortcut(self.conv2(self.bn1(self.conv1(x))), shortcut, norm)
+        return self.bn2(self.conv2(self.bn1(self.conv1(x))), norm(shortcut))
 
 
 class ResNet(nn.Module):

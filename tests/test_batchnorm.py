@@ -285,6 +285,54 @@ def test_second_stride_without_grad_and_bad_values():
             batchnorm.batch_norm(x, None, None, None, None, True, **kwargs)
 
 
+@pytest.mark.parametrize("relu,two_outputs,second_stride", [(True, True, 2), (True, False, 1), (False, True, 1)])
+def test_pair_matches_float64_and_two_calls(relu, two_outputs, second_stride):
+    """batch_norm_pair = batch_norm(x, residual=batch_norm(res_x)): its first call runs the two (general path),
+    later ones one node whose apply normalises the residual (the shortcut's output never written). Output,
+    every gradient (both inputs, both weights and biases) against float64, both running statistics against
+    torch's; in the interpreter the fast path equals the two calls bit for bit; with create_graph the node's
+    double-backward path gives the same gradients."""
+    shape, C = (3, 12, 5, 7), 12
+    x = torch.randn(shape, device=DEVICE).to(memory_format=torch.channels_last).requires_grad_()
+    rx = (torch.randn(shape, device=DEVICE) * 2 + 1).to(memory_format=torch.channels_last).requires_grad_()
+    w, b, rw, rb = ((torch.rand(C, device=DEVICE) + 0.5).requires_grad_() for _ in range(4))
+    running = [torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.5,
+               torch.randn(C, device=DEVICE), torch.rand(C, device=DEVICE) + 0.5]
+    torch_running = [t.clone() for t in running]
+    a = torch.randn(shape, device=DEVICE)
+    c = torch.randn((3, 12, 3, 4) if second_stride == 2 else shape, device=DEVICE)
+    leaves = [x, w, b, rx, rw, rb]
+    runs, nodes = [], []
+    batchnorm_eager._FAST.clear()
+    for i in range(4):
+        out = batchnorm.batch_norm_pair(x, rx, running[0], running[1], w, b, running[2], running[3], rw, rb,
+                                        relu=relu, two_outputs=two_outputs, second_stride=second_stride)
+        y = out[0] if two_outputs else out
+        nodes.append(type(y.grad_fn).__name__)
+        loss = (y * a).sum() + ((out[1] * c).sum() if two_outputs else 0.0)
+        runs.append((y,) + torch.autograd.grad(loss, leaves, create_graph=i == 3))
+        functional.batch_norm(x.detach(), torch_running[0], torch_running[1], None, None, True, 0.1, 1e-5)
+        functional.batch_norm(rx.detach(), torch_running[2], torch_running[3], None, None, True, 0.1, 1e-5)
+    assert nodes[0] != "_PairNodeBackward" and nodes[1:] == ["_PairNodeBackward"] * 3
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = functional.batch_norm(ref_leaves[0], None, None, ref_leaves[1], ref_leaves[2], True) + functional.batch_norm(
+        ref_leaves[3], None, None, ref_leaves[4], ref_leaves[5], True)
+    ref = ref * (runs[0][0].detach() > 0) if relu else ref
+    weight = a.double().clone()
+    if two_outputs:
+        weight[:, :, ::second_stride, ::second_stride] += c.double()
+    ref_grads = torch.autograd.grad((ref * weight).sum(), ref_leaves)
+    for run in runs:
+        assert_close(run[0], ref, torch.float32, name="y")
+        for name, got, want in zip(("dx", "dw", "db", "dres_x", "dres_w", "dres_b"), run[1:], ref_grads):
+            assert_close(got, want, torch.float32, name=name)
+    for ours, theirs in zip(running, torch_running):
+        assert rel_err(ours, theirs) <= 1e-5
+    if DEVICE == "cpu":
+        for first, fast in zip(runs[0], runs[1]):
+            assert torch.equal(first, fast)
+
+
 @pytest.mark.parametrize("relu,use_res", COMBOS, ids=["relu_res", "relu", "plain"])
 def test_double_backward_is_refused(relu, use_res):
     """The backward kernels have no derivative: with create_graph=True the gradients are the plain

@@ -96,20 +96,24 @@ def test_triton_backend_matches_float64(no_cudnn_tf32):
 
 def test_downsampling_blocks_get_the_subsample():
     """On the triton backend the batch norm that feeds a block with a 1x1 stride-2 shortcut hands the shortcut
-    y[:, :, ::2, ::2] (second_stride 2), which it convolves at stride 1, on the general and the fast path; the
-    eager backend keeps one output everywhere. (test_triton_backend_matches_float64 checks the values.)"""
+    y[:, :, ::2, ::2] (second_stride 2), which it convolves at stride 1, on the general and the fast path, and
+    the block's bn2 runs with the shortcut's batch norm as one pair; the eager backend keeps one output
+    everywhere. (test_triton_backend_matches_float64 checks the values.)"""
     eager, fused = _pair()
     strides = {n: m.second_stride for n, m in fused.named_modules() if isinstance(m, BatchNormAct2d)}
     assert {n for n, s in strides.items() if s != 1} == {"layer1.0.bn2", "layer2.0.bn2", "layer3.0.bn2"}
     assert {strides[n] for n in ("layer1.0.bn2", "layer2.0.bn2", "layer3.0.bn2")} == {2}
     assert all(m.second_stride == 1 and not m.two_outputs for m in eager.modules() if isinstance(m, BatchNormAct2d))
+    nodes = []  # the block's bn2 and its shortcut's batch norm run as one pair on the fast path
+    fused.layer2[0].register_forward_hook(lambda m, args, out: nodes.append(type(out[0].grad_fn).__name__))
     conv = fused.layer2[0].downsample[0]
     seen, subsampled = [], conv.forward_subsampled
     conv.forward_subsampled = lambda x: seen.append(tuple(x.shape)) or subsampled(x)
-    x = torch.randn(4, 3, 8, 8, device=DEVICE)
-    for _ in range(2):  # general path, then the fast path
-        fused(x).sum().backward()
-    assert seen == [(4, 4, 4, 4)] * 2
+    fused.to(memory_format=torch.channels_last)  # as bench.resnet trains: the pair needs both inputs in one layout
+    x = torch.randn(4, 3, 8, 8, device=DEVICE).to(memory_format=torch.channels_last)
+    for _ in range(3):  # general paths, then the fast paths (the pair's once its two calls are known in the
+        fused(x).sum().backward()  # layouts of the fast calls around it)
+    assert seen == [(4, 4, 4, 4)] * 3 and nodes[2] == "_PairNodeBackward"
     z = torch.randn(2, 4, 7, 7, device=DEVICE)
     assert torch.allclose(subsampled(z[:, :, ::2, ::2]), conv(z), rtol=1e-5, atol=1e-6)
 

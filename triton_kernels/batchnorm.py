@@ -52,6 +52,7 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 
+from .batchnorm_fold import fold_into_conv  # noqa: F401  (a public function of this op family)
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
 from .launcher import BoundKernel, _capturing, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
@@ -433,7 +434,8 @@ def batch_norm_train_forward(x, weight, bias, residual, running_mean, running_va
     y = _empty_like_layout(x, fmt)
     bits = relu_bits(x, geo) if relu and residual is not None else None
     _launch_planned("apply", _bn_apply_kernel, geo,
-                    (x, residual if residual is not None else x, y, bits if bits is not None else y, y, stats), x.dtype,
+                    (x, residual if residual is not None else x, y, bits if bits is not None else y, y, stats, stats),
+                    x.dtype,
                     _apply_flags(residual is not None, relu, store_bits=bits is not None), dev, config,
                     (stats, stats, stats, stats, 0.0, *geo.image))
     return y, stats, running, bits
@@ -455,9 +457,9 @@ def _dx_flags(relu: bool, mask_from_bits: bool, load_g: bool, has_dy2: bool = Fa
 
 
 def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False,
-                 store_bits: bool = False, second_stride: int = 1):
+                 store_bits: bool = False, second_stride: int = 1, res_norm: bool = False):
     return {"HAS_RES": has_res, "RELU": relu, "FROM_RUNNING": from_running, "HAS_W": has_w, "HAS_B": has_b,
-            "STORE_BITS": store_bits, "SECOND_STRIDE": second_stride}
+            "STORE_BITS": store_bits, "SECOND_STRIDE": second_stride, "RES_NORM": res_norm}
 
 
 def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: float, relu: bool,
@@ -468,7 +470,7 @@ def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: 
     running_mean, running_var, weight, bias = (t.contiguous() if t is not None else None
                                                for t in (running_mean, running_var, weight, bias))
     y = _empty_like_layout(x, fmt)
-    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, y, y, x),
+    _launch_planned("apply", _bn_apply_kernel, geo, (x, residual if residual is not None else x, y, y, y, x, x),
                     x.dtype, _apply_flags(residual is not None, relu, True, weight is not None, bias is not None),
                     x.device, config, (running_mean, running_var, weight if weight is not None else running_mean,
                                        bias if bias is not None else running_mean, eps, *geo.image))
@@ -625,6 +627,23 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor] = None,
     return y, (y if second_stride == 1 else y[:, :, ::second_stride, ::second_stride])
 
 
+def batch_norm_pair(x: torch.Tensor, res_x: torch.Tensor, running_mean, running_var, weight, bias, res_mean, res_var,
+                    res_weight, res_bias, momentum: float = 0.1, eps: float = 1e-5, res_momentum: float = 0.1,
+                    res_eps: float = 1e-5, relu: bool = True, two_outputs: bool = False, second_stride: int = 1):
+    """Training mode: ``batch_norm(x, ..., residual=batch_norm(res_x, res_mean, res_var, res_weight, res_bias,
+    True, res_momentum, res_eps), relu=relu, two_outputs=..., second_stride=...)``, the end of a ResNet block
+    whose shortcut has a batch norm. Where the eager fast path knows both calls' signatures (after one call
+    of each) one apply kernel normalises both, so the shortcut's output is never written; elsewhere these two
+    calls run."""
+    out = batchnorm_eager.fast_pair(x, res_x, running_mean, running_var, weight, bias, res_mean, res_var, res_weight,
+                                    res_bias, momentum, eps, res_momentum, res_eps, relu, two_outputs, second_stride)
+    if out is not None:
+        return out
+    residual = batch_norm(res_x, res_mean, res_var, res_weight, res_bias, True, res_momentum, res_eps)
+    return batch_norm(x, running_mean, running_var, weight, bias, True, momentum, eps, residual=residual, relu=relu,
+                      two_outputs=two_outputs, second_stride=second_stride)
+
+
 def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, residual, relu, config,
                 two_outputs: bool, second_stride: int = 1):
     """batch_norm's output: y, or the fast path's (y, y2) for a two_outputs call with autograd or a second_stride."""
@@ -671,30 +690,6 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
         if config is None:
             batchnorm_eager.remember_infer(x, running_mean, running_var, weight, bias, residual, relu)
     return y
-
-
-def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,
-                   running_var: torch.Tensor, weight: Optional[torch.Tensor] = None,
-                   bias: Optional[torch.Tensor] = None, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inference: (w', b') such that conv2d(x, w', b') == batch_norm(conv2d(x, w, b)) with the running
-    statistics: w' = w * s (per output channel), b' = (b - mean) * s + beta, s = weight / sqrt(var + eps).
-    Computed in float64, returned in the conv weight's dtype."""
-    check_tensor("conv_weight", conv_weight, ndim=4, dtypes=DTYPES + (torch.float64,))
-    out_channels = conv_weight.shape[0]
-    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
-                    ("bias", bias), ("conv_bias", conv_bias)):
-        if t is not None and tuple(t.shape) != (out_channels,):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({out_channels},) "
-                             "(the conv's output channels)")
-    with torch.no_grad():
-        scale = torch.rsqrt(running_var.double() + eps)
-        if weight is not None:
-            scale = scale * weight.double()
-        b = conv_bias.double() if conv_bias is not None else torch.zeros_like(scale)
-        beta = bias.double() if bias is not None else torch.zeros_like(scale)
-        folded_w = conv_weight.double() * scale[:, None, None, None]
-        folded_b = (b - running_mean.double()) * scale + beta
-    return folded_w.to(conv_weight.dtype), folded_b.to(conv_weight.dtype)
 
 
 from . import batchnorm_eager  # noqa: E402  (it builds on this module's launchers and plans)

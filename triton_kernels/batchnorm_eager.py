@@ -72,19 +72,28 @@ class _FastTrain:
         dev, C = x.device, geo.C
         self.stats = _PLANS[plan_key("stats", geo, x.dtype, _stats_flags(weight is not None, bias is not None,
                                                                           self.has_running), dev)]
-        self.apply_flags = _apply_flags(self.has_res, relu, store_bits=self.mask_from_bits, second_stride=second_stride)
-        self.apply = _PLANS.get(plan_key("apply", geo, x.dtype, self.apply_flags, dev))
-        if self.apply is None and second_stride == 1:
+        # the apply's flags, [plan, fixed launch] per res_norm (a residual normalised in the apply: _FastPair)
+        self.apply_flags = {n: _apply_flags(self.has_res, relu, store_bits=self.mask_from_bits,
+                                            second_stride=second_stride, res_norm=n) for n in (False, True)}
+        self.applies = {n: [_PLANS.get(plan_key("apply", geo, x.dtype, self.apply_flags[n], dev)), None]
+                        for n in (False, True)}
+        if self.applies[False][0] is None and second_stride == 1:
             raise KeyError("apply")  # the general call kept no plan (an explicit config)
         self.geo_args = (C, geo.HW, *geo.strides)
         self.part_size = 3 * self.stats.groups * C
         self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
-        self.apply_launch = None
         self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g, has_dy2) -> [reduce, dx plan, launches]
 
-    def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float):
+    def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
+            res_stats=None):
         """(y, y2 (second_stride > 1) or None, stats (5, C) fp32, the relu bits or None) of a training call; the
-        running statistics are updated in place."""
+        running statistics are updated in place. ``res_stats``: the residual is the input of a batch norm with
+        these statistics, normalised by the apply kernel (_FastPair)."""
+        stats = self.batch_stats(x, weight, bias, running_mean, running_var, momentum, eps)
+        return self.apply(x, residual, stats, res_stats)
+
+    def batch_stats(self, x, weight, bias, running_mean, running_var, momentum: float, eps: float):
+        """The statistics launch: stats (5, C) fp32; the running statistics are updated in place."""
         geo, stats_plan = self.geo, self.stats
         stats = x.new_empty((5, geo.C), dtype=torch.float32)
         part, counters, _ = stream_buffers(x, self.part_size, stats_plan.grid[1])
@@ -101,23 +110,31 @@ class _FastTrain:
             if len(self.stats_launches) < self.MAX_FIXED:
                 self.stats_launches[(momentum, eps)] = stats_plan.kernel.fix(stats_plan.grid, *args)
             stats_plan.kernel.launch(stats_plan.grid, *args)
+        return stats
+
+    def apply(self, x, residual, stats, res_stats=None):
+        """The apply launch: (y, y2 or None, stats, bits or None); see run."""
+        geo = self.geo
         y = x.new_empty_strided(self.shape, self.out_strides)
         res = residual if residual is not None else x
         bits = relu_bits(x, geo) if self.mask_from_bits else None
         bits_or_y = bits if bits is not None else y
         y2 = x.new_empty_strided(self.second_shape, self.second_strides) if self.second_stride > 1 else None
         y2_or_y = y2 if y2 is not None else y
-        if self.apply_launch is None:
-            if self.apply is None:  # a second output's first call: the general launcher makes the plan
-                _launch_planned("apply", _bn_apply_kernel, geo, (x, res, y, bits_or_y, y2_or_y, stats), x.dtype,
-                                self.apply_flags, x.device, None, (stats, stats, stats, stats, 0.0, *geo.image))
-                self.apply = _PLANS[plan_key("apply", geo, x.dtype, self.apply_flags, x.device)]
+        norm = res_stats is not None
+        res_stats = res_stats if norm else stats
+        entry = self.applies[norm]
+        if entry[1] is None:
+            if entry[0] is None:  # a variant's first call (a second output, a normalised residual): the general
+                flags = self.apply_flags[norm]  # launcher makes the plan
+                _launch_planned("apply", _bn_apply_kernel, geo, (x, res, y, bits_or_y, y2_or_y, stats, res_stats),
+                                x.dtype, flags, x.device, None, (stats, stats, stats, stats, 0.0, *geo.image))
+                entry[0] = _PLANS[plan_key("apply", geo, x.dtype, flags, x.device)]
                 return y, y2, stats, bits
-            apply_plan = self.apply
-            self.apply_launch = apply_plan.kernel.fix(apply_plan.grid, x, res, y, bits_or_y, y2_or_y, stats,
-                                                      *self.geo_args, *apply_plan.scalars, stats, stats, stats, stats,
-                                                      0.0, *geo.image)
-        self.apply_launch(x, res, y, bits_or_y, y2_or_y, stats, stats, stats, stats, stats)
+            plan = entry[0]
+            entry[1] = plan.kernel.fix(plan.grid, x, res, y, bits_or_y, y2_or_y, stats, res_stats, *self.geo_args,
+                                       *plan.scalars, stats, stats, stats, stats, 0.0, *geo.image)
+        entry[1](x, res, y, bits_or_y, y2_or_y, stats, res_stats, stats, stats, stats, stats)
         return y, y2, stats, bits
 
     def run_backward(self, dy, x, bits, stats, need_dx: bool, store_g: bool, dy2=None):
@@ -175,12 +192,17 @@ class _FastTrain:
         dx, g, dwb = self.run_backward(dy, x, bits, stats, bool(need_x), store_g, dy2)
         if need_res and not store_g and dy2 is not None:
             dy = add_second(dy, dy2, self.second_stride)
+        return dx, *self.param_grads(dwb, need_w, need_b), (g if store_g else dy) if need_res else None, \
+            None, None, None, None
+
+    def param_grads(self, dwb, need_w, need_b) -> tuple:
+        """(dweight, dbias) in the parameters' dtypes from dwb (2, C) fp32, None where not needed."""
         dw = db = None
         if need_w:
             dw = dwb[0] if self.w_dtype is None else dwb[0].to(self.w_dtype)
         if need_b:
             db = dwb[1] if self.b_dtype is None else dwb[1].to(self.b_dtype)
-        return dx, dw, db, (g if store_g else dy) if need_res else None, None, None, None, None
+        return dw, db
 
     def general_backward(self, ctx, dy, dy2=None):
         """The registered op's backward (batchnorm.backward_ops): a double backward."""
@@ -216,6 +238,79 @@ def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residu
         return _Node.run(fast, x, weight, bias, residual, running_mean, running_var, momentum, eps)
     y, y2, _, _ = fast.run(x, weight, bias, residual, running_mean, running_var, momentum, eps)
     return y if y2 is None else (y, y2)
+
+
+class _FastPair:
+    """act(bn(x) + bn_r(res_x)) for two known training signatures (a ResNet block's last batch norm with its
+    shortcut's, whose output only this add reads): the shortcut's statistics launch, the block's, then one apply
+    normalises both (RES_NORM), so the shortcut's output is never written nor read back. The backward runs the
+    block's kernels (writing g, the shortcut output's gradient), then the shortcut's on g."""
+
+    def __init__(self, main: _FastTrain, res: _FastTrain):
+        self.main, self.res = main, res
+
+    # the autograd node's (_PairNode) functions, on (x, weight, bias, res_x, res_weight, res_bias, running_mean,
+    # running_var, res_mean, res_var, momentum, eps, res_momentum, res_eps)
+    def forward(self, ctx, x, weight, bias, res_x, res_weight, res_bias, running_mean, running_var, res_mean, res_var,
+                momentum, eps, res_momentum, res_eps):
+        res_stats = self.res.batch_stats(res_x, res_weight, res_bias, res_mean, res_var, res_momentum, res_eps)
+        y, y2, stats, bits = self.main.run(x, weight, bias, res_x, running_mean, running_var, momentum, eps,
+                                           res_stats)
+        ctx.save_for_backward(x, bits, stats, res_x, res_stats)
+        return (y, y2 if y2 is not None else y.view_as(y)) if self.main.two_outputs else y
+
+    def backward(self, ctx, dy, dy2=None):
+        x, bits, stats, res_x, res_stats = ctx.saved_tensors
+        need_x, need_w, need_b, need_rx, need_rw, need_rb = (bool(n) for n in ctx.needs_input_grad[1:7])
+        need_res, main = need_rx or need_rw or need_rb, self.main
+        dx, g, dwb = main.run_backward(dy, x, bits, stats, need_x, need_res and main.relu, dy2)
+        if need_res and not main.relu:
+            g = dy if dy2 is None else add_second(dy, dy2, main.second_stride)
+        dres_x, res_grads = None, (None, None)
+        if need_res:
+            dres_x, _, res_dwb = self.res.run_backward(g, res_x, None, res_stats, need_rx, False)
+            res_grads = self.res.param_grads(res_dwb, need_rw, need_rb)
+        return (dx, *main.param_grads(dwb, need_w, need_b), dres_x, *res_grads) + (None,) * 8
+
+    def general_backward(self, ctx, dy, dy2=None):
+        """A double backward: the registered op's backward (batchnorm.backward_ops) for each batch norm."""
+        x, bits, stats, res_x, res_stats = ctx.saved_tensors
+        dy = dy if dy2 is None else add_second(dy, dy2, self.main.second_stride)
+        needs = tuple(bool(n) for n in ctx.needs_input_grad[1:7])
+        main, res = self.main, self.res
+        dx, dw, db, g = backward_ops(dy, x, bits, stats, main.relu, (*needs[:3], any(needs[3:])), "",
+                                     (main.w_dtype or torch.float32, main.b_dtype or torch.float32))
+        res_grads = (None, None, None) if g is None else backward_ops(
+            g, res_x, None, res_stats, False, (*needs[3:], False), "",
+            (res.w_dtype or torch.float32, res.b_dtype or torch.float32))[:3]
+        return (dx, dw, db, *res_grads) + (None,) * 8
+
+
+class _PairNode(EagerNode):
+    """The autograd node of an eager batch norm pair (batchnorm.batch_norm_pair) of known signatures."""
+
+
+_PAIRS: dict[tuple, _FastPair] = {}
+
+
+def fast_pair(x, res_x, running_mean, running_var, weight, bias, res_mean, res_var, res_weight, res_bias, momentum,
+              eps, res_momentum, res_eps, relu, two_outputs: bool = False, second_stride: int = 1):
+    """batchnorm.batch_norm_pair through the fast path with autograd, or None when either batch norm's signature
+    is not known yet (its general calls come first), or the call must take the general path (see fast_train)."""
+    if torch.compiler.is_compiling() or _is_fake(x) or not torch.is_grad_enabled() or not all(
+            type(m) is float and 0.0 <= m <= 1.0 for m in (momentum, res_momentum)) or not all(
+            type(e) is float and 0.0 <= e < float("inf") for e in (eps, res_eps)):
+        return None
+    key = (_key(x, running_mean, running_var, weight, bias, res_x, relu, two_outputs, second_stride),
+           _key(res_x, res_mean, res_var, res_weight, res_bias, None, False))
+    pair = _PAIRS.get(key)
+    if pair is None:
+        main, res = _FAST.get(key[0]), _FAST.get(key[1])
+        if main is None or res is None:
+            return None
+        pair = remember_call(_PAIRS, key, _FastPair(main, res))
+    return _PairNode.run(pair, x, weight, bias, res_x, res_weight, res_bias, running_mean, running_var, res_mean,
+                         res_var, momentum, eps, res_momentum, res_eps)
 
 
 def _simple_layout(x, running_mean, running_var, weight, bias, residual) -> bool:
@@ -261,7 +356,7 @@ def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) 
     if fast is None:
         return None
     y = x.new_empty_strided(fast.shape, fast.strides)
-    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, y, y, x, *fast.geo_args,
+    fast.plan.kernel.launch(fast.plan.grid, x, residual if residual is not None else x, y, y, y, x, x, *fast.geo_args,
                             *fast.plan.scalars, running_mean, running_var,
                             weight if weight is not None else running_mean,
                             bias if bias is not None else running_mean, eps, *fast.image)

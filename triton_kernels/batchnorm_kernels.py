@@ -199,16 +199,18 @@ def _centered(x, shift, offset):
 
 @triton.jit
 def _bn_apply_kernel(
-    x_ptr, res_ptr, y_ptr, bits_ptr, y2_ptr, stats_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE,
-    rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps, IMG_H, IMG_W,
+    x_ptr, res_ptr, y_ptr, bits_ptr, y2_ptr, stats_ptr, res_stats_ptr, C, HW, stride_n, stride_hw, stride_c,
+    TILES_PER_SAMPLE, rmean_ptr, rvar_ptr, w_ptr, b_ptr, eps, IMG_H, IMG_W,
     HAS_RES: tl.constexpr, RELU: tl.constexpr, FROM_RUNNING: tl.constexpr, HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr, STORE_BITS: tl.constexpr, SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
+    HAS_B: tl.constexpr, STORE_BITS: tl.constexpr, SECOND_STRIDE: tl.constexpr, RES_NORM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (tile, channel block): y = act((x - mean) * scale + beta [+ residual]); one read of x
     (and the residual), one write of y; with STORE_BITS also the relu's mask, one bit per value (pre-activation
     > 0, or NaN), for the backward; with SECOND_STRIDE > 1 also y2 = y[:, :, ::S, ::S] as a tensor of its own
-    (IMG_H x IMG_W images; what a 1x1 stride-S convolution reads). Per-channel vectors from stats (5, C)
+    (IMG_H x IMG_W images; what a 1x1 stride-S convolution reads); with RES_NORM the residual is normalised
+    here, (res - mean_r) * scale_r + beta_r from res_stats (5, C) (a shortcut's batch norm whose output only
+    this add reads, so it is never written). Per-channel vectors from stats (5, C)
     (training), or with FROM_RUNNING from the running statistics (inference): mean = running_mean,
     scale = w / sqrt(running_var + eps), beta = b. PDL (training): launched as a programmatic dependent of the
     statistics kernel, which may still run; the program loads its tiles (written before that kernel started),
@@ -235,7 +237,10 @@ def _bn_apply_kernel(
     else:
         shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
     y = _centered(x, shift, offset) * scale[None, :] + beta[None, :]
-    if HAS_RES:
+    if RES_NORM:
+        shift_r, offset_r, scale_r, beta_r = _channel_stats(res_stats_ptr, C, cols, cmask)
+        y += _centered(res, shift_r, offset_r) * scale_r[None, :] + beta_r[None, :]
+    elif HAS_RES:
         y += res.to(tl.float32)
     if RELU:
         if STORE_BITS:
