@@ -238,8 +238,8 @@ _MERGE_BLOCK_G = 32  # partials merged per step by a reduction's last program
 class _Plan(NamedTuple):
     """One kernel of a call bound to its config (launcher.bind), its grid, the ints that follow the
     strides in its arguments (per_sample, and for a reduction tiles, per_group, groups), and a
-    reduction's partial buffer: rows (3 for the statistics, 2 for the backward) x groups (0 x 0 for an
-    elementwise kernel)."""
+    reduction's partial buffer: rows (3 for the statistics, 2 for the backward, 3 for a pair's backward) x
+    groups (0 x 0 for an elementwise kernel)."""
 
     kernel: BoundKernel
     grid: tuple
@@ -265,7 +265,7 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, depende
         bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G), PDL=pdl,
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
-                     3 if name == "stats" else 2, groups)
+                     3 if name == "stats" or constexprs.get("PAIR") else 2, groups)
     per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs
     bound = bind(kernel, **constexprs, **cfg.kwargs, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -446,14 +446,15 @@ def _stats_flags(has_w: bool, has_b: bool, update_running: bool) -> dict:
 
 
 def _reduce_flags(relu: bool, mask_from_bits: bool, store_g: bool, has_dy2: bool = False,
-                  second_stride: int = 1) -> dict:
+                  second_stride: int = 1, pair: bool = False) -> dict:
     return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "STORE_G": store_g, "HAS_DY2": has_dy2,
-            "SECOND_STRIDE": second_stride}
+            "SECOND_STRIDE": second_stride, "PAIR": pair}
 
 
-def _dx_flags(relu: bool, mask_from_bits: bool, load_g: bool, has_dy2: bool = False, second_stride: int = 1) -> dict:
+def _dx_flags(relu: bool, mask_from_bits: bool, load_g: bool, has_dy2: bool = False, second_stride: int = 1,
+              pair: bool = False) -> dict:
     return {"RELU": relu, "MASK_FROM_BITS": mask_from_bits, "LOAD_G": load_g, "HAS_DY2": has_dy2,
-            "SECOND_STRIDE": second_stride}
+            "SECOND_STRIDE": second_stride, "PAIR": pair}
 
 
 def _apply_flags(has_res: bool, relu: bool, from_running: bool = False, has_w: bool = False, has_b: bool = False,
@@ -500,14 +501,14 @@ def batch_norm_train_backward(dy, x, bits, stats, relu: bool, need_dx: bool, sto
         "bwd_reduce", _bn_bwd_reduce_kernel, geo,
         (dy, dy2, x, bits if bits is not None else x, g if g is not None else dy, stats),
         dy.dtype, _reduce_flags(relu, mask_from_bits, store_g, has_dy2, second_stride), dev, config,
-        (coef, dwb, geo.M, *geo.image))
+        (coef, dwb, geo.M, *geo.image, x, stats, coef, dwb))
     dx = None
     if need_dx:
         dx = _empty_like_layout(x, fmt)
         _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
                         (dy, dy2, g if g is not None else dy, x, bits if bits is not None else x, dx, stats, coef),
                         x.dtype, _dx_flags(relu, mask_from_bits, store_g, has_dy2, second_stride), dev, config,
-                        geo.image)
+                        (*geo.image, x, stats, coef, dx))
     return dx, g, dwb
 
 

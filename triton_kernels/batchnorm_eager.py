@@ -17,7 +17,7 @@ import torch
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _launch_planned, _memory_format,
                         _pixel_strides, _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key,
                         relu_bits, stream_buffers)
-from .batchnorm_kernels import _bn_apply_kernel
+from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel
 from .runtime import cdiv
 from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
 
@@ -137,45 +137,65 @@ class _FastTrain:
         entry[1](x, res, y, bits_or_y, y2_or_y, stats, res_stats, stats, stats, stats, stats)
         return y, y2, stats, bits
 
-    def run_backward(self, dy, x, bits, stats, need_dx: bool, store_g: bool, dy2=None):
-        """(dx or None, g or None, dwb (2, C) fp32); ``dy2``: the gradient's second part (two_outputs)."""
+    def run_backward(self, dy, x, bits, stats, need_dx: bool, store_g: bool, dy2=None, pair=None):
+        """(dx or None, g or None, dwb (2, C) fp32, res_dx, res_dwb); ``dy2``: the gradient's second part
+        (two_outputs); ``pair``: (res_x, res_stats) of the batch norm whose output was this layer's residual
+        (_FastPair, with need_dx and store_g): its input gradient and dweight, dbias come from the same two
+        kernels (PAIR), else res_dx = res_dwb = None."""
         if dy.stride() != self.out_strides:
             dy = dy.contiguous(memory_format=self.fmt)
-        has_dy2 = dy2 is not None
+        has_dy2, is_pair = dy2 is not None, pair is not None
         if has_dy2 and dy2.stride() != self.second_strides:
             dy2 = dy2.contiguous(memory_format=self.fmt if self.second_stride == 1 else torch.channels_last)
-        entry = self.backward_plans.get((need_dx, store_g, has_dy2))
-        if entry is None:  # the general path tunes / finds the plans, then they are kept here
-            stride = self.second_stride if has_dy2 else 1
-            out = batch_norm_train_backward(dy, x, bits, stats, self.relu, need_dx, store_g, dy2=dy2,
-                                            second_stride=stride)
-            geo, dev, relu, from_bits = self.geo, x.device, self.relu, self.mask_from_bits
-            self.backward_plans[(need_dx, store_g, has_dy2)] = [
-                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, _reduce_flags(relu, from_bits, store_g, has_dy2, stride),
-                                dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_bits, store_g, has_dy2, stride), dev)]
-                if need_dx else None,
-                None]
-            return out
-        reduce_plan, dx_plan, launches = entry
-        geo = self.geo
+        geo, dev, relu, from_bits = self.geo, x.device, self.relu, self.mask_from_bits
+        stride = self.second_stride if has_dy2 else 1
+        flags = (_reduce_flags(relu, from_bits, store_g, has_dy2, stride, is_pair),
+                 _dx_flags(relu, from_bits, store_g, has_dy2, stride, is_pair))
+        entry = self.backward_plans.get((need_dx, store_g, has_dy2, is_pair))
+        if entry is None and not is_pair:  # the general path tunes / finds the plans, then they are kept here
+            out = batch_norm_train_backward(dy, x, bits, stats, relu, need_dx, store_g, dy2=dy2, second_stride=stride)
+            self.backward_plans[(need_dx, store_g, has_dy2, False)] = [
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, flags[0], dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, flags[1], dev)] if need_dx else None, None]
+            return (*out, None, None)
         g = x.new_empty_strided(self.shape, self.out_strides, dtype=dy.dtype) if store_g else None
-        part, counters, coef = stream_buffers(x, 2 * reduce_plan.groups * geo.C, reduce_plan.grid[1], 2 * geo.C)
-        dwb = x.new_empty((2, geo.C), dtype=torch.float32)
+        dwb = x.new_empty((2 if not is_pair else 4, geo.C), dtype=torch.float32)
         dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
+        res_x, res_stats = pair if is_pair else (x, stats)
+        res_dx = x.new_empty_strided(self.shape, self.out_strides) if is_pair else dx
+        res_dwb = dwb[2:] if is_pair else dwb
         bits_or_x = bits if bits is not None else x
         g_or_dy = g if g is not None else dy
         dy2 = dy2 if has_dy2 else dy
+        if entry is None:  # a pair's first backward: the general launcher makes the plans
+            _, _, coef = stream_buffers(x, 0, 0, 4 * geo.C)
+            reduce_in, dx_in = ((dy, dy2, x, bits_or_x, g_or_dy, stats),
+                                (dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef))
+            _launch_planned("bwd_reduce", _bn_bwd_reduce_kernel, geo, reduce_in, dy.dtype, flags[0], dev, None,
+                            (coef, dwb, geo.M, *geo.image, res_x, res_stats, coef[2 * geo.C:], res_dwb))
+            _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo, dx_in, x.dtype, flags[1], dev, None,
+                            (*geo.image, res_x, res_stats, coef[2 * geo.C:], res_dx))
+            self.backward_plans[(need_dx, store_g, has_dy2, True)] = [
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, flags[0], dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, flags[1], dev)], None]
+            return dx, g, dwb[:2], res_dx, res_dwb
+        reduce_plan, dx_plan, launches = entry
+        part, counters, coef = stream_buffers(x, reduce_plan.rows * reduce_plan.groups * geo.C, reduce_plan.grid[1],
+                                              4 * geo.C)
+        res_coef = coef[2 * geo.C:]
         if launches is None:
             launches = entry[2] = (
                 reduce_plan.kernel.fix(reduce_plan.grid, dy, dy2, x, bits_or_x, g_or_dy, stats, part, *self.geo_args,
-                                       *reduce_plan.scalars, counters, coef, dwb, geo.M, *geo.image),
+                                       *reduce_plan.scalars, counters, coef, dwb, geo.M, *geo.image, res_x, res_stats,
+                                       res_coef, res_dwb),
                 dx_plan.kernel.fix(dx_plan.grid, dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef, *self.geo_args,
-                                   *dx_plan.scalars, *geo.image) if need_dx else None)
-        launches[0](dy, dy2, x, bits_or_x, g_or_dy, stats, part, counters, coef, dwb)
+                                   *dx_plan.scalars, *geo.image, res_x, res_stats, res_coef, res_dx)
+                if need_dx else None)
+        launches[0](dy, dy2, x, bits_or_x, g_or_dy, stats, part, counters, coef, dwb, res_x, res_stats, res_coef,
+                    res_dwb)
         if need_dx:
-            launches[1](dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef)
-        return dx, g, dwb
+            launches[1](dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef, res_x, res_stats, res_coef, res_dx)
+        return dx, g, dwb[:2], (res_dx if is_pair else None), (res_dwb if is_pair else None)
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias, residual,
     # running_mean, running_var, momentum, eps)
@@ -189,7 +209,7 @@ class _FastTrain:
         x, bits, stats = ctx.saved_tensors
         need_x, need_w, need_b, need_res = ctx.needs_input_grad[1:5]
         store_g = bool(need_res and self.relu)
-        dx, g, dwb = self.run_backward(dy, x, bits, stats, bool(need_x), store_g, dy2)
+        dx, g, dwb, _, _ = self.run_backward(dy, x, bits, stats, bool(need_x), store_g, dy2)
         if need_res and not store_g and dy2 is not None:
             dy = add_second(dy, dy2, self.second_stride)
         return dx, *self.param_grads(dwb, need_w, need_b), (g if store_g else dy) if need_res else None, \
@@ -263,12 +283,16 @@ class _FastPair:
         x, bits, stats, res_x, res_stats = ctx.saved_tensors
         need_x, need_w, need_b, need_rx, need_rw, need_rb = (bool(n) for n in ctx.needs_input_grad[1:7])
         need_res, main = need_rx or need_rw or need_rb, self.main
-        dx, g, dwb = main.run_backward(dy, x, bits, stats, need_x, need_res and main.relu, dy2)
+        if need_x and need_rx and main.relu:  # both input gradients from one reduce and one dx launch
+            dx, _, dwb, dres_x, res_dwb = main.run_backward(dy, x, bits, stats, True, True, dy2, (res_x, res_stats))
+            return (dx, *main.param_grads(dwb, need_w, need_b), dres_x,
+                    *self.res.param_grads(res_dwb, need_rw, need_rb)) + (None,) * 8
+        dx, g, dwb, _, _ = main.run_backward(dy, x, bits, stats, need_x, need_res and main.relu, dy2)
         if need_res and not main.relu:
             g = dy if dy2 is None else add_second(dy, dy2, main.second_stride)
         dres_x, res_grads = None, (None, None)
         if need_res:
-            dres_x, _, res_dwb = self.res.run_backward(g, res_x, None, res_stats, need_rx, False)
+            dres_x, _, res_dwb, _, _ = self.res.run_backward(g, res_x, None, res_stats, need_rx, False)
             res_grads = self.res.param_grads(res_dwb, need_rw, need_rb)
         return (dx, *main.param_grads(dwb, need_w, need_b), dres_x, *res_grads) + (None,) * 8
 

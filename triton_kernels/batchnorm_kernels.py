@@ -290,23 +290,30 @@ def _masked_grad(dy, x_minus_mean, bits_ptr, t, TILES_PER_SAMPLE, HW, C, scale, 
 def _bn_bwd_reduce_kernel(
     dy_ptr, dy2_ptr, x_ptr, bits_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
     TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M, IMG_H, IMG_W,
+    res_x_ptr, res_stats_ptr, res_coef_ptr, res_dwb_ptr,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
-    SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr,
-    BLOCK_G: tl.constexpr, PDL: tl.constexpr = False,
+    SECOND_STRIDE: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles, kept in
     (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) -> part (2, GROUPS, C) fp32; with STORE_G also writes g (the
     residual's gradient). HAS_DY2: the output's gradient comes in two parts (its two outputs), dy = dy + dy2
     as it is loaded (_load_dy; SECOND_STRIDE: y2 is y[:, :, ::S, ::S]). The last program of the channel block
-    to finish merges the partials (_merge_grads). PDL: once its tiles are summed, a program lets the dx kernel
-    (a programmatic dependent launch) start."""
+    to finish merges the partials (_merge_grads). PAIR: g is also the output gradient of the batch norm of
+    res_x (statistics res_stats) whose output was this layer's residual (batch_norm_pair): sum(g * (res_x -
+    mean_r)) is summed as well (a third partial row), and the merge writes that batch norm's coefficients and
+    dweight, dbias too. PDL: once its tiles are summed, a program lets the dx kernel (a programmatic dependent
+    launch) start."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
     shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
+    if PAIR:
+        shift_r, offset_r, scale_r, beta_r = _channel_stats(res_stats_ptr, C, cols, cmask)
     acc_g = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc_gx = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
+    acc_gxr = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     t_start = group * TILES_PER_GROUP
     for t in range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES)):
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
@@ -321,20 +328,29 @@ def _bn_bwd_reduce_kernel(
             tl.store(g_ptr + offs, g.to(g_ptr.dtype.element_ty), mask=mask)
         acc_g += _fold_rows(g, ACC_ROWS)
         acc_gx += _fold_rows(g * xc, ACC_ROWS)
+        if PAIR:
+            xr = tl.where(mask, _centered(tl.load(res_x_ptr + offs, mask=mask, other=0.0), shift_r, offset_r), 0.0)
+            acc_gxr += _fold_rows(g * xr, ACC_ROWS)
     if PDL:
         gdc_launch_dependents()
     out = part_ptr + group * C + cols
     tl.store(out, tl.sum(acc_g, axis=0), mask=cmask)
     tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
+    if PAIR:
+        tl.store(out + 2 * GROUPS * C, tl.sum(acc_gxr, axis=0), mask=cmask)
     if _last_arrival(count_ptr, GROUPS):
-        _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M, BLOCK_G, BLOCK_C)
+        _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M, 1, BLOCK_G, BLOCK_C)
+        if PAIR:
+            _merge_grads(part_ptr, res_stats_ptr, res_coef_ptr, res_dwb_ptr, cols, cmask, C, GROUPS, M, 2, BLOCK_G,
+                         BLOCK_C)
 
 
 @triton.jit
-def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M,
+def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M, GX_ROW,
                  BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Sum the GROUPS partials of channels ``cols`` in a fixed order; dweight = rstd * sum g (x - mean),
-    dbias = sum g -> dwb (2, C) fp32; dx coefficients k, c (see batchnorm.py's docstring) -> coef (2, C)."""
+    """Sum the GROUPS partials of channels ``cols`` in a fixed order; dweight = rstd * sum g (x - mean) (the
+    partials' row GX_ROW), dbias = sum g (row 0) -> dwb (2, C) fp32; dx coefficients k, c (see batchnorm.py's
+    docstring) -> coef (2, C)."""
     gs = tl.arange(0, BLOCK_G)
     acc_g = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
     acc_gx = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
@@ -342,7 +358,7 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
         m = ((g0 + gs) < GROUPS)[:, None] & cmask[None, :]
         p = part_ptr + (g0 + gs)[:, None] * C + cols[None, :]
         acc_g += tl.load(p, mask=m, other=0.0, cache_modifier=".cg")
-        acc_gx += tl.load(p + GROUPS * C, mask=m, other=0.0, cache_modifier=".cg")
+        acc_gx += tl.load(p + GX_ROW * GROUPS * C, mask=m, other=0.0, cache_modifier=".cg")
     rstd = tl.load(stats_ptr + 2 * C + cols, mask=cmask, other=0.0)
     scale = tl.load(stats_ptr + 3 * C + cols, mask=cmask, other=0.0)
     dbias = tl.sum(acc_g, axis=0)
@@ -357,15 +373,17 @@ def _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS,
 @triton.jit
 def _bn_bwd_dx_kernel(
     dy_ptr, dy2_ptr, g_ptr, x_ptr, bits_ptr, dx_ptr, stats_ptr, coef_ptr, C, HW, stride_n, stride_hw, stride_c,
-    TILES_PER_SAMPLE, IMG_H, IMG_W, RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, LOAD_G: tl.constexpr,
-    HAS_DY2: tl.constexpr, SECOND_STRIDE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    TILES_PER_SAMPLE, IMG_H, IMG_W, res_x_ptr, res_stats_ptr, res_coef_ptr, res_dx_ptr,
+    RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, LOAD_G: tl.constexpr, HAS_DY2: tl.constexpr,
+    SECOND_STRIDE: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     """Program (tile, channel block): dx = scale * g - k * (x - mean) - c, with g read back (LOAD_G: the
     reduce kernel stored it) or formed from dy (+ dy2) and the relu mask. PDL: launched as a programmatic
     dependent of the reduce kernel, which may still run; the program reads what was written before that
     kernel started (x, dy, the forward's statistics and relu bits), then waits for it to end (gdc_wait)
-    before it reads the coefficients (and g) and stores dx."""
+    before it reads the coefficients (and g) and stores dx. PAIR (see the reduce kernel): also the input gradient
+    of the batch norm of res_x, res_dx = scale_r * g - k_r * (res_x - mean_r) - c_r, from the same g."""
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     base, pmask = _tile(tl.program_id(0), TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
@@ -373,6 +391,9 @@ def _bn_bwd_dx_kernel(
     offs = base + tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
     shift, offset, scale, beta = _channel_stats(stats_ptr, C, cols, cmask)
     xc = _centered(tl.load(x_ptr + offs, mask=mask, other=0.0), shift, offset)
+    if PAIR:
+        shift_r, offset_r, scale_r, beta_r = _channel_stats(res_stats_ptr, C, cols, cmask)
+        xr = _centered(tl.load(res_x_ptr + offs, mask=mask, other=0.0), shift_r, offset_r)
     if not LOAD_G:
         dy = _load_dy(dy_ptr, dy2_ptr, offs, mask, tl.program_id(0), TILES_PER_SAMPLE, HW, C, cols, cmask, IMG_H,
                       IMG_W, HAS_DY2, SECOND_STRIDE, BLOCK_M)
@@ -386,3 +407,8 @@ def _bn_bwd_dx_kernel(
     c = tl.load(coef_ptr + C + cols, mask=cmask, other=0.0)
     dx = scale[None, :] * g - k[None, :] * xc - c[None, :]
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    if PAIR:
+        k = tl.load(res_coef_ptr + cols, mask=cmask, other=0.0)
+        c = tl.load(res_coef_ptr + C + cols, mask=cmask, other=0.0)
+        dx = scale_r[None, :] * g - k[None, :] * xr - c[None, :]
+        tl.store(res_dx_ptr + offs, dx.to(res_dx_ptr.dtype.element_ty), mask=mask)
