@@ -7,7 +7,9 @@ Backends (``model.set_backend(name)`` or the ``backend=`` argument; :func:`compi
     compile          the eager model under torch.compile.
     triton           BatchNorm + ReLU and BatchNorm + residual add + ReLU are one Triton op each
                      (triton_kernels.batchnorm: a statistics pass and an apply pass forward, a reduction
-                     pass and an elementwise pass backward); the pool + linear head is one Triton op
+                     pass and an elementwise pass backward; a block's last batch norm and its shortcut's
+                     run as one pair, and the shortcut reads a subsampled copy of its input, see
+                     BasicBlock); the pool + linear head is one Triton op
                      (triton_kernels.pool_head); convolutions run through :data:`CONV_IMPLEMENTATIONS`
                      ("cudnn", or the Triton implicit GEMM where :func:`choose_conv` names it).
     triton+compile   the triton model under torch.compile (the Triton ops are registered torch ops, so

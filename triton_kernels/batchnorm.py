@@ -20,8 +20,11 @@ are adjacent, so a tile row is one vector load):
               (read g or dy, x; write dx)
 The relu mask comes from bits the apply kernel stores when a residual was added (one bit per value: 1/16
 of a bf16 y, which the backward would otherwise read), else it is recomputed from x with the forward's own
-expression. dy may come in two parts (two_outputs), added as they are loaded. On sm_90 and later the
-apply and dx kernels are programmatic dependent launches of the reductions ahead of them (``_make_plan``).
+expression. dy may come in two parts (two_outputs), added as they are loaded; the second part may be the
+gradient of y[:, :, ::s, ::s], which the apply kernel then writes too (second_stride). batch_norm_pair
+normalises a residual that is itself a batch norm's raw input inside the apply (RES_NORM), and its backward
+sums and differentiates both from one g (PAIR). On sm_90 and later the apply and dx kernels are programmatic
+dependent launches of the reductions ahead of them (``_make_plan``).
 
 Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_hw, stride_c); a tile is
 BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
