@@ -1,12 +1,13 @@
 """The eager fast path of the fused batch norm (triton_kernels/batchnorm.py): a call whose signature (every
-tensor's shape, strides, dtype and device; relu; two_outputs, second_stride) was seen before skips validation, layout
-analysis and plan lookups. Training runs as two allocations (three with the relu bits of a residual layer)
-+ two launches forward and up to three allocations + two launches backward through ``_Node`` (a
-runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the registered op), the reductions'
-scratch reused per stream (batchnorm.stream_buffers); inference as one allocation + one launch. The first
-call of a signature takes the general path (which validates, tunes and makes the plans) and is remembered
-here when its layout is the simple one: x dense, the residual in x's strides, contiguous parameters and
-running statistics. torch.compile always traces the registered ops.
+tensor's shape, strides, dtype and device; relu; two_outputs, second_stride) was seen before skips
+validation, layout analysis and plan lookups. Training runs as two allocations (three with the relu bits of
+a residual layer) + two launches forward and up to three allocations + two launches backward through
+``_Node`` (a runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the registered op), the
+reductions' scratch reused per stream (batchnorm.stream_buffers); inference as one allocation + one launch;
+batchnorm.batch_norm_pair's two known calls as one node (_FastPair): three launches forward, two backward.
+The first call of a signature takes the general path (which validates, tunes and makes the plans) and is
+remembered here when its layout is the simple one: x dense, the residual in x's strides, contiguous
+parameters and running statistics. torch.compile always traces the registered ops.
 """
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_fla
                         _pixel_strides, _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key,
                         relu_bits, stream_buffers)
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel
-from .runtime import cdiv
-from .runtime import EagerNode, is_fake as _is_fake, is_tracing, remember_call
+from .runtime import EagerNode, cdiv, is_fake as _is_fake, is_tracing, remember_call
 
 
 def _signature(t: Optional[torch.Tensor]):
@@ -82,7 +82,8 @@ class _FastTrain:
         self.geo_args = (C, geo.HW, *geo.strides)
         self.part_size = 3 * self.stats.groups * C
         self.stats_launches: dict[tuple, object] = {}  # (momentum, eps) -> fixed launch
-        self.backward_plans: dict[tuple, list] = {}  # (need_dx, store_g, has_dy2) -> [reduce, dx plan, launches]
+        # (need_dx, store_g, has_dy2, pair) -> [reduce plan, dx plan, fixed launches]
+        self.backward_plans: dict[tuple, list] = {}
 
     def run(self, x, weight, bias, residual, running_mean, running_var, momentum: float, eps: float,
             res_stats=None):
