@@ -483,36 +483,36 @@ def batch_norm_apply(x, residual, running_mean, running_var, weight, bias, eps: 
 
 def batch_norm_train_backward(dy, x, bits, stats, relu: bool, need_dx: bool, store_g: bool,
                               config: Optional[Config] = None, dy2: Optional[torch.Tensor] = None,
-                              second_stride: int = 1):
+                              second_stride: int = 1, pair: Optional[tuple] = None):
     """(dx or None, g = the residual's gradient or None, dwb (2, C) fp32 = dweight, dbias). ``bits``: the
     forward's relu bits when the mask is read from them (a residual was added), else None. ``dy2``: the
     second part of the output's gradient (see batch_norm's ``two_outputs``), added as it is loaded: y's, or
-    with ``second_stride`` > 1 that of y[:, :, ::stride, ::stride] (taken dense channels_last)."""
+    with ``second_stride`` > 1 that of y[:, :, ::stride, ::stride] (taken dense channels_last). ``pair``:
+    (res_x in x's layout, res_stats) of the batch norm whose output was the residual (batch_norm_pair; with
+    need_dx): the same two kernels also give its (res_dx, res_dwb), appended to the result."""
     if second_stride > 1:
         (x, dy), fmt, geo = _prepare(x, dy)
         dy2 = dy2.contiguous(memory_format=torch.channels_last)
     else:
         (x, dy, dy2), fmt, geo = _prepare(x, dy, dy2)
-    dev = x.device
-    mask_from_bits = relu and bits is not None
-    has_dy2 = dy2 is not None
+    dev, mask_from_bits, has_dy2 = x.device, relu and bits is not None, dy2 is not None
     dy2 = dy2 if has_dy2 else dy
     g = _empty_like_layout(x, fmt, dy.dtype) if store_g else None
-    dwb = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
-    coef = torch.empty((2, geo.C), device=dev, dtype=torch.float32)
+    dwb, coef = (torch.empty((2 if pair is None else 4, geo.C), device=dev, dtype=torch.float32) for _ in range(2))
+    res_x, res_stats = pair if pair is not None else (x, stats)
+    dx = _empty_like_layout(x, fmt) if need_dx else None
+    res_dx = _empty_like_layout(x, fmt) if pair is not None else dx
     _launch_planned(
         "bwd_reduce", _bn_bwd_reduce_kernel, geo,
         (dy, dy2, x, bits if bits is not None else x, g if g is not None else dy, stats),
-        dy.dtype, _reduce_flags(relu, mask_from_bits, store_g, has_dy2, second_stride), dev, config,
-        (coef, dwb, geo.M, *geo.image, x, stats, coef, dwb))
-    dx = None
+        dy.dtype, _reduce_flags(relu, mask_from_bits, store_g, has_dy2, second_stride, pair is not None), dev,
+        config, (coef, dwb, geo.M, *geo.image, res_x, res_stats, coef[-2:], dwb[-2:]))
     if need_dx:
-        dx = _empty_like_layout(x, fmt)
         _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo,
                         (dy, dy2, g if g is not None else dy, x, bits if bits is not None else x, dx, stats, coef),
-                        x.dtype, _dx_flags(relu, mask_from_bits, store_g, has_dy2, second_stride), dev, config,
-                        (*geo.image, x, stats, coef, dx))
-    return dx, g, dwb
+                        x.dtype, _dx_flags(relu, mask_from_bits, store_g, has_dy2, second_stride, pair is not None),
+                        dev, config, (*geo.image, res_x, res_stats, coef[-2:], res_dx))
+    return (dx, g, dwb) if pair is None else (dx, g, dwb[:2], res_dx, dwb[2:])
 
 
 # ----------------------------------------------------------------------------------------------------

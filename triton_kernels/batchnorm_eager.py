@@ -18,7 +18,7 @@ import torch
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _launch_planned, _memory_format,
                         _pixel_strides, _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key,
                         relu_bits, stream_buffers)
-from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel
+from .batchnorm_kernels import _bn_apply_kernel
 from .runtime import EagerNode, cdiv, is_fake as _is_fake, is_tracing, remember_call
 
 
@@ -149,37 +149,27 @@ class _FastTrain:
         if has_dy2 and dy2.stride() != self.second_strides:
             dy2 = dy2.contiguous(memory_format=self.fmt if self.second_stride == 1 else torch.channels_last)
         geo, dev, relu, from_bits = self.geo, x.device, self.relu, self.mask_from_bits
-        stride = self.second_stride if has_dy2 else 1
-        flags = (_reduce_flags(relu, from_bits, store_g, has_dy2, stride, is_pair),
-                 _dx_flags(relu, from_bits, store_g, has_dy2, stride, is_pair))
-        entry = self.backward_plans.get((need_dx, store_g, has_dy2, is_pair))
-        if entry is None and not is_pair:  # the general path tunes / finds the plans, then they are kept here
-            out = batch_norm_train_backward(dy, x, bits, stats, relu, need_dx, store_g, dy2=dy2, second_stride=stride)
-            self.backward_plans[(need_dx, store_g, has_dy2, False)] = [
-                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, flags[0], dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, flags[1], dev)] if need_dx else None, None]
-            return (*out, None, None)
+        key = (need_dx, store_g, has_dy2, is_pair)
+        entry = self.backward_plans.get(key)
+        if entry is None:  # the general path tunes / finds the plans, then they are kept here
+            stride = self.second_stride if has_dy2 else 1
+            out = batch_norm_train_backward(dy, x, bits, stats, relu, need_dx, store_g, dy2=dy2, second_stride=stride,
+                                            pair=pair)
+            self.backward_plans[key] = [
+                _PLANS[plan_key("bwd_reduce", geo, dy.dtype,
+                                _reduce_flags(relu, from_bits, store_g, has_dy2, stride, is_pair), dev)],
+                _PLANS[plan_key("bwd_dx", geo, x.dtype, _dx_flags(relu, from_bits, store_g, has_dy2, stride, is_pair),
+                                dev)] if need_dx else None, None]
+            return out if is_pair else (*out, None, None)
         g = x.new_empty_strided(self.shape, self.out_strides, dtype=dy.dtype) if store_g else None
         dwb = x.new_empty((2 if not is_pair else 4, geo.C), dtype=torch.float32)
         dx = x.new_empty_strided(self.shape, self.out_strides) if need_dx else None
         res_x, res_stats = pair if is_pair else (x, stats)
         res_dx = x.new_empty_strided(self.shape, self.out_strides) if is_pair else dx
-        res_dwb = dwb[2:] if is_pair else dwb
+        res_dwb = dwb[-2:]  # a pair's last two rows, else a placeholder (as in batch_norm_train_backward)
         bits_or_x = bits if bits is not None else x
         g_or_dy = g if g is not None else dy
         dy2 = dy2 if has_dy2 else dy
-        if entry is None:  # a pair's first backward: the general launcher makes the plans
-            _, _, coef = stream_buffers(x, 0, 0, 4 * geo.C)
-            reduce_in, dx_in = ((dy, dy2, x, bits_or_x, g_or_dy, stats),
-                                (dy, dy2, g_or_dy, x, bits_or_x, dx, stats, coef))
-            _launch_planned("bwd_reduce", _bn_bwd_reduce_kernel, geo, reduce_in, dy.dtype, flags[0], dev, None,
-                            (coef, dwb, geo.M, *geo.image, res_x, res_stats, coef[2 * geo.C:], res_dwb))
-            _launch_planned("bwd_dx", _bn_bwd_dx_kernel, geo, dx_in, x.dtype, flags[1], dev, None,
-                            (*geo.image, res_x, res_stats, coef[2 * geo.C:], res_dx))
-            self.backward_plans[(need_dx, store_g, has_dy2, True)] = [
-                _PLANS[plan_key("bwd_reduce", geo, dy.dtype, flags[0], dev)],
-                _PLANS[plan_key("bwd_dx", geo, x.dtype, flags[1], dev)], None]
-            return dx, g, dwb[:2], res_dx, res_dwb
         reduce_plan, dx_plan, launches = entry
         part, counters, coef = stream_buffers(x, reduce_plan.rows * reduce_plan.groups * geo.C, reduce_plan.grid[1],
                                               4 * geo.C)
@@ -241,13 +231,19 @@ class _Node(EagerNode):
 _FAST: dict[tuple, _FastTrain] = {}
 
 
+def _plain_call(x, momentum, eps) -> bool:
+    """Whether a call may take a fast path: not traced by torch.compile, x real, momentum a float in [0, 1] and
+    eps a finite float >= 0 (anything else the general path validates)."""
+    return not (torch.compiler.is_compiling() or _is_fake(x)) and type(momentum) is float and 0.0 <= momentum <= 1.0 \
+        and type(eps) is float and 0.0 <= eps < float("inf")
+
+
 def fast_train(x, running_mean, running_var, weight, bias, momentum, eps, residual, relu, two_outputs: bool = False,
                second_stride: int = 1):
     """The output of a training call through the fast path (with two_outputs and autograd, or a second_stride,
     (y, y2)), or None when the call must take the general one (first call of its signature, tracing, an unusual
     layout, a momentum or eps to validate)."""
-    if torch.compiler.is_compiling() or _is_fake(x) or not (type(momentum) is float and 0.0 <= momentum <= 1.0
-                                                            and type(eps) is float and 0.0 <= eps < float("inf")):
+    if not _plain_call(x, momentum, eps):
         return None
     key = _key(x, running_mean, running_var, weight, bias, residual, relu, two_outputs, second_stride)
     fast = _FAST.get(key)
@@ -322,9 +318,7 @@ def fast_pair(x, res_x, running_mean, running_var, weight, bias, res_mean, res_v
               eps, res_momentum, res_eps, relu, two_outputs: bool = False, second_stride: int = 1):
     """batchnorm.batch_norm_pair through the fast path with autograd, or None when either batch norm's signature
     is not known yet (its general calls come first), or the call must take the general path (see fast_train)."""
-    if torch.compiler.is_compiling() or _is_fake(x) or not torch.is_grad_enabled() or not all(
-            type(m) is float and 0.0 <= m <= 1.0 for m in (momentum, res_momentum)) or not all(
-            type(e) is float and 0.0 <= e < float("inf") for e in (eps, res_eps)):
+    if not (torch.is_grad_enabled() and _plain_call(x, momentum, eps) and _plain_call(res_x, res_momentum, res_eps)):
         return None
     key = (_key(x, running_mean, running_var, weight, bias, res_x, relu, two_outputs, second_stride),
            _key(res_x, res_mean, res_var, res_weight, res_bias, None, False))
@@ -375,7 +369,7 @@ _FAST_INFER: dict[tuple, _FastInfer] = {}
 
 def fast_infer(x, running_mean, running_var, weight, bias, eps, residual, relu) -> Optional[torch.Tensor]:
     """The output of an inference call (no gradient needed) through the fast path, or None (see fast_train)."""
-    if torch.compiler.is_compiling() or _is_fake(x) or not (type(eps) is float and 0.0 <= eps < float("inf")):
+    if not _plain_call(x, 0.0, eps):
         return None
     fast = _FAST_INFER.get(_key(x, running_mean, running_var, weight, bias, residual, relu))
     if fast is None:
