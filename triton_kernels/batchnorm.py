@@ -136,15 +136,16 @@ def _stream_configs(geo: _Geometry) -> list[Config]:
 
 def _reduce_configs(geo: _Geometry) -> list[Config]:
     # Unfolded (ACC_ROWS = BLOCK_M): two fp32 accumulators per tile element live in registers (8192 values:
-    # 64 per thread at 4 warps). Folded (ACC_ROWS rows of accumulators, _fold_rows): larger tiles for the same
-    # registers. Stages > 1 pipeline the tile loop (LOOP_STAGES): the next tiles' loads fly into shared memory
-    # while one is summed. More programs per SM mean more partials for the last program to merge, in turn
+    # 64 per thread at 4 warps); stages > 1 let Triton issue the next tile's loads before the current one
+    # is summed. Folded (ACC_ROWS rows of accumulators, _fold_rows): larger tiles for the same registers.
+    # More programs per SM mean more partials for the last program of a channel block to merge, one after
+    # another
     unfolded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": m, "PER_SM": p}, w, st)
                 for m, c in _tile_shapes(geo, (8192, 4096, 2048))
                 for p, w, st in ((2, 4, 1), (2, 8, 1), (2, 4, 3), (4, 4, 1))]
-    folded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": a, "PER_SM": p}, w, st)
-              for m, c in _tile_shapes(geo, (16384, 32768, 8192))
-              for a, p, w, st in ((16, 2, 4, 1), (32, 2, 8, 1), (32, 4, 8, 1), (16, 2, 4, 3), (32, 2, 8, 3)) if a < m]
+    folded = [Config({"BLOCK_M": m, "BLOCK_C": c, "ACC_ROWS": a, "PER_SM": p}, w, 1)
+              for m, c in _tile_shapes(geo, (16384, 32768, 8192)) for a, p, w in ((16, 2, 4), (32, 2, 8), (32, 4, 8))
+              if a < m]
     return unfolded + [c for c in folded if c not in unfolded]
 
 
@@ -265,7 +266,7 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, depende
         per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}  # ACC_ROWS: in every config (_pick)
         bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G), PDL=pdl,
-                     LOOP_STAGES=cfg.num_stages, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
                      3 if name == "stats" or constexprs.get("PAIR") else 2, groups)
     per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs

@@ -96,17 +96,14 @@ def _bn_stats_kernel(
     count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
-    LOOP_STAGES: tl.constexpr = 1, PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
     [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
     kept in (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) and reduced over the pixels once at the end. The
     last program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one
-    launch gives the batch statistics. LOOP_STAGES > 1 pipelines the tile loop (tl.range's num_stages): the
-    loads of the next LOOP_STAGES - 1 tiles are in flight as asynchronous copies into shared memory while
-    the current tile is summed, so more bytes are in flight than registers could hold. PDL: once its tiles
-    are summed, a program lets the apply kernel, a programmatic dependent launch, start (it loads its tiles,
-    then waits for this grid to end)."""
+    launch gives the batch statistics. PDL: once its tiles are summed, a program lets the apply kernel, a
+    programmatic dependent launch, start (it loads its tiles, then waits for this grid to end)."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -117,7 +114,7 @@ def _bn_stats_kernel(
     acc1 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc2 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     n = 0.0
-    for t in tl.range(t_start, t_end, num_stages=LOOP_STAGES):
+    for t in range(t_start, t_end):
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         x = tl.load(x_ptr + base + in_tile, mask=mask, other=0.0).to(tl.float32)
@@ -296,7 +293,7 @@ def _bn_bwd_reduce_kernel(
     res_x_ptr, res_stats_ptr, res_coef_ptr, res_dwb_ptr,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
     SECOND_STRIDE: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
-    ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr, LOOP_STAGES: tl.constexpr = 1, PDL: tl.constexpr = False,
+    ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles, kept in
     (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) -> part (2, GROUPS, C) fp32; with STORE_G also writes g (the
@@ -305,8 +302,8 @@ def _bn_bwd_reduce_kernel(
     to finish merges the partials (_merge_grads). PAIR: g is also the output gradient of the batch norm of
     res_x (statistics res_stats) whose output was this layer's residual (batch_norm_pair): sum(g * (res_x -
     mean_r)) is summed as well (a third partial row), and the merge writes that batch norm's coefficients and
-    dweight, dbias too. LOOP_STAGES > 1 pipelines the tile loop as in _bn_stats_kernel. PDL: once its tiles
-    are summed, a program lets the dx kernel (a programmatic dependent launch) start."""
+    dweight, dbias too. PDL: once its tiles are summed, a program lets the dx kernel (a programmatic dependent
+    launch) start."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -318,7 +315,7 @@ def _bn_bwd_reduce_kernel(
     acc_gx = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc_gxr = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     t_start = group * TILES_PER_GROUP
-    for t in tl.range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES), num_stages=LOOP_STAGES):
+    for t in range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES)):
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         offs = base + in_tile
