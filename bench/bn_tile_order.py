@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 
 from triton_kernels import batchnorm, batchnorm_eager, batchnorm_kernels
+from triton_kernels.graphs import capture_graph
+from triton_kernels.runtime import cuda_time_ms
 
 _LOOPS = {  # the two reduction kernels' tile loops, as batchnorm_kernels.py writes them
     "    t_start = group * TILES_PER_GROUP\n    t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)\n":
@@ -124,31 +126,6 @@ def check(device: str) -> None:
         restore()
 
 
-def _replay_ms(graph: torch.cuda.CUDAGraph, reps: int = 50) -> list[float]:
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
-
-
-def _graph(fn) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def probe(cache_dir: Path) -> None:
     """Per layer shape and variant: (copy into x, then forward) less (copy), and (copy into dy, then backward)
     less (copy), each the median of interleaved graph replays (us)."""
@@ -171,12 +148,12 @@ def probe(cache_dir: Path) -> None:
                 dy.copy_(dy_src)
                 batchnorm.batch_norm_train_backward(dy, x, None, stats, True, True, False)
 
-            graphs = {"copy_x": _graph(lambda: x.copy_(src)), "fwd": _graph(forward),
-                      "copy_dy": _graph(lambda: dy.copy_(dy_src)), "bwd": _graph(backward)}
+            graphs = {k: capture_graph(fn)[0] for k, fn in (("copy_x", lambda: x.copy_(src)), ("fwd", forward),
+                                                              ("copy_dy", lambda: dy.copy_(dy_src)), ("bwd", backward))}
             times = {k: [] for k in graphs}
-            for _ in range(5):
+            for _ in range(5):  # interleaved rounds
                 for k, graph in graphs.items():
-                    times[k] += _replay_ms(graph)
+                    times[k] += cuda_time_ms(graph.replay, warmup=1, rep=50, flush_l2=False)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
             print(f"{str(shape):22s} {variant:20s} {med['fwd'] - med['copy_x']:8.1f} {med['bwd'] - med['copy_dy']:8.1f}"
                   f"  ({med['copy_x']:.1f}, {med['copy_dy']:.1f})", flush=True)
