@@ -38,7 +38,7 @@ import torch
 
 from triton_kernels import batchnorm, batchnorm_eager, batchnorm_kernels
 from triton_kernels.graphs import capture_graph
-from triton_kernels.runtime import cuda_time_ms
+from triton_kernels.runtime import Config, cuda_time_ms
 
 _LOOPS = {  # the two reduction kernels' tile loops, as batchnorm_kernels.py writes them
     "    t_start = group * TILES_PER_GROUP\n    t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)\n":
@@ -49,8 +49,18 @@ _LOOPS = {  # the two reduction kernels' tile loops, as batchnorm_kernels.py wri
 }
 _ORDERS = {"interleaved": "group + k * GROUPS", "interleaved-reverse": "TILES - 1 - group - k * GROUPS"}
 VARIANTS = ("chunked", "interleaved", "interleaved-reverse")
-_TMP = Path(tempfile.mkdtemp(prefix="bn_tile_order_"))
 _KERNELS: dict[str, tuple] = {}
+
+
+def _scratch() -> Path:
+    """A temporary folder of this process (the variants' kernel sources, the check's tuning files)."""
+    global _SCRATCH
+    if _SCRATCH is None:
+        _SCRATCH = Path(tempfile.mkdtemp(prefix="bn_tile_order_"))
+    return _SCRATCH
+
+
+_SCRATCH = None
 
 
 def kernels(variant: str) -> tuple:
@@ -66,7 +76,7 @@ def kernels(variant: str) -> tuple:
                 raise RuntimeError(f"batchnorm_kernels.py no longer has the loop this experiment rewrites: {old!r}")
             source = source.replace(old, new.format(loop=loop))
         name = "bn_kernels_" + variant.replace("-", "_")
-        path = _TMP / f"{name}.py"
+        path = _scratch() / f"{name}.py"
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
@@ -76,32 +86,29 @@ def kernels(variant: str) -> tuple:
     return _KERNELS[variant]
 
 
-def use(variant: str, cache_dir: Path) -> None:
-    """Route batch_norm's two reductions to a variant's kernels, with fresh plans and a tuning cache of its own."""
+def use(variant: str, cache_dir: Path | None) -> None:
+    """Route batch_norm's two reductions to a variant's kernels, with fresh plans and a tuning cache of its own
+    in ``cache_dir`` (None: the tuners' own caches)."""
     batchnorm._bn_stats_kernel, batchnorm._bn_bwd_reduce_kernel = kernels(variant)
     for name in ("stats", "bwd_reduce"):
         tuner = batchnorm._tuners[name]
         tuner.clear_memory()
-        tuner.cache_path = lambda name=name: cache_dir / f"batchnorm_{name}-{variant}.json"
+        if cache_dir is None:
+            vars(tuner).pop("cache_path", None)
+        else:
+            tuner.cache_path = lambda name=name: cache_dir / f"batchnorm_{name}-{variant}.json"
     batchnorm._PLANS.clear()
     batchnorm_eager._FAST.clear()
 
 
 def restore() -> None:
     """batch_norm back to its own kernels and tuning caches."""
-    batchnorm._bn_stats_kernel, batchnorm._bn_bwd_reduce_kernel = kernels("chunked")
-    for name in ("stats", "bwd_reduce"):
-        batchnorm._tuners[name].__dict__.pop("cache_path", None)
-        batchnorm._tuners[name].clear_memory()
-    batchnorm._PLANS.clear()
-    batchnorm_eager._FAST.clear()
+    use("chunked", None)
 
 
 def check(device: str) -> None:
     """Each variant's forward and every gradient (residual, relu, several groups and channel blocks, partial
     tiles) against float64."""
-    from triton_kernels.runtime import Config
-
     torch.manual_seed(0)
     config = Config({"BLOCK_M": 16, "BLOCK_C": 16, "ACC_ROWS": 4, "PER_SM": 2}, 4, 1)
     x = (torch.randn(5, 40, 7, 9, device=device) * 2 + 1).to(memory_format=torch.channels_last)
@@ -112,7 +119,7 @@ def check(device: str) -> None:
     ref_grads = torch.autograd.grad(ref, leaves, g.double())
     try:
         for variant in VARIANTS:
-            use(variant, _TMP)
+            use(variant, _scratch())
             inputs = [t.clone().requires_grad_() for t in (x, res, w, b)]
             y = batchnorm.batch_norm(inputs[0], None, None, inputs[2], inputs[3], residual=inputs[1], relu=True,
                                      config=config)
@@ -183,7 +190,7 @@ def main(argv=None) -> None:
         check("cuda" if torch.cuda.is_available() else "cpu")
     elif args.probe:
         check("cuda")
-        probe(_TMP)
+        probe(_scratch())
     else:
         out = Path(args.step)
         out.mkdir(parents=True, exist_ok=True)
