@@ -244,13 +244,15 @@ class BasicBlock(nn.Module):
 
     def forward(self, x):
         x, x2 = x if isinstance(x, tuple) else (x, x)
+        if self.downsample is not None:  # the shortcut's convolution runs first, then the main path
+            conv, norm = self.downsample
+            shortcut = conv.forward_subsampled(x2) if x2.shape[-2:] != x.shape[-2:] else conv(x2)
+        out = self.conv2(self.bn1(self.conv1(x)))
         if self.downsample is None:
-            return self.bn2(self.conv2(self.bn1(self.conv1(x))), x2)
-        conv, norm = self.downsample
-        shortcut = conv.forward_subsampled(x2) if x2.shape[-2:] != x.shape[-2:] else conv(x2)
+            return self.bn2(out, x2)
         if isinstance(self.bn2, BatchNormAct2d) and self.bn2.pairs_with(norm):  # one apply normalises both
-            return self.bn2.forward_with_shortcut(self.conv2(self.bn1(self.conv1(x))), shortcut, norm)
-        return self.bn2(self.conv2(self.bn1(self.conv1(x))), norm(shortcut))
+            return self.bn2.forward_with_shortcut(out, shortcut, norm)
+        return self.bn2(out, norm(shortcut))
 
 
 class ResNet(nn.Module):
