@@ -20,7 +20,7 @@ the L2 holds whatever the order.
                                               batch norm's forward (backward), replayed from CUDA graphs; the
                                               chain's time less the copy's, per variant
     python -m bench.bn_tile_order --step OUT  the ResNet-18 step (triton+stepgraph, batch 512 bf16, synthetic)
-                                              per variant, two interleaved rounds, compile+stepgraph beside
+                                              per variant, two interleaved rounds, compile+stepgraph beside in the first
     python -m bench.bn_tile_order --check     every variant against float64 (CPU interpreter or GPU)
 
 Each variant tunes the two reductions into a cache file of its own. Delete this module once it has spoken.
@@ -172,7 +172,7 @@ def step(out: Path) -> None:
     for rnd in range(2):
         for variant in VARIANTS:
             use(variant, out)
-            backends = "triton+stepgraph,compile+stepgraph" if variant == "chunked" else "triton+stepgraph"
+            backends = "triton+stepgraph,compile+stepgraph" if (variant, rnd) == ("chunked", 0) else "triton+stepgraph"
             print(f"=== round {rnd} variant {variant}", flush=True)
             bench_resnet.main(["--model", "resnet18", "--synthetic", "--batch-size", "512", "--amp", "bf16", "--sgd",
                                "fused", "--backend", backends, "--bench-steps", "50", "--bench-rounds", "3",
