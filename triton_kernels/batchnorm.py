@@ -29,7 +29,7 @@ dependent launches of the reductions ahead of them (``_make_plan``).
 Tiling: every tensor is addressed as (N, HW, C) with strides (stride_n, stride_hw, stride_c); a tile is
 BLOCK_M pixels of one sample x BLOCK_C channels. When the N and HW strides merge (channels_last
 dense) the launcher makes them one pixel dim (N = 1, HW = N * H * W) so tiles run across samples.
-Reductions use a grid of (group, channel block) programs: a group walks a run of tiles keeping fp32
+Reductions use a grid of (group, channel block) programs: a group walks every GROUPS-th tile, keeping fp32
 sums of x - s in ACC_ROWS x BLOCK_C registers (each tile's pixels folded onto ACC_ROWS rows; ACC_ROWS =
 BLOCK_M keeps one per element), s = the channel's value at the first pixel of the batch, and writes one
 partial (count, mean of x - s, M2) per channel, then adds 1 to its channel block's arrival counter; the
@@ -221,15 +221,14 @@ def _pick(name: str, geo: _Geometry, dtype: torch.dtype, constexprs: dict, run, 
     return _tuners[name].pick(key, run, lambda: configs(geo), tracing=_is_fake(*tensors))
 
 
-def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int, int]:
-    """(tiles per sample, tiles, tiles per group, groups, channel blocks) of a reduction config:
-    about PER_SM programs per SM, never an empty group."""
+def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int]:
+    """(tiles per sample, tiles, groups, channel blocks) of a reduction config: about PER_SM programs per
+    SM, never an empty group."""
     block_m, block_c = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_C"]
     per_sample, tiles = geo.tiles(block_m)
     channel_blocks = cdiv(geo.C, block_c)
     want = max(1, min(tiles, cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks)))
-    per_group = cdiv(tiles, want)
-    return per_sample, tiles, per_group, cdiv(tiles, per_group), channel_blocks
+    return per_sample, tiles, cdiv(tiles, cdiv(tiles, want)), channel_blocks
 
 
 _MERGE_BLOCK_G = 32  # partials merged per step by a reduction's last program
@@ -240,7 +239,7 @@ _MERGE_BLOCK_G = 32  # partials merged per step by a reduction's last program
 # ----------------------------------------------------------------------------------------------------
 class _Plan(NamedTuple):
     """One kernel of a call bound to its config (launcher.bind), its grid, the ints that follow the
-    strides in its arguments (per_sample, and for a reduction tiles, per_group, groups), and a
+    strides in its arguments (per_sample, and for a reduction tiles, groups), and a
     reduction's partial buffer: rows (3 for the statistics, 2 for the backward, 3 for a pair's backward) x
     groups (0 x 0 for an elementwise kernel)."""
 
@@ -263,11 +262,11 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, depende
     apply, which follows a convolution."""
     pdl = dependent and not constexprs.get("FROM_RUNNING")
     if name in ("stats", "bwd_reduce"):  # (group, channel block) programs
-        per_sample, tiles, per_group, groups, channel_blocks = _groups(geo, cfg, device)
+        per_sample, tiles, groups, channel_blocks = _groups(geo, cfg, device)
         kw = {k: v for k, v in cfg.kwargs.items() if k != "PER_SM"}  # ACC_ROWS: in every config (_pick)
         bound = bind(kernel, **constexprs, **kw, BLOCK_G=min(next_power_of_2(groups), _MERGE_BLOCK_G), PDL=pdl,
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, per_group, groups),
+        return _Plan(bound, (groups, channel_blocks), (per_sample, tiles, groups),
                      3 if name == "stats" or constexprs.get("PAIR") else 2, groups)
     per_sample, tiles = geo.tiles(cfg.kwargs["BLOCK_M"])  # (tile, channel block) programs
     bound = bind(kernel, **constexprs, **cfg.kwargs, PDL=pdl, **({"launch_pdl": True} if pdl else {}),

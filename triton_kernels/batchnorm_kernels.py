@@ -92,14 +92,17 @@ def _fold_rows(v, ACC_ROWS: tl.constexpr):
 
 @triton.jit
 def _bn_stats_kernel(
-    x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS,
+    x_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c, TILES_PER_SAMPLE, TILES, GROUPS,
     count_ptr, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr, M, eps, momentum,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     """Program (group, channel block): count, mean of x - s and M2 = sum (x - mean)^2 over the tiles
-    [group * TILES_PER_GROUP, ...) -> part (3, GROUPS, C) fp32; s = x at the batch's first pixel. Sums are
+    TILES - 1 - group, TILES - 1 - group - GROUPS, ... -> part (3, GROUPS, C) fp32; s = x at the batch's first
+    pixel. The programs sweep x back to front together: the producer of x (a convolution) wrote its back last,
+    so those lines are read while the L2 still holds them, and the sweep ends at the front, which the apply
+    kernel reads first. Sums are
     kept in (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) and reduced over the pixels once at the end. The
     last program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one
     launch gives the batch statistics. PDL: once its tiles are summed, a program lets the apply kernel, a
@@ -108,13 +111,12 @@ def _bn_stats_kernel(
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     in_tile = tl.arange(0, BLOCK_M)[:, None] * stride_hw + cols[None, :] * stride_c
-    t_start = group * TILES_PER_GROUP
-    t_end = tl.minimum(t_start + TILES_PER_GROUP, TILES)
     shift = tl.load(x_ptr + cols * stride_c, mask=cmask, other=0.0).to(tl.float32)
     acc1 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc2 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     n = 0.0
-    for t in range(t_start, t_end):
+    for k in range(0, (TILES - group + GROUPS - 1) // GROUPS):  # back to front, every GROUPS-th tile
+        t = TILES - 1 - group - k * GROUPS
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         x = tl.load(x_ptr + base + in_tile, mask=mask, other=0.0).to(tl.float32)
@@ -289,13 +291,14 @@ def _masked_grad(dy, x_minus_mean, bits_ptr, t, TILES_PER_SAMPLE, HW, C, scale, 
 @triton.jit
 def _bn_bwd_reduce_kernel(
     dy_ptr, dy2_ptr, x_ptr, bits_ptr, g_ptr, stats_ptr, part_ptr, C, HW, stride_n, stride_hw, stride_c,
-    TILES_PER_SAMPLE, TILES, TILES_PER_GROUP, GROUPS, count_ptr, coef_ptr, dwb_ptr, M, IMG_H, IMG_W,
+    TILES_PER_SAMPLE, TILES, GROUPS, count_ptr, coef_ptr, dwb_ptr, M, IMG_H, IMG_W,
     res_x_ptr, res_stats_ptr, res_coef_ptr, res_dwb_ptr,
     RELU: tl.constexpr, MASK_FROM_BITS: tl.constexpr, STORE_G: tl.constexpr, HAS_DY2: tl.constexpr,
     SECOND_STRIDE: tl.constexpr, PAIR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
     ACC_ROWS: tl.constexpr, BLOCK_G: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles, kept in
+    """Program (group, channel block): sum(g) and sum(g * (x - mean)) over the group's tiles (every GROUPS-th
+    tile, back to front, as _bn_stats_kernel reads them: dy's producer wrote its back last), kept in
     (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) -> part (2, GROUPS, C) fp32; with STORE_G also writes g (the
     residual's gradient). HAS_DY2: the output's gradient comes in two parts (its two outputs), dy = dy + dy2
     as it is loaded (_load_dy; SECOND_STRIDE: y2 is y[:, :, ::S, ::S]). The last program of the channel block
@@ -314,8 +317,8 @@ def _bn_bwd_reduce_kernel(
     acc_g = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc_gx = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc_gxr = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
-    t_start = group * TILES_PER_GROUP
-    for t in range(t_start, tl.minimum(t_start + TILES_PER_GROUP, TILES)):
+    for k in range(0, (TILES - group + GROUPS - 1) // GROUPS):  # back to front, every GROUPS-th tile
+        t = TILES - 1 - group - k * GROUPS
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         offs = base + in_tile
