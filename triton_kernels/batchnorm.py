@@ -228,7 +228,8 @@ def _groups(geo: _Geometry, cfg: Config, device) -> tuple[int, int, int, int]:
     per_sample, tiles = geo.tiles(block_m)
     channel_blocks = cdiv(geo.C, block_c)
     want = max(1, min(tiles, cdiv(cfg.kwargs["PER_SM"] * num_sms(device, default=2), channel_blocks)))
-    return per_sample, tiles, cdiv(tiles, cdiv(tiles, want)), channel_blocks
+    per_group = cdiv(tiles, want)  # tiles a program reads, at most (it reads every groups-th one)
+    return per_sample, tiles, cdiv(tiles, per_group), channel_blocks
 
 
 _MERGE_BLOCK_G = 32  # partials merged per step by a reduction's last program

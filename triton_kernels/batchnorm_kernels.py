@@ -102,11 +102,11 @@ def _bn_stats_kernel(
     TILES - 1 - group, TILES - 1 - group - GROUPS, ... -> part (3, GROUPS, C) fp32; s = x at the batch's first
     pixel. The programs sweep x back to front together: the producer of x (a convolution) wrote its back last,
     so those lines are read while the L2 still holds them, and the sweep ends at the front, which the apply
-    kernel reads first. Sums are
-    kept in (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) and reduced over the pixels once at the end. The
-    last program of the channel block to finish then merges all GROUPS partials (_merge_stats), so one
-    launch gives the batch statistics. PDL: once its tiles are summed, a program lets the apply kernel, a
-    programmatic dependent launch, start (it loads its tiles, then waits for this grid to end)."""
+    kernel reads first. Sums are kept in (ACC_ROWS, BLOCK_C) registers (`_fold_rows`) and reduced over the
+    pixels once at the end. The last program of the channel block to finish then merges all GROUPS partials
+    (_merge_stats), so one launch gives the batch statistics. PDL: once its tiles are summed, a program lets
+    the apply kernel, a programmatic dependent launch, start (it loads its tiles, then waits for this grid to
+    end)."""
     group = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
