@@ -55,14 +55,13 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 
-from .batchnorm_fold import fold_into_conv  # noqa: F401  (a public function of this op family)
+from .batchnorm_fold import DTYPES, fold_into_conv  # noqa: F401  (fold_into_conv: a public function of this family)
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
 from .launcher import BoundKernel, _capturing, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
 from .runtime import (INTERPRET, Autotuner, Config, check_tensor, dependent_launch, next_power_of_2, num_sms,
                       register_op, register_tuner)
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # bf16 stores in the interpreter truncate instead of rounding to nearest: refused there
 INTERPRETER_DTYPES = (torch.float32, torch.float16)
 

@@ -7,7 +7,7 @@ import torch
 
 from .runtime import check_tensor
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the batch norm family's activation dtypes
 
 
 def fold_into_conv(conv_weight: torch.Tensor, conv_bias: Optional[torch.Tensor], running_mean: torch.Tensor,
