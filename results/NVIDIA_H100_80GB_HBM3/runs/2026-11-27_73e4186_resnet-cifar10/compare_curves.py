@@ -1,9 +1,11 @@
-"""This folder's analysis: the epoch at which test accuracy first reached 94 %, the training time to it, and
+"""A run folder's analysis (this folder's, or the folder given as the argument, which holds the same two
+backends' runs of the same recipe): the epoch at which test accuracy first reached 94 %, the training time to it, and
 each backend's per-step training loss over the first 300 steps against eager's from
 2026-11-27_08be298_resnet-cifar10-backends (same seed, data and recipe: same initial weights, batches and
-augmentation; eager's code path did not change since); writes curves.png. Run from the repository root:
-python results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_73e4186_resnet-cifar10/compare_curves.py"""
+augmentation; eager's code path did not change since); writes curves.png into that folder. Run from the
+repository root: python results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_73e4186_resnet-cifar10/compare_curves.py [FOLDER]"""
 import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -11,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-HERE = Path(__file__).parent
-EAGER = HERE.parent / "2026-11-27_08be298_resnet-cifar10-backends" / "eager"
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+EAGER = Path(__file__).parent.parent / "2026-11-27_08be298_resnet-cifar10-backends" / "eager"
 RUNS = {"triton_stepgraph": HERE / "triton_stepgraph", "compile_stepgraph": HERE / "compile_stepgraph",
         "eager (08be298)": EAGER}
 FIRST = 300  # steps compared one by one (the warm-up is 388)
