@@ -137,6 +137,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--backend: unknown {bad}; known: {', '.join(RUN_BACKENDS)}")
     if len(backends) > 1 and not args.bench_steps:
         p.error("several --backend values are for --bench-steps only")
+    repeated = sorted({b for b in backends if backends.count(b) > 1})
+    if repeated:
+        p.error(f"--backend: {repeated} named more than once (--bench-rounds repeats the timing)")
     if "compile+stepgraph" in backends and args.compile_mode in ("reduce-overhead", "max-autotune"):
         p.error(f"--compile-mode {args.compile_mode} makes CUDA graphs of its own, which compile+stepgraph's "
                 "graph cannot hold; use the default or max-autotune-no-cudagraphs")

@@ -426,6 +426,8 @@ def test_bad_arguments():
     with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--backend", "eager,triton"])  # several backends are for --bench-steps
     with pytest.raises(SystemExit):
+        bench.resnet.parse_args(["--backend", "eager,triton,eager", "--bench-steps", "2"])  # one backend, one row set
+    with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--widths", "4,8"])
     with pytest.raises(SystemExit):  # its graphs would nest in the step's graph
         bench.resnet.parse_args(["--backend", "compile+stepgraph", "--compile-mode", "reduce-overhead"])
