@@ -24,6 +24,19 @@ def _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _group_tiles(group, TILES, GROUPS):
+    """How many tiles reduction program ``group`` reads: every GROUPS-th tile, back to front (_group_tile)."""
+    return (TILES - group + GROUPS - 1) // GROUPS
+
+
+@triton.jit
+def _group_tile(group, k, TILES, GROUPS):
+    """The k-th tile program ``group`` reads: TILES - 1 - group - k * GROUPS. The programs sweep x back to front
+    together: x's producer wrote its back last, so those lines are read while the L2 still holds them."""
+    return TILES - 1 - group - k * GROUPS
+
+
+@triton.jit
 def _bit_offsets(t, TILES_PER_SAMPLE, HW, C, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
     """Tile t's relu bits: their byte offsets (BLOCK_M, BLOCK_C // G) and mask, G = min(8, BLOCK_C) channels
     per byte. Pixel p = n * HW + hw keeps cdiv(C, 8) bytes, channel c in bit c % 8 of byte c // 8."""
@@ -115,8 +128,8 @@ def _bn_stats_kernel(
     acc1 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc2 = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     n = 0.0
-    for k in range(0, (TILES - group + GROUPS - 1) // GROUPS):  # back to front, every GROUPS-th tile
-        t = TILES - 1 - group - k * GROUPS
+    for k in range(0, _group_tiles(group, TILES, GROUPS)):
+        t = _group_tile(group, k, TILES, GROUPS)
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         x = tl.load(x_ptr + base + in_tile, mask=mask, other=0.0).to(tl.float32)
@@ -317,8 +330,8 @@ def _bn_bwd_reduce_kernel(
     acc_g = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc_gx = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
     acc_gxr = tl.zeros((ACC_ROWS, BLOCK_C), dtype=tl.float32)
-    for k in range(0, (TILES - group + GROUPS - 1) // GROUPS):  # back to front, every GROUPS-th tile
-        t = TILES - 1 - group - k * GROUPS
+    for k in range(0, _group_tiles(group, TILES, GROUPS)):
+        t = _group_tile(group, k, TILES, GROUPS)
         base, pmask = _tile(t, TILES_PER_SAMPLE, HW, stride_n, stride_hw, BLOCK_M)
         mask = pmask[:, None] & cmask[None, :]
         offs = base + in_tile
