@@ -276,6 +276,11 @@ class ResNet(nn.Module):
         # on the triton backends: every batch norm's counter incremented and (under autocast) every cuDNN
         # convolution's weight cast in one launch each per forward; False: each layer does its own
         self.one_launch_prologue = True
+        # with the one-launch prologue under autocast: the cast weights' gradients stay in the autocast dtype
+        # (their grad_dtype), as the convolutions make them, instead of a cast back to fp32; for an optimizer
+        # that reads them so (triton_kernels.sgd.SGD; torch's optimizers want a parameter's own dtype)
+        self.low_precision_grads = False
+        self._grad_dtype = None  # the grad_dtype the prologue last gave the cast weights (None: their own)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -287,6 +292,8 @@ class ResNet(nn.Module):
         """Switch every layer to a backend's kernels (the "+compile" wrapping is :func:`compile_model`'s)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if getattr(self, "_cast_convs", None) is not None:
+            self._set_grad_dtype(None)  # the weights cast until now take fp32 gradients again
         self.backend = backend
         self.fused = backend.startswith("triton")
         for m in self.modules():
@@ -321,6 +328,7 @@ class ResNet(nn.Module):
         under autocast the fp32 weights of the convolutions in _cast_convs cast to the autocast dtype
         (foreach_cast.cast_parameters, whose backward casts their gradients back in one launch too)."""
         if not (self.fused and self.one_launch_prologue) or torch.compiler.is_compiling():
+            self._set_grad_dtype(None)
             yield
             return
         counted = [m for m in self._norms if m.training and m.track_running_stats
@@ -329,6 +337,7 @@ class ResNet(nn.Module):
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
             convs = [m for m in self._cast_convs if m.weight.dtype == torch.float32 != dtype]
+        self._set_grad_dtype(dtype if convs and self.low_precision_grads else None)
         try:
             if counted:
                 torch._foreach_add_([m.num_batches_tracked for m in counted], 1)
@@ -343,6 +352,15 @@ class ResNet(nn.Module):
                 _set_plain(m, "counted", False)
             for m in convs:
                 _set_plain(m, "cast_weight", None)
+
+    def _set_grad_dtype(self, dtype: torch.dtype | None) -> None:
+        """The cast weights' gradients kept in ``dtype`` (their grad_dtype), or None: in their own dtype again
+        (so a step without autocast, or compiled, keeps fp32 gradients)."""
+        if dtype is self._grad_dtype:
+            return
+        for m in self._cast_convs:
+            m.weight.grad_dtype = m.weight.dtype if dtype is None else dtype
+        self._grad_dtype = dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self._prologue(x):

@@ -80,6 +80,20 @@ def test_cast_parameters_gradients_float64():
             assert torch.equal(p.grad, w.double())
 
 
+def test_a_parameter_taking_narrow_gradients_gets_them_uncast():
+    """A leaf whose grad_dtype is the cast's dtype (or None: any) keeps the gradient as it comes; the others
+    get theirs cast back to their own dtype."""
+    params = [torch.randn(3, 4, device=DEVICE, requires_grad=True) for _ in range(3)]
+    params[0].grad_dtype = torch.float16
+    params[1].grad_dtype = None
+    casts = fc.cast_parameters(params, torch.float16)
+    weights = [torch.randn(c.shape, device=DEVICE).half() for c in casts]
+    sum((c * w).float().sum() for c, w in zip(casts, weights)).backward()
+    assert [p.grad.dtype for p in params] == [torch.float16, torch.float16, torch.float32]
+    for p, w in zip(params, weights):
+        assert torch.equal(p.grad.float(), w.float())
+
+
 def test_gradient_in_another_layout_comes_back_in_the_parameters():
     p = torch.randn(3, 4, 3, 3, device=DEVICE, requires_grad=True)  # contiguous
     (c,) = fc.cast_parameters([p], torch.float32)

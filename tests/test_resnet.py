@@ -152,6 +152,36 @@ def test_one_launch_prologue_equals_per_layer_casts():
     assert _prologue_pair(DEVICE if DEVICE == "cpu" else "cpu", torch.float16)
 
 
+def test_low_precision_grads_keep_the_cast_weights_gradients_narrow():
+    """low_precision_grads under fp16 autocast: the weights the prologue casts get fp16 gradients, equal to the
+    fp32 ones of the same step without it (which are those fp16 values widened); every other parameter keeps
+    fp32. A step without autocast, and switching the flag off, give fp32 gradients again."""
+    torch.manual_seed(0)
+    low, wide, warm = (ResNet((1, 1, 1, 1), widths=TINY, backend="triton") for _ in range(3))
+    wide.load_state_dict(low.state_dict())
+    low.low_precision_grads = True
+    x = torch.randn(4, 3, 8, 8)
+    for model in (warm, low, wide):  # the warm-up's call first: both compared calls take the fast paths
+        with torch.autocast("cpu", dtype=torch.float16):
+            model(x).float().square().sum().backward()
+    cast = {id(m.weight) for m in low._cast_convs}
+    assert cast
+    for (name, p), q in zip(low.named_parameters(), wide.parameters()):
+        assert p.grad.dtype == (torch.float16 if id(p) in cast else torch.float32), name
+        assert q.grad.dtype == torch.float32 and torch.equal(p.grad.float(), q.grad), name
+    warm(x).sum().backward()
+    for model in (low, wide):
+        model.zero_grad(set_to_none=True)
+        model(x).square().sum().backward()  # no autocast: nothing cast
+    assert all(p.grad.dtype == torch.float32 and torch.equal(p.grad, q.grad)
+               for p, q in zip(low.parameters(), wide.parameters()))
+    low.low_precision_grads = False
+    low.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        low(x).float().sum().backward()
+    assert all(p.grad.dtype == torch.float32 for p in low.parameters())
+
+
 def test_state_dicts_interchange_and_eval():
     eager, fused = _pair()
     assert list(eager.state_dict()) == list(fused.state_dict())
@@ -418,6 +448,14 @@ def test_sgd_implementations():
     assert type(bench.resnet.build_optimizer(fused, params, "triton+graph")) is sgd.SGD
     assert bench.resnet.build_optimizer(fused, params, "compile").defaults["fused"] is True
     assert bench.resnet.sgd_impl(bench.resnet.parse_args(["--optimizer", "adam"]), "triton") is None
+    # the Triton SGD reads bf16 weight gradients; torch's optimizers and fp16's GradScaler take fp32 ones
+    for argv, backend, low in ((["--sgd", "fused", "--amp", "bf16"], "triton", True),
+                               (["--sgd", "torch", "--amp", "bf16"], "triton", False),
+                               (["--sgd", "fused", "--amp", "fp16"], "triton", False),
+                               (["--sgd", "fused", "--amp", "bf16"], "eager", False)):
+        model = ResNet((1, 1, 1, 1), widths=TINY, backend=backend)
+        bench.resnet.Trainer(bench.resnet.parse_args(argv), model, model, torch.device("cpu"), 10)
+        assert model.low_precision_grads is low, (argv, backend)
 
 
 def test_bad_arguments():

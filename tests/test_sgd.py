@@ -131,6 +131,31 @@ def test_mixed_dtypes_and_unaligned_tensors():
     assert torch.equal(moved.detach(), torch.full((40,), -0.1, device=DEVICE))
 
 
+@pytest.mark.parametrize("grad_dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_narrower_gradients_of_fp32_parameters(grad_dtype):
+    """fp16 (bf16) gradients of fp32 parameters (a mixed-precision model's weight gradients) beside
+    fp32 ones, in one group with momentum: every parameter steps exactly as with its gradient widened to fp32
+    first (the kernel widens it as it loads it), first and later steps; the per-step check follows gradients
+    whose dtype changes."""
+    if grad_dtype == torch.bfloat16 and DEVICE == "cpu":
+        pytest.skip("no bf16 in the interpreter")
+    start = _params()
+    low = [torch.nn.Parameter(p.clone()) for p in start]
+    wide = [torch.nn.Parameter(p.clone()) for p in start]
+    for p in low[:2]:
+        p.grad_dtype = None  # any gradient dtype
+    ours, ref = (sgd.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3) for ps in (low, wide))
+    for step in range(3):
+        grads = [torch.randn_like(p).to(grad_dtype) for p in start]
+        for i, (p, q, g) in enumerate(zip(low, wide, grads)):
+            p.grad = g if i < 2 and step != 1 else g.float()  # step 1: every gradient fp32
+            q.grad = g.float()
+        ours.step()
+        ref.step()
+        for i, (p, q) in enumerate(zip(low, wide)):
+            assert torch.equal(p.detach(), q.detach()), f"step {step}, param {i}"
+
+
 def test_empty_parameter_among_others():
     """A parameter with no elements is skipped by the launch but keeps its (empty) momentum buffer; the others
     step as torch's in float64, first and later steps."""
@@ -200,6 +225,7 @@ def test_nan_propagates_like_torch():
     (dict(nesterov=True, momentum=0.0), "Nesterov momentum requires"),
     (dict(grads="shape"), "grads\\[0\\] has shape"),
     (dict(grads="dtype"), "grads\\[0\\]"),
+    (dict(grads="wider"), "grads\\[0\\]"),
     (dict(params="strided"), "params\\[0\\] must be contiguous or channels_last"),
     (dict(bufs="shape"), "momentum_buffers\\[0\\] must have"),
 ])
@@ -211,6 +237,8 @@ def test_bad_input_raises(bad, match):
         grads = [torch.randn(6, 4, device=DEVICE)]
     if bad.get("grads") == "dtype":
         grads = [g.double()]
+    if bad.get("grads") == "wider":  # a gradient wider than its (fp16) parameter
+        params = [p.half()]
     if bad.get("params") == "strided":
         params = [torch.randn(4, 12, device=DEVICE)[:, ::2]]
     if bad.get("bufs") == "shape":
@@ -220,6 +248,12 @@ def test_bad_input_raises(bad, match):
     with pytest.raises(ValueError, match=match):
         sgd.sgd_step_(params, grads, bufs, kw.pop("lr", 0.1), **({"momentum": 0.9} | kw))
     assert torch.equal(params[0], before)  # nothing launched: the check comes first
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's dtype check")
+def test_bfloat16_gradients_refused_on_the_interpreter():
+    with pytest.raises(ValueError, match="grads\\[0\\].*interpreter"):
+        sgd.sgd_step_([torch.randn(5)], [torch.randn(5).bfloat16()], [None], 0.1)
 
 
 @pytest.mark.gpu

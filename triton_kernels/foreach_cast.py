@@ -113,15 +113,23 @@ def _cast(tensors: Sequence[torch.Tensor], dtype: torch.dtype, config: Optional[
     return outs
 
 
+def _grad_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype t's gradient is kept in: its ``grad_dtype`` (a leaf may take a narrower gradient than itself;
+    None: any dtype, so the gradient stays as it comes), else t's own dtype."""
+    return getattr(t, "grad_dtype", t.dtype) if t.is_leaf and t.requires_grad else t.dtype
+
+
 class _CastParameters(torch.autograd.Function):
-    """Forward: the tensors cast to one dtype; backward: each gradient cast back to its tensor's dtype (one
-    launch per target dtype; a gradient whose strides differ from its tensor's is cast by torch into the
-    tensor's layout, so autograd can keep it as ``.grad`` without a copy)."""
+    """Forward: the tensors cast to one dtype; backward: each gradient cast back to its tensor's gradient dtype
+    (``_grad_dtype``: a gradient already in it is passed on as it is, e.g. the bf16 weight gradient of an fp32
+    parameter whose grad_dtype is bf16) in one launch per target dtype; a gradient whose strides differ from
+    its tensor's is cast by torch into the tensor's layout, so autograd can keep it as ``.grad`` without a
+    copy."""
 
     @staticmethod
     def forward(ctx, dtype: torch.dtype, *tensors: torch.Tensor):
         ctx.set_materialize_grads(False)
-        ctx.layouts = [(t.dtype, t.stride()) for t in tensors]
+        ctx.layouts = [(_grad_dtype(t), t.stride()) for t in tensors]
         return tuple(_cast(tensors, dtype))  # cast_parameters checked them
 
     @staticmethod
@@ -131,8 +139,12 @@ class _CastParameters(torch.autograd.Function):
         for i, (g, (dtype, stride)) in enumerate(zip(grads, ctx.layouts)):
             if g is None:
                 continue
+            dtype = g.dtype if dtype is None else dtype
             if g.stride() == stride and is_dense(g):
-                by_dtype.setdefault(dtype, []).append(i)
+                if g.dtype == dtype:
+                    out[i] = g
+                else:
+                    by_dtype.setdefault(dtype, []).append(i)
             else:
                 out[i] = torch.empty_strided(g.shape, stride, dtype=dtype, device=g.device).copy_(g)
         for dtype, idx in by_dtype.items():  # dense gradients of the checked outputs' shapes and dtype

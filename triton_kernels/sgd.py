@@ -36,20 +36,21 @@ from .runtime import launch as _launch
 
 
 @triton.jit
-def _sgd_kernel(addresses_ptr, chunk_tensor_ptr, chunk_index_ptr, numels_ptr, like_ptr, lr, momentum, dampening,
-                weight_decay, T, MAXIMIZE: tl.constexpr, HAS_WD: tl.constexpr, HAS_MOMENTUM: tl.constexpr,
+def _sgd_kernel(addresses_ptr, chunk_tensor_ptr, chunk_index_ptr, numels_ptr, like_ptr, grad_like_ptr, lr, momentum,
+                dampening, weight_decay, T, MAXIMIZE: tl.constexpr, HAS_WD: tl.constexpr, HAS_MOMENTUM: tl.constexpr,
                 FIRST: tl.constexpr, NESTEROV: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """addresses: (3, T) int64, the data pointers of the T parameters, their gradients and their momentum
     buffers (the parameters again without momentum); chunk_tensor, chunk_index: (chunks,) int32, each chunk's
-    tensor and its index in it; numels: (T,) int32; like: a tensor of the parameters' dtype (its pointer type
-    types the addresses). ALIGNED: every address a multiple of 16 elements. FIRST: the buffers are written,
-    not read."""
+    tensor and its index in it; numels: (T,) int32; like / grad_like: tensors of the parameters' / the
+    gradients' dtype (their pointer types type the addresses; a gradient may be narrower than its fp32
+    parameter, and is widened as it is loaded). ALIGNED: every address a multiple of 16 elements. FIRST: the
+    buffers are written, not read."""
     pid = tl.program_id(0)
     t = tl.load(chunk_tensor_ptr + pid)
     offs = tl.load(chunk_index_ptr + pid) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < tl.load(numels_ptr + t)
     p_ptr = tl.load(addresses_ptr + t).to(like_ptr.dtype)
-    g_ptr = tl.load(addresses_ptr + T + t).to(like_ptr.dtype)
+    g_ptr = tl.load(addresses_ptr + T + t).to(grad_like_ptr.dtype)
     b_ptr = tl.load(addresses_ptr + 2 * T + t).to(like_ptr.dtype)
     if ALIGNED:
         p_ptr, g_ptr, b_ptr = tl.multiple_of(p_ptr, 16), tl.multiple_of(g_ptr, 16), tl.multiple_of(b_ptr, 16)
@@ -83,6 +84,7 @@ class SGDKey(NamedTuple):
     n: int          # values in all, bucketed
     tensors: int    # tensors per launch, bucketed
     dtype: str
+    grad_dtype: str
     momentum: bool
     first: bool
 
@@ -121,7 +123,8 @@ def _address_table(device, addresses: tuple, align: int) -> tuple[torch.Tensor, 
 
 
 def _launch_group(params, grads, bufs, hyper: tuple, flags: dict, config: Optional[Config]) -> None:
-    """One launch over tensors of one dtype (bufs: params again without momentum)."""
+    """One launch over parameters of one dtype whose gradients share one dtype (bufs: params again without
+    momentum)."""
     data_ptr = torch.Tensor.data_ptr
     addresses = (*map(data_ptr, params), *map(data_ptr, grads), *map(data_ptr, bufs))
     table, aligned = _address_table(params[0].device, addresses, 16 * params[0].element_size())
@@ -129,12 +132,12 @@ def _launch_group(params, grads, bufs, hyper: tuple, flags: dict, config: Option
 
     def run(cfg: Config) -> None:
         tensor, index, sizes = _chunks(params[0].device, numels, cfg.kwargs["BLOCK"])
-        _launch(_sgd_kernel, (len(tensor),), table, tensor, index, sizes, params[0], *hyper, len(params), **flags,
-                ALIGNED=aligned, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cfg.kwargs)
+        _launch(_sgd_kernel, (len(tensor),), table, tensor, index, sizes, params[0], grads[0], *hyper, len(params),
+                **flags, ALIGNED=aligned, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cfg.kwargs)
 
     if config is None:
         key = SGDKey(n=bucket(sum(numels), 1 << 16), tensors=bucket(len(params), 4), dtype=dtype_name(params[0].dtype),
-                     momentum=flags["HAS_MOMENTUM"], first=flags["FIRST"])
+                     grad_dtype=dtype_name(grads[0].dtype), momentum=flags["HAS_MOMENTUM"], first=flags["FIRST"])
         copies: list = []  # the trials update what they are given: copies, made at the first trial
 
         def trial(cfg: Config) -> None:
@@ -151,7 +154,9 @@ def sgd_step_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
               dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, *,
               config: Optional[Config] = None) -> list[Optional[torch.Tensor]]:
     """torch.optim.SGD's update of ``params`` in place (see the module docstring), one launch per parameter
-    dtype (first-step buffers apart). ``momentum_buffers[i]`` None: param i's first step, its
+    and gradient dtype (first-step buffers apart). A gradient has its parameter's dtype, or is a narrower float
+    (fp16, bf16) of an fp32 parameter (``grad_dtype``: a mixed-precision model's weight gradients as the
+    autocast layers make them), widened to fp32 as it is loaded. ``momentum_buffers[i]`` None: param i's first step, its
     buffer is made (when momentum != 0); a buffer in another layout than its parameter's is replaced by a copy in
     the parameter's. Returns the buffers (None without momentum): keep these. ``config`` forces a launch config
     (tests)."""
@@ -176,15 +181,16 @@ def _step(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay
         bufs, firsts = list(params), [False] * len(params)
     hyper = (float(lr), float(momentum), float(dampening), float(weight_decay))
     flags = dict(MAXIMIZE=bool(maximize), HAS_WD=weight_decay != 0, HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov))
-    dtype = params[0].dtype
-    if all(p.dtype is dtype and p.numel() for p in params) and len(set(firsts)) == 1:
+    dtype, grad_dtype = params[0].dtype, grads[0].dtype
+    if all(p.dtype is dtype and g.dtype is grad_dtype and p.numel() for p, g in zip(params, grads)) \
+            and len(set(firsts)) == 1:
         _launch_group(params, grads, bufs, hyper, dict(flags, FIRST=firsts[0]), config)
-    else:  # one launch per (first step, dtype): first steps write their buffers, not read them
+    else:  # one launch per (first step, dtype, gradient dtype): first steps write their buffers, not read them
         passes: dict[tuple, list[int]] = {}
-        for i, p in enumerate(params):
+        for i, (p, g) in enumerate(zip(params, grads)):
             if p.numel():
-                passes.setdefault((firsts[i], p.dtype), []).append(i)
-        for (first, _), idx in passes.items():
+                passes.setdefault((firsts[i], p.dtype, g.dtype), []).append(i)
+        for (first, _, _), idx in passes.items():
             _launch_group([params[i] for i in idx], [grads[i] for i in idx], [bufs[i] for i in idx], hyper,
                           dict(flags, FIRST=first), config)
     # the kernel wrote through pointers: bump the version counters, as torch's in-place update does (caches keyed
@@ -216,7 +222,8 @@ def _check_tensors(params, grads, bufs) -> None:
         device = params[0].device
         for i, (p, g, b) in enumerate(zip(params, grads, bufs)):
             check_tensor(f"params[{i}]", p, dtypes=DTYPES, device=device, interpreter_dtypes=INTERPRETER_DTYPES)
-            check_tensor(f"grads[{i}]", g, dtypes=(p.dtype,), device=device)
+            check_tensor(f"grads[{i}]", g, dtypes=_grad_dtypes(p.dtype), device=device,
+                         interpreter_dtypes=INTERPRETER_DTYPES)
             if g.is_sparse:
                 raise ValueError(f"grads[{i}] is sparse: SGD's fused step takes dense gradients")
             if g.shape != p.shape:
@@ -233,12 +240,18 @@ def _all_valid(params, grads, bufs) -> bool:
     one cheap pass for the common case."""
     device, dtypes = params[0].device, INTERPRETER_DTYPES if INTERPRET else DTYPES
     tensor = torch.Tensor
-    return all(isinstance(p, tensor) and isinstance(g, tensor) and p.dtype in dtypes and g.dtype == p.dtype
+    return all(isinstance(p, tensor) and isinstance(g, tensor) and p.dtype in dtypes
+               and (g.dtype == p.dtype or p.dtype == torch.float32 and g.dtype in dtypes)
                and p.device == device and g.device == device and g.shape == p.shape and not g.is_sparse
                and is_dense(p) and p.numel() < 2**31
                and (b is None or isinstance(b, tensor) and b.dtype == p.dtype and b.shape == p.shape
                     and b.device == device)
                for p, g, b in zip(params, grads, bufs))
+
+
+def _grad_dtypes(dtype: torch.dtype) -> tuple:
+    """The gradient dtypes a parameter of ``dtype`` takes: its own, and for fp32 the narrower floats."""
+    return DTYPES if dtype == torch.float32 else (dtype,)
 
 
 _DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
@@ -256,13 +269,15 @@ class SGD(torch.optim.SGD):
     step is :func:`sgd_step_`: one launch per parameter group. Dense gradients only; ``lr`` a float (a
     scheduler's floats do); no foreach / fused / differentiable options (the launch is all of them). A group's
     parameters and buffers are checked in full at its first step (and after a load_state_dict or a change of
-    which parameters have gradients); later steps check each gradient's dtype, shape and device only."""
+    which parameters have gradients, or of their dtypes); later steps check each gradient's dtype, shape and
+    device only. A gradient may be narrower than its fp32 parameter (see :func:`sgd_step_`)."""
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                          nesterov=nesterov, maximize=maximize)
-        self._checked: dict[int, tuple] = {}  # group index -> (parameters, their _signature) at the last full check
+        # group index -> (parameters, their _signature, their gradients' dtypes) at the last full check
+        self._checked: dict[int, tuple] = {}
 
     def load_state_dict(self, state_dict) -> None:
         super().load_state_dict(state_dict)
@@ -284,13 +299,14 @@ class SGD(torch.optim.SGD):
             _check_options(group["lr"], momentum, group["dampening"], group["weight_decay"], group["nesterov"])
             known, signature = self._checked.get(index), _signature(params)
             grad_signature = _signature(grads)
-            # checked in full when the parameters, their dtypes, shapes, devices or strides changed since the last
-            # full check; every step, each gradient has its parameter's dtype, shape and device and is dense
+            # checked in full when the parameters, their dtypes, shapes, devices or strides, or the gradients'
+            # dtypes changed since the last full check; every step, each gradient has its parameter's shape and
+            # device and is dense
             if known is None or len(known[0]) != len(params) or not all(map(operator.is_, known[0], params)) \
-                    or known[1] != signature or grad_signature[:3] != signature[:3] \
-                    or any(map(operator.attrgetter("is_sparse"), grads)):
+                    or known[1] != signature or known[2] != grad_signature[0] \
+                    or grad_signature[1:3] != signature[1:3] or any(map(operator.attrgetter("is_sparse"), grads)):
                 _check_tensors(params, grads, bufs)
-                self._checked[index] = (params, signature)
+                self._checked[index] = (params, signature, grad_signature[0])
             new_bufs = _step(params, grads, bufs, group["lr"], momentum, group["dampening"], group["weight_decay"],
                              group["nesterov"], group["maximize"], strides=signature[3], grad_strides=grad_signature[3])
             if momentum != 0:  # a buffer made or re-laid this step goes into the state
