@@ -267,7 +267,8 @@ def test_tuning_times_the_finalists_again_interleaved(cache, monkeypatch):
     again = {16: 1.3, 32: 1.05}
     seen, current = [], {}
 
-    def fake_time(fn, warmup=3, rep=10, flush_l2=True):
+    def fake_time(fn, warmup=3, rep=10, flush_l2=True, lead_ms=0.0):
+        assert lead_ms == runtime.TUNER_LEAD_MS  # trials time the kernels, not the host path
         fn()
         b = current["B"]
         seen.append(b)
@@ -281,3 +282,21 @@ def test_tuning_times_the_finalists_again_interleaved(cache, monkeypatch):
     trials = t.trials["k"]
     assert [tr.get("final_ms") for tr in trials] == [1.3, 1.05, None]
 
+
+
+@pytest.mark.gpu
+def test_gpu_lead_hides_the_host_path_from_kernel_times():
+    """A call that spends 0.3 ms on the host before its launch: timed as an eager call the GPU waits for it
+    (~0.3 ms); with lead_ms the host work is done while the GPU spins, and the time is the kernel's."""
+    import time
+
+    x = torch.empty(1 << 20, device="cuda")
+
+    def call():
+        time.sleep(3e-4)
+        x.add_(1.0)
+
+    eager = sorted(runtime.cuda_time_ms(call, rep=20))[10]
+    kernel = sorted(runtime.cuda_time_ms(call, rep=20, lead_ms=1.0))[10]
+    alone = sorted(runtime.cuda_time_ms(lambda: x.add_(1.0), rep=20))[10]
+    assert eager > 0.2 and kernel < 0.1 and kernel < 3 * alone + 0.01, (eager, kernel, alone)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import hashlib
 import inspect
 import json
@@ -355,9 +356,16 @@ class CudaEventTimer:
         return [start.elapsed_time(end) for start, end in self._pairs]
 
 
-def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush_l2: bool = True) -> list[float]:
+def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush_l2: bool = True,
+                 lead_ms: float = 0.0) -> list[float]:
     """Per-repetition times (ms) of ``fn`` with CUDA events, the L2 flushed (a 256 MB write, larger
-    than any L2) before each repetition when ``flush_l2``. Shared by the autotuner and the harness."""
+    than any L2) before each repetition when ``flush_l2``. Shared by the autotuner and the harness.
+
+    A repetition's time includes any wait of the GPU for ``fn``'s host work before its launches (what an eager
+    call costs). ``lead_ms`` > 0 queues a GPU spin of at least that long (at clocks up to 2 GHz) before each
+    start event, so the host's work is done while the GPU spins and the times are the kernels' alone (what
+    a tuner compares: a slow or busy host, or a garbage collection, then moves no config's time); Python's
+    garbage collector is paused while the repetitions are queued."""
     global _FLUSH
     if flush_l2 and _FLUSH is None:
         _FLUSH = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
@@ -365,11 +373,21 @@ def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush
         fn()
     torch.cuda.synchronize()
     timer = CudaEventTimer()
-    for _ in range(rep):
-        if flush_l2:
-            _FLUSH.zero_()
-        with timer.span():
-            fn()
+    cycles = int(lead_ms * 2e6)
+    collecting = gc.isenabled()
+    if cycles:
+        gc.disable()
+    try:
+        for _ in range(rep):
+            if flush_l2:
+                _FLUSH.zero_()
+            if cycles:
+                torch.cuda._sleep(cycles)
+            with timer.span():
+                fn()
+    finally:
+        if collecting:
+            gc.enable()
     return timer.times_ms()
 
 
@@ -527,7 +545,7 @@ class Autotuner:
         trials = []
         for cfg in configs:
             try:
-                ms = _median(cuda_time_ms(lambda: run(cfg), warmup=self.warmup, rep=self.rep))
+                ms = _median(cuda_time_ms(lambda: run(cfg), warmup=self.warmup, rep=self.rep, lead_ms=TUNER_LEAD_MS))
             except Exception as e:  # out of resources, compile failure: record and move on
                 trials.append({"config": cfg.to_json(), "ms": None, "error": type(e).__name__})
                 continue
@@ -554,7 +572,7 @@ class Autotuner:
         times: dict[int, list[float]] = {i: [] for i in finalists}
         for _ in range(FINAL_ROUNDS):
             for i in finalists:
-                times[i] += cuda_time_ms(lambda i=i: run(configs[i]), warmup=1, rep=self.rep)
+                times[i] += cuda_time_ms(lambda i=i: run(configs[i]), warmup=1, rep=self.rep, lead_ms=TUNER_LEAD_MS)
         for i in finalists:
             trials[i]["final_ms"] = _median(times[i])
         won = min(finalists, key=lambda i: trials[i]["final_ms"])
@@ -588,6 +606,9 @@ class Autotuner:
 
 ALL_TUNERS: dict[str, Autotuner] = {}
 FINALISTS, FINAL_MARGIN, FINAL_ROUNDS = 3, 1.15, 5  # the tuner's interleaved second round (Autotuner._final_round)
+# GPU spin queued before each timed trial (cuda_time_ms's lead_ms): the tuner compares kernel times, which the
+# host path of a trial launch (up to ~0.1 ms in Python, more on a slow or busy host) must not leak into
+TUNER_LEAD_MS = 0.5
 
 
 def register_tuner(t: Autotuner) -> Autotuner:
