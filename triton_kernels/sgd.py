@@ -12,7 +12,9 @@ Math (torch.optim.SGD, per value; lr, momentum, dampening, weight_decay as its a
     buf = momentum * buf + (1 - dampening) * g  (later steps)
     g = g + momentum * buf if nesterov else buf (when momentum != 0)
     p = p - lr * g
-in fp32, each result stored in the parameter's dtype.
+in fp32, each result stored in the parameter's dtype. A gradient may be a narrower float (fp16, bf16) than its
+fp32 parameter, as a mixed-precision model's weight gradients come out of its layers; it is widened as it is
+loaded.
 
 Tiling: the tensors laid end to end and cut into BLOCK-element chunks, one program per chunk. Two small
 tables give each chunk its tensor and its index in that tensor (made once per list of sizes), and a third the
