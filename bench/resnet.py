@@ -375,9 +375,11 @@ class Trainer:
         self.amp = AMP[args.amp]
         self.optimizer = build_optimizer(args, model.parameters(), getattr(model, "backend", "eager"))
         # the Triton SGD reads the bf16 weight gradients as the convolutions make them (no cast back to fp32); not
-        # under DDP (its buckets all-reduce the parameters' own dtype) nor with fp16's GradScaler (fp32 grads)
+        # under DDP (its buckets all-reduce the parameters' own dtype), fp16's GradScaler (fp32 grads) or
+        # torch.compile (which casts the weights itself)
         if hasattr(model, "low_precision_grads"):
             model.low_precision_grads = (sgd_impl(args, model.backend) == "triton" and self.amp is torch.bfloat16
+                                         and "compile" not in model.backend
                                          and not torch.distributed.is_initialized())
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, args.warmup))
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp is torch.float16)

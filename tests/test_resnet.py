@@ -452,7 +452,8 @@ def test_sgd_implementations():
     for argv, backend, low in ((["--sgd", "fused", "--amp", "bf16"], "triton", True),
                                (["--sgd", "torch", "--amp", "bf16"], "triton", False),
                                (["--sgd", "fused", "--amp", "fp16"], "triton", False),
-                               (["--sgd", "fused", "--amp", "bf16"], "eager", False)):
+                               (["--sgd", "fused", "--amp", "bf16"], "eager", False),
+                               (["--sgd", "fused", "--amp", "bf16"], "triton+compile", False)):
         model = ResNet((1, 1, 1, 1), widths=TINY, backend=backend)
         bench.resnet.Trainer(bench.resnet.parse_args(argv), model, model, torch.device("cpu"), 10)
         assert model.low_precision_grads is low, (argv, backend)
