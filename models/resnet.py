@@ -355,11 +355,19 @@ class ResNet(nn.Module):
 
     def _set_grad_dtype(self, dtype: torch.dtype | None) -> None:
         """The cast weights' gradients kept in ``dtype`` (their grad_dtype), or None: in their own dtype again
-        (so a step without autocast, or compiled, keeps fp32 gradients)."""
+        (so a step without autocast, or compiled, keeps fp32 gradients). A gradient already there (not set to
+        None between steps) is converted with it: widened exactly, or rounded as the step's own would be."""
         if dtype is self._grad_dtype:
             return
         for m in self._cast_convs:
-            m.weight.grad_dtype = m.weight.dtype if dtype is None else dtype
+            w = m.weight
+            want, grad = w.dtype if dtype is None else dtype, w.grad
+            if grad is not None and grad.dtype != want:
+                w.grad = None  # torch refuses a grad_dtype that the gradient there does not have
+                w.grad_dtype = want
+                w.grad = grad.to(want)
+            else:
+                w.grad_dtype = want
         self._grad_dtype = dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -180,6 +180,21 @@ def test_low_precision_grads_keep_the_cast_weights_gradients_narrow():
     with torch.autocast("cpu", dtype=torch.float16):
         low(x).float().sum().backward()
     assert all(p.grad.dtype == torch.float32 for p in low.parameters())
+    # gradients left in place across the switch are converted, not refused: fp16 ones widen exactly and the
+    # next backward (no autocast) adds to them
+    low.low_precision_grads = True
+    low.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        low(x).float().sum().backward()
+    kept = {id(p): p.grad.clone() for p in low.parameters()}
+    assert any(g.dtype == torch.float16 for g in kept.values())
+    low(x).sum().backward()
+    assert all(p.grad.dtype == torch.float32 for p in low.parameters())
+    warm.zero_grad(set_to_none=True)
+    warm.load_state_dict(low.state_dict())
+    warm(x).sum().backward()
+    for p, q in zip(low.parameters(), warm.parameters()):
+        assert torch.equal(p.grad, kept[id(p)].float() + q.grad)
 
 
 def test_state_dicts_interchange_and_eval():
