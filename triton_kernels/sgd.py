@@ -243,7 +243,7 @@ def _all_valid(params, grads, bufs) -> bool:
     device, dtypes = params[0].device, INTERPRETER_DTYPES if INTERPRET else DTYPES
     tensor = torch.Tensor
     return all(isinstance(p, tensor) and isinstance(g, tensor) and p.dtype in dtypes
-               and (g.dtype == p.dtype or p.dtype == torch.float32 and g.dtype in dtypes)
+               and g.dtype in _grad_dtypes(p.dtype, dtypes)
                and p.device == device and g.device == device and g.shape == p.shape and not g.is_sparse
                and is_dense(p) and p.numel() < 2**31
                and (b is None or isinstance(b, tensor) and b.dtype == p.dtype and b.shape == p.shape
@@ -251,9 +251,10 @@ def _all_valid(params, grads, bufs) -> bool:
                for p, g, b in zip(params, grads, bufs))
 
 
-def _grad_dtypes(dtype: torch.dtype) -> tuple:
-    """The gradient dtypes a parameter of ``dtype`` takes: its own, and for fp32 the narrower floats."""
-    return DTYPES if dtype == torch.float32 else (dtype,)
+def _grad_dtypes(dtype: torch.dtype, dtypes: tuple = DTYPES) -> tuple:
+    """The gradient dtypes a parameter of ``dtype`` takes: its own, and for fp32 the narrower floats among
+    ``dtypes``."""
+    return dtypes if dtype == torch.float32 else (dtype,)
 
 
 _DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
