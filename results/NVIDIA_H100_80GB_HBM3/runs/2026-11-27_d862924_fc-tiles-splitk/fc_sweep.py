@@ -1,6 +1,7 @@
 """The Char-CNN's fc1 (512 x 8704 -> 1024) and fc2 (512 x 1024 -> 1024) Linear + bias + ReLU forward, bf16: a
 wide sweep of the persistent TMA kernel's configs (tiles, BLOCK_K, warps, stages, GROUP_M) against cuBLAS
-(linear + relu, replayed from a CUDA graph). Kernel times: CUDA events, L2 flushed, 0.5 ms GPU lead."""
+(linear + relu, replayed from a CUDA graph). Kernel times: CUDA events, L2 flushed, 0.5 ms GPU lead.
+SWEEP=2: the second run, fc1 only, 64 x 64 tiles with 5-7 stages and GROUP_M 1-16 (fc_sweep2.json)."""
 import json, os, statistics, sys
 sys.path.insert(0, ".")
 import torch
@@ -10,6 +11,7 @@ from triton_kernels.gemm import _ensure_allocator
 from triton_kernels.gemm_kernels import _gemm_tma_kernel
 from triton_kernels.graphs import capture_graph
 OUT = os.environ.get("OUT", "/tmp")
+SECOND = os.environ.get("SWEEP") == "2"
 _ensure_allocator()
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 rows = []
@@ -22,7 +24,7 @@ def med(fn, reps=100):
     return statistics.median(ts)
 
 
-for name, (M, K, N) in (("fc1", (512, 8704, 1024)), ("fc2", (512, 1024, 1024))):
+for name, (M, K, N) in (("fc1", (512, 8704, 1024)),) + (() if SECOND else (("fc2", (512, 1024, 1024)),)):
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
     w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16, generator=g) / K ** 0.5
@@ -34,14 +36,18 @@ for name, (M, K, N) in (("fc1", (512, 8704, 1024)), ("fc2", (512, 1024, 1024))):
     rows.append(dict(case=name, what="cublas_graph", us=cub))
     c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     cfgs = []
-    for bm, bn in ((64, 64), (64, 128), (128, 64), (128, 128), (64, 32), (32, 64)):
-        for bk in (64, 128, 256):
-            for w_ in (4, 8):
-                for st in (3, 4, 6, 8, 12):
-                    smem = st * (bm * bk + bk * bn) * 2
-                    if smem > 220 * 1024 or bk > K or (w_ == 8 and bm * bn < 128 * 64):
-                        continue
-                    cfgs.append((bm, bn, bk, w_, st, 8))
+    if SECOND:
+        cfgs = [(64, 64, 128, 4, st, gm) for st in (5, 6, 7) for gm in (1, 2, 4, 8, 16)]
+        cfgs += [(64, 64, 64, 4, st, 8) for st in (10, 13, 14)]
+    else:
+        for bm, bn in ((64, 64), (64, 128), (128, 64), (128, 128), (64, 32), (32, 64)):
+            for bk in (64, 128, 256):
+                for w_ in (4, 8):
+                    for st in (3, 4, 6, 8, 12):
+                        smem = st * (bm * bk + bk * bn) * 2
+                        if smem > 220 * 1024 or bk > K or (w_ == 8 and bm * bn < 128 * 64):
+                            continue
+                        cfgs.append((bm, bn, bk, w_, st, 8))
     for bm, bn, bk, w_, st, gm in cfgs:
         progs = min(-(-M // bm) * -(-N // bn), SMS)
         def call():
@@ -60,4 +66,4 @@ for name, (M, K, N) in (("fc1", (512, 8704, 1024)), ("fc2", (512, 1024, 1024))):
             continue
         rows.append(dict(case=name, what="tma", cfg=(bm, bn, bk, w_, st, gm), us=us, err=err))
         print(f"  {(bm, bn, bk, w_, st, gm)}: {us:6.2f} us  {cub / us:.3f}x  err {err:.1e}", flush=True)
-json.dump(rows, open(os.path.join(OUT, "fc_sweep.json"), "w"), indent=1)
+json.dump(rows, open(os.path.join(OUT, "fc_sweep2.json" if SECOND else "fc_sweep.json"), "w"), indent=1)
