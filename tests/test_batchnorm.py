@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional
 
 from models.resnet import BatchNormAct2d
-from triton_kernels import batchnorm, batchnorm_eager, runtime
+from triton_kernels import batchnorm, batchnorm_eager, runtime, stream_buffers
 from triton_kernels.runtime import Config
 from triton_kernels.testing import assert_close, rel_err
 
@@ -120,31 +120,8 @@ def test_reductions_leave_their_counters_at_zero():
     for later in outs[1:]:
         for a, b in zip(outs[0], later):
             assert torch.equal(a, b)
-    for buf in batchnorm._COUNTERS.values():
+    for buf in stream_buffers._COUNTERS.values():
         assert int(buf.count_nonzero()) == 0
-
-
-def test_fast_path_buffers_are_per_thread_and_grow():
-    """The fast path reuses its scratch per (device, stream, host thread): the same buffers for a repeat
-    request, larger ones when a request outgrows them, other ones on another thread (two threads on one stream
-    must not share the dx coefficients between one thread's reduction and its dx launch); the partials and the
-    coefficients never share memory, and the arrival counters are the stream's, zeroed."""
-    import threading
-
-    x = torch.zeros(4, device=DEVICE)
-    part, counters, coef = batchnorm.stream_buffers(x, 64, 8, 64)
-    assert part.numel() >= 64 and coef.numel() >= 64 and counters.numel() >= 8 and int(counters.count_nonzero()) == 0
-    assert part.data_ptr() != coef.data_ptr()
-    again = batchnorm.stream_buffers(x, 32, 4, 32)
-    assert again[0].data_ptr() == part.data_ptr() and again[2].data_ptr() == coef.data_ptr()
-    assert again[1].data_ptr() == counters.data_ptr() and batchnorm.stream_buffers(x, 8, 4)[2] is None
-    grown = batchnorm.stream_buffers(x, 4096, 4, 16)
-    assert grown[0].numel() >= 4096 and grown[2].numel() >= 16
-    other = []
-    thread = threading.Thread(target=lambda: other.append(batchnorm.stream_buffers(x, 64, 8, 64)))
-    thread.start()
-    thread.join()
-    assert other[0][2].data_ptr() != grown[2].data_ptr() and other[0][1].data_ptr() == counters.data_ptr()
 
 
 def test_tuning_trials_update_the_running_statistics_once():

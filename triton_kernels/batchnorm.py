@@ -49,18 +49,17 @@ mutates its inputs there).
 from __future__ import annotations
 
 import json
-import threading
 from typing import NamedTuple, Optional
 
 import torch
-import triton
 
 from .batchnorm_fold import DTYPES, fold_into_conv  # noqa: F401  (fold_into_conv: a public function of this family)
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
-from .launcher import BoundKernel, _capturing, bind
+from .launcher import BoundKernel, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
-from .runtime import (INTERPRET, Autotuner, Config, check_tensor, dependent_launch, next_power_of_2, num_sms,
+from .runtime import (Autotuner, Config, check_tensor, dependent_launch, next_power_of_2, num_sms,
                       register_op, register_tuner)
+from .stream_buffers import arrival_counters as _counters
 
 # bf16 stores in the interpreter truncate instead of rounding to nearest: refused there
 INTERPRETER_DTYPES = (torch.float32, torch.float16)
@@ -272,73 +271,6 @@ def _make_plan(name, kernel, geo, cfg: Config, constexprs: dict, device, depende
     bound = bind(kernel, **constexprs, **cfg.kwargs, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return _Plan(bound, (tiles, cdiv(geo.C, cfg.kwargs["BLOCK_C"])), (per_sample,), 0, 0)
-
-
-# arrival counters of the reductions per (device, stream): every launch leaves its counters at zero. A graph
-# captured on a stream launches with that stream's buffer, so a buffer outgrown is kept alive, not freed.
-_COUNTERS: dict[tuple, torch.Tensor] = {}
-_OUTGROWN: list[torch.Tensor] = []
-
-
-def _counters(x: torch.Tensor, n: int) -> torch.Tensor:
-    """n int32 zeros for a reduction over x: the current stream's reused buffer, or fresh zeros while
-    torch.compile traces, or while a CUDA graph is captured on a stream without a large enough buffer (the
-    graph then zeroes them on every replay)."""
-    if is_tracing(x):
-        return torch.zeros(n, device=x.device, dtype=torch.int32)
-    return _stream_counters(x, n, _stream_key(x), _capturing_on(x))
-
-
-def _stream_counters(x: torch.Tensor, n: int, key: tuple, capturing: bool) -> torch.Tensor:
-    """The (device, stream) ``key``'s counters, made (and kept unless ``capturing``) when missing or short."""
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        if capturing:
-            return torch.zeros(n, device=x.device, dtype=torch.int32)
-        if buf is not None:
-            _OUTGROWN.append(buf)
-        buf = _COUNTERS[key] = torch.zeros(max(n, 256), device=x.device, dtype=torch.int32)
-    return buf
-
-
-def _stream_key(x: torch.Tensor) -> tuple:
-    """(device, current stream) of x's device; stream 0 off the GPU and in the interpreter."""
-    return x.device, 0 if INTERPRET or x.device.type != "cuda" else _current_stream(x.device.index)
-
-
-def _capturing_on(x: torch.Tensor) -> bool:
-    return x.device.type == "cuda" and _capturing()
-
-
-# the eager fast path's scratch per (device, stream, host thread): a reduction's partials, the dx coefficients
-_SCRATCH: dict[tuple, tuple] = {}
-
-
-def stream_buffers(x: torch.Tensor, part: int, counters: int, coef: int = 0) -> tuple:
-    """The eager fast path's buffers for one launch (not tracing), found with one stream key and one capture
-    check: (at least ``part`` fp32 values for a reduction's partials, the stream's arrival counters (at least
-    ``counters`` int32 zeros, as ``_counters``), at least ``coef`` fp32 values for the dx coefficients or None
-    when 0). The scratch is kept per device, stream and host thread and reused, because kernels of one stream
-    run in order (the partials are dead when their reduction ends, the coefficients when the dx kernel that
-    the same thread launches next ends); fresh scratch while a CUDA graph is captured (the graph keeps it)."""
-    stream, capturing = _stream_key(x), _capturing_on(x)
-    counter_buf = _stream_counters(x, counters, stream, capturing)
-    if capturing:
-        return (x.new_empty(part, dtype=torch.float32), counter_buf,
-                x.new_empty(coef, dtype=torch.float32) if coef else None)
-    key = (*stream, threading.get_ident())
-    bufs = _SCRATCH.get(key)
-    if bufs is None or bufs[0].numel() < part or bufs[1].numel() < coef:
-        if bufs is None and len(_SCRATCH) >= 256:  # threads come and go: drop the old buffers
-            _SCRATCH.clear()
-        have = (bufs[0].numel(), bufs[1].numel()) if bufs is not None else (0, 0)
-        bufs = _SCRATCH[key] = (x.new_empty(max(part, have[0], 1024), dtype=torch.float32),
-                                x.new_empty(max(coef, have[1], 1024), dtype=torch.float32))
-    return bufs[0], counter_buf, bufs[1] if coef else None
-
-
-def _current_stream(index: int) -> int:
-    return triton.runtime.driver.active.get_current_stream(index)
 
 
 def _run(plan: _Plan, geo: _Geometry, inputs: tuple, device, tail: tuple = ()) -> None:

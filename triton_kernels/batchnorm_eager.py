@@ -3,7 +3,7 @@ tensor's shape, strides, dtype and device; relu; two_outputs, second_stride) was
 validation, layout analysis and plan lookups. Training runs as two allocations (three with the relu bits of
 a residual layer) + two launches forward and up to three allocations + two launches backward through
 ``_Node`` (a runtime.EagerNode; a double backward runs batchnorm.backward_ops, as the registered op), the
-reductions' scratch reused per stream (batchnorm.stream_buffers); inference as one allocation + one launch;
+reductions' scratch reused per stream (stream_buffers.stream_buffers); inference as one allocation + one launch;
 batchnorm.batch_norm_pair's two known calls as one node (_FastPair): three launches forward, two backward.
 The first call of a signature takes the general path (which validates, tunes and makes the plans) and is
 remembered here when its layout is the simple one: x dense, the residual in x's strides, contiguous
@@ -17,9 +17,10 @@ import torch
 
 from .batchnorm import (_PLANS, _Geometry, _apply_flags, _dense_strides, _dx_flags, _launch_planned, _memory_format,
                         _pixel_strides, _reduce_flags, _stats_flags, backward_ops, batch_norm_train_backward, plan_key,
-                        relu_bits, stream_buffers)
+                        relu_bits)
 from .batchnorm_kernels import _bn_apply_kernel
 from .runtime import EagerNode, cdiv, is_fake as _is_fake, is_tracing, remember_call
+from .stream_buffers import stream_buffers
 
 
 def _signature(t: Optional[torch.Tensor]):

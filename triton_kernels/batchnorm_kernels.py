@@ -9,6 +9,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .stream_buffers import last_arrival as _last_arrival
+
 
 # ----------------------------------------------------------------------------------------------------
 # Kernels
@@ -78,19 +80,6 @@ def _unpack_bits(packed, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
     G: tl.constexpr = BLOCK_C if BLOCK_C < 8 else 8
     bits = (packed.to(tl.int32)[:, :, None] >> tl.arange(0, G)[None, None, :]) & 1
     return tl.reshape(bits, (BLOCK_M, BLOCK_C)) != 0
-
-
-@triton.jit
-def _last_arrival(count_ptr, GROUPS):
-    """Whether this program is the last of its channel block's GROUPS programs to finish its partials.
-    Every thread's partial stores are done (barrier) before one atomic add publishes them (release); the
-    last arrival acquires them, and resets the counter to 0 for the next launch."""
-    tl.debug_barrier()
-    arrived = tl.atomic_add(count_ptr + tl.program_id(1), 1, sem="acq_rel")
-    last = arrived == GROUPS - 1
-    if last:
-        tl.store(count_ptr + tl.program_id(1), 0)
-    return last
 
 
 @triton.jit

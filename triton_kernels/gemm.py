@@ -13,8 +13,9 @@ Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dB = A^T @ dZ      (the same GEMM kernel; for a K-major B, e.g. nn.Linear's weight.t(), computed as
                         (dZ^T @ A)^T, so dW is written in the weight's own layout)
     dbias = sum_rows(dZ), dresidual = dC
-dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`). A short GEMM with relu or no
-activation runs all of it in one launch instead (gemm_backward.py; ``backward_ops``' ``fused``).
+dZ and the column sums come from one elementwise pass (`_act_bwd_kernel`; its last program per column block
+adds the tiles' partial sums in a fixed order). A short GEMM with relu or no activation runs all of it in one
+launch instead (gemm_backward.py; ``backward_ops``' ``fused``).
 
 Kernels, chosen per shape by the tuner: the pointer kernel (one program per C tile), the persistent TMA
 kernel on Hopper (programs loop over the tiles), and split-K for outputs of few tiles with a long K
@@ -55,8 +56,10 @@ from .runtime import (
     check_choice,
     check_tensor,
     is_fake,
+    is_tracing,
     register_tuner,
 )
+from .stream_buffers import arrival_counters, stream_buffers
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
 CURVED = ("gelu", "gelu_tanh")  # activations with a second derivative: a double backward recomputes Z
@@ -430,9 +433,8 @@ def _flags(has_bias: bool, has_res: bool, save_z: bool, activation: str, prec: s
 
 
 _ACT_BLOCK = (32, 32) if INTERPRET else (64, 128)
-# few rows: one program per column block walks the rows (_act_bwd_columns_kernel) and stores dbias in its
-# own dtype, instead of atomics into a zeroed fp32 buffer and a cast (two launches and two allocations
-# fewer, on a backward whose time is its host path)
+# few rows: one program per column block walks the rows (_act_bwd_columns_kernel) and stores dbias whole,
+# with no partials, counters or last-arrival merge (a backward whose time is its host path)
 _ACT_COLUMNS_MAX_M = 1024
 # 256 x 16: a strip of 16 columns walks the rows in few, wide steps (the pass is latency-bound: with 64 x 32,
 # the Char-CNN fc1's 512 x 1024 took 13.3 us on an H100 in 32 programs of 8 dependent steps each)
@@ -441,19 +443,27 @@ _ACT_KERNELS: dict[tuple, BoundKernel] = {}  # (act, store_dz, colsum, columns) 
 
 
 def act_backward_buffers(dc, activation: str, need_dz: bool, need_dbias: bool, dbias_dtype) -> tuple:
-    """(dZ, dbias) as the activation-backward pass writes them: dZ like dC (None when not needed or the
-    activation is "none"); dbias None when not needed, else (N,) in ``dbias_dtype`` where one program sums
-    whole columns (M <= _ACT_COLUMNS_MAX_M), or zeroed fp32 for per-tile atomics (cast afterwards)."""
+    """(dZ, dbias, partials, counters) as the activation-backward pass writes them: dZ like dC (None when not
+    needed or the activation is "none"); dbias None when not needed, else (N,) in ``dbias_dtype``; with more
+    than _ACT_COLUMNS_MAX_M rows the column sums' fp32 partials (a row per tile row) and the stream's arrival
+    counters (stream_buffers: the eager scratch reused per stream, fresh while torch.compile traces), else
+    None for both."""
     M, N = dc.shape
     dz = torch.empty_like(dc) if (need_dz and activation != "none") else None
     if not need_dbias:
-        return dz, None
+        return dz, None, None, None
+    dbias = dc.new_empty((N,), dtype=dbias_dtype)
     if M <= _ACT_COLUMNS_MAX_M:
-        return dz, dc.new_empty((N,), dtype=dbias_dtype)
-    return dz, dc.new_zeros((N,), dtype=torch.float32)
+        return dz, dbias, None, None
+    bm, bn = _ACT_BLOCK
+    part, blocks = cdiv(M, bm) * N, cdiv(N, bn)
+    if is_tracing(dc):
+        return dz, dbias, dc.new_empty((part,), dtype=torch.float32), arrival_counters(dc, blocks)
+    part_buf, counters, _ = stream_buffers(dc, part, blocks)
+    return dz, dbias, part_buf, counters
 
 
-def act_backward_launch(dc, saved, dz, dbias, activation: str) -> tuple:
+def act_backward_launch(dc, saved, dz, dbias, part, counters, activation: str) -> tuple:
     """The activation-backward pass on buffers from act_backward_buffers (M, N > 0; dZ or dbias given):
     (bound kernel, grid, runtime arguments by name). Absent tensors point at dC, unread."""
     M, N = dc.shape
@@ -470,24 +480,23 @@ def act_backward_launch(dc, saved, dz, dbias, activation: str) -> tuple:
     stride_zm, stride_zn = z.stride()
     stride_dzm, stride_dzn = dzt.stride()
     grid = ((N + bn - 1) // bn,) if columns else ((M + bm - 1) // bm, (N + bn - 1) // bn)
-    return kernel, grid, dict(dc_ptr=dc, z_ptr=z, dz_ptr=dzt, dbias_ptr=dbias if dbias is not None else dc, M=M, N=N,
-                              stride_dcm=stride_dcm, stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn,
-                              stride_dzm=stride_dzm, stride_dzn=stride_dzn)
+    return kernel, grid, dict(dc_ptr=dc, z_ptr=z, dz_ptr=dzt, dbias_ptr=dbias if dbias is not None else dc,
+                              part_ptr=part if part is not None else dc, count_ptr=counters if counters is not None else dc,
+                              M=M, N=N, stride_dcm=stride_dcm, stride_dcn=stride_dcn, stride_zm=stride_zm,
+                              stride_zn=stride_zn, stride_dzm=stride_dzm, stride_dzn=stride_dzn)
 
 
 def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias_dtype=torch.float32):
     """dZ = dC * act'(Z) and/or dbias = colsum(dZ) in one pass. Returns (dZ or None, dbias or None);
     dbias is summed in fp32 and returned in ``dbias_dtype``."""
     M, N = dc.shape
-    dz, dbias = act_backward_buffers(dc, activation, need_dz, need_dbias, dbias_dtype)
+    dz, dbias, part, counters = act_backward_buffers(dc, activation, need_dz, need_dbias, dbias_dtype)
     if (dz is None and dbias is None) or M == 0 or N == 0:
         if dbias is not None and M == 0:
             dbias = torch.zeros((N,), device=dc.device, dtype=dbias_dtype)
         return (dz if dz is not None else dc if need_dz else None), dbias
-    kernel, grid, args = act_backward_launch(dc, saved, dz, dbias, activation)
+    kernel, grid, args = act_backward_launch(dc, saved, dz, dbias, part, counters, activation)
     kernel.launch(grid, **args)
-    if dbias is not None and dbias.dtype != dbias_dtype:
-        dbias = dbias.to(dbias_dtype)
     return (dz if dz is not None else (dc if need_dz else None)), dbias
 
 

@@ -182,15 +182,15 @@ class _Call:
             fixed = self.backward_launches[(dc.stride(), dc.dtype)] = [None, None, None]
         dz, dbias = dc, None
         if self.activation != "none" or need_bias:  # dZ = dC * act'(Z) and / or dbias = colsum(dZ)
-            dz_, dbias = act_backward_buffers(dc, self.activation, True, need_bias, self.bias_dtype)
+            dz_, dbias, part, counters = act_backward_buffers(dc, self.activation, True, need_bias, self.bias_dtype)
             if fixed[0] is None:
-                fixed[0] = _launched_and_fixed(*act_backward_launch(dc, saved, dz_, dbias, self.activation))
+                fixed[0] = _launched_and_fixed(*act_backward_launch(dc, saved, dz_, dbias, part, counters,
+                                                                    self.activation))
             else:
                 fixed[0](dc, saved if saved is not None else dc, dz_ if dz_ is not None else dc,
-                         dbias if dbias is not None else dc)
+                         dbias if dbias is not None else dc, part if part is not None else dc,
+                         counters if counters is not None else dc)
             dz = dz_ if dz_ is not None else dc
-            if dbias is not None and dbias.dtype != self.bias_dtype:  # summed in fp32 by atomics
-                dbias = dbias.to(self.bias_dtype)
         if self.chain:  # dB, then dA launched as its dependent
             db = self._grad_b(fixed, dz, a, "first")
             da = self._grad_a(fixed, dz, operand, "second")

@@ -8,6 +8,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .stream_buffers import last_arrival
+
 # ----------------------------------------------------------------------------------------------------
 # Kernels
 # ----------------------------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def _act_bwd_tile(dc_ptr, z_ptr, dz_ptr, offs_m, offs_n, M, N, stride_dcm, strid
 
 @triton.jit
 def _act_bwd_kernel(
-    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
+    dc_ptr, z_ptr, dz_ptr, dbias_ptr, part_ptr, count_ptr,
     M, N,
     stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
     ACT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
@@ -265,29 +267,40 @@ def _act_bwd_kernel(
     from the saved Z (the derivatives of the forms in `_apply_act`).
 
     For relu without residual the saved tensor may be the output C = relu(Z) instead of Z: C <= 0
-    exactly where Z <= 0 (and C is NaN where Z is), so relu's test reads either. Column sums are
-    added into an fp32 dbias with one atomic per column per tile (cdiv(M, BLOCK_M) adds per column).
+    exactly where Z <= 0 (and C is NaN where Z is), so relu's test reads either. Column sums: each program
+    stores its tile's as row program_id(0) of the (cdiv(M, BLOCK_M), N) fp32 partials, and the last program
+    of its column block to arrive (stream_buffers.last_arrival) adds the rows, BLOCK_M at a time in a fixed
+    order (deterministic), and stores dbias in its own dtype: no zeroed buffer, no atomics into it, no cast.
     """
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     dz = _act_bwd_tile(dc_ptr, z_ptr, dz_ptr, offs_m, offs_n, M, N, stride_dcm, stride_dcn, stride_zm, stride_zn,
                        stride_dzm, stride_dzn, ACT, STORE_DZ)
     if COLSUM:
-        tl.atomic_add(dbias_ptr + offs_n, tl.sum(dz, axis=0), mask=offs_n < N)
+        cols = offs_n < N
+        tl.store(part_ptr + tl.program_id(0) * N + offs_n, tl.sum(dz, axis=0), mask=cols)
+        rows = tl.num_programs(0)
+        if last_arrival(count_ptr, rows):
+            r = tl.arange(0, BLOCK_M)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for r0 in range(0, rows, BLOCK_M):  # the partials come from other SMs: read from L2 (.cg)
+                mask = ((r0 + r) < rows)[:, None] & cols[None, :]
+                acc += tl.load(part_ptr + (r0 + r)[:, None] * N + offs_n[None, :], mask=mask, other=0.0,
+                               cache_modifier=".cg")
+            tl.store(dbias_ptr + offs_n, tl.sum(acc, axis=0).to(dbias_ptr.dtype.element_ty), mask=cols)
 
 
 @triton.jit
 def _act_bwd_columns_kernel(
-    dc_ptr, z_ptr, dz_ptr, dbias_ptr,
+    dc_ptr, z_ptr, dz_ptr, dbias_ptr, part_ptr, count_ptr,
     M, N,
     stride_dcm, stride_dcn, stride_zm, stride_zn, stride_dzm, stride_dzn,
     ACT: tl.constexpr, STORE_DZ: tl.constexpr, COLSUM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """`_act_bwd_kernel` for few rows: one program per BLOCK_N columns walks all M rows in BLOCK_M steps,
-    so each column sum is complete in one program and is stored once, in dbias's dtype -- no zeroed fp32
-    buffer, no atomics, no cast afterwards (two launches fewer: this path is for small M, where the
-    backward is bound by its host path, not by this pass)."""
+    so each column sum is complete in one program and is stored once, in dbias's dtype, with no partials
+    (part_ptr and count_ptr, `_act_bwd_kernel`'s, are not read)."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     total = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for m0 in range(0, M, BLOCK_M):
