@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .stream_buffers import last_arrival as _last_arrival
+from .stream_buffers import last_arrival
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def _bn_stats_kernel(
     tl.store(out, tl.zeros((BLOCK_C,), dtype=tl.float32) + n, mask=cmask)
     tl.store(out + GROUPS * C, s1 / n, mask=cmask)
     tl.store(out + 2 * GROUPS * C, tl.maximum(s2 - s1 * (s1 / n), 0.0), mask=cmask)
-    if _last_arrival(count_ptr, GROUPS):
+    if last_arrival(count_ptr, GROUPS):
         _merge_stats(part_ptr, shift, w_ptr, b_ptr, stats_ptr, rmean_ptr, rvar_ptr, rmean_out_ptr, rvar_out_ptr,
                      cols, cmask, C, GROUPS, M, eps, momentum, HAS_W, HAS_B, UPDATE_RUNNING, BLOCK_G, BLOCK_C)
 
@@ -343,7 +343,7 @@ def _bn_bwd_reduce_kernel(
     tl.store(out + GROUPS * C, tl.sum(acc_gx, axis=0), mask=cmask)
     if PAIR:
         tl.store(out + 2 * GROUPS * C, tl.sum(acc_gxr, axis=0), mask=cmask)
-    if _last_arrival(count_ptr, GROUPS):
+    if last_arrival(count_ptr, GROUPS):
         _merge_grads(part_ptr, stats_ptr, coef_ptr, dwb_ptr, cols, cmask, C, GROUPS, M, 1, BLOCK_G, BLOCK_C)
         if PAIR:
             _merge_grads(part_ptr, res_stats_ptr, res_coef_ptr, res_dwb_ptr, cols, cmask, C, GROUPS, M, 2, BLOCK_G,
