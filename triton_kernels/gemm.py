@@ -56,10 +56,9 @@ from .runtime import (
     check_choice,
     check_tensor,
     is_fake,
-    is_tracing,
     register_tuner,
 )
-from .stream_buffers import arrival_counters, stream_buffers
+from .stream_buffers import stream_buffers
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
 CURVED = ("gelu", "gelu_tanh")  # activations with a second derivative: a double backward recomputes Z
@@ -446,8 +445,7 @@ def act_backward_buffers(dc, activation: str, need_dz: bool, need_dbias: bool, d
     """(dZ, dbias, partials, counters) as the activation-backward pass writes them: dZ like dC (None when not
     needed or the activation is "none"); dbias None when not needed, else (N,) in ``dbias_dtype``; with more
     than _ACT_COLUMNS_MAX_M rows the column sums' fp32 partials (a row per tile row) and the stream's arrival
-    counters (stream_buffers: the eager scratch reused per stream, fresh while torch.compile traces), else
-    None for both."""
+    counters (stream_buffers: reused per stream, fresh while torch.compile traces), else None for both."""
     M, N = dc.shape
     dz = torch.empty_like(dc) if (need_dz and activation != "none") else None
     if not need_dbias:
@@ -456,11 +454,8 @@ def act_backward_buffers(dc, activation: str, need_dz: bool, need_dbias: bool, d
     if M <= _ACT_COLUMNS_MAX_M:
         return dz, dbias, None, None
     bm, bn = _ACT_BLOCK
-    part, blocks = cdiv(M, bm) * N, cdiv(N, bn)
-    if is_tracing(dc):
-        return dz, dbias, dc.new_empty((part,), dtype=torch.float32), arrival_counters(dc, blocks)
-    part_buf, counters, _ = stream_buffers(dc, part, blocks)
-    return dz, dbias, part_buf, counters
+    part, counters, _ = stream_buffers(dc, cdiv(M, bm) * N, cdiv(N, bn))
+    return dz, dbias, part, counters
 
 
 def act_backward_launch(dc, saved, dz, dbias, part, counters, activation: str) -> tuple:

@@ -72,12 +72,15 @@ _SCRATCH: dict[tuple, tuple] = {}
 
 
 def stream_buffers(x: torch.Tensor, part: int, counters: int, coef: int = 0) -> tuple:
-    """The eager fast path's buffers for one launch (not tracing), found with one stream key and one capture
-    check: (at least ``part`` fp32 values for a reduction's partials, the stream's arrival counters (at least
-    ``counters`` int32 zeros, as ``arrival_counters``), at least ``coef`` fp32 values for the dx coefficients or None
-    when 0). The scratch is kept per device, stream and host thread and reused, because kernels of one stream
-    run in order (the partials are dead when their reduction ends, the coefficients when the dx kernel that
-    the same thread launches next ends); fresh scratch while a CUDA graph is captured (the graph keeps it)."""
+    """The buffers of one launch, found with one stream key and one capture check: (at least ``part`` fp32 values
+    for a reduction's partials, the stream's arrival counters (at least ``counters`` int32 zeros, as
+    ``arrival_counters``), at least ``coef`` fp32 values for the dx coefficients or None when 0). The scratch is
+    kept per device, stream and host thread and reused, because kernels of one stream run in order (the partials
+    are dead when their reduction ends, the coefficients when the dx kernel that the same thread launches next
+    ends); fresh scratch while a CUDA graph is captured (the graph keeps it) or while torch.compile traces."""
+    if is_tracing(x):
+        return (x.new_empty(part, dtype=torch.float32), torch.zeros(counters, device=x.device, dtype=torch.int32),
+                x.new_empty(coef, dtype=torch.float32) if coef else None)
     stream, capturing = _stream_key(x), _capturing_on(x)
     counter_buf = _stream_counters(x, counters, stream, capturing)
     if capturing:
