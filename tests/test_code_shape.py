@@ -117,7 +117,11 @@ def test_no_tensor_method_on_a_scalar_argument():
 
     calls = [(key, callee, node) for key, fn in functions.items() for node in ast.walk(fn)
              if isinstance(node, ast.Call) and (callee := resolve(key[0], _called_name(node))) is not None]
-    helpers = {callee for _, callee, _ in calls}
+    # a Gluon kernel's warp-specialised partitions get its locals (shared-memory buffers, barriers), not arguments
+    partitions = {resolve(key[0], name.id) for key, fn in functions.items() for node in ast.walk(fn)
+                  if isinstance(node, ast.Call) and _called_name(node) == "warp_specialize"
+                  for name in ast.walk(node) if isinstance(name, ast.Name)} - {None}
+    helpers = {callee for _, callee, _ in calls} | partitions
     scalars = {key: {a.arg for a in fn.args.args if key not in helpers and not a.arg.endswith("ptr")
                      and not (a.annotation is not None and "constexpr" in ast.unparse(a.annotation))}
                for key, fn in functions.items()}

@@ -18,11 +18,13 @@ adds the tiles' partial sums in a fixed order). A short GEMM with relu or no act
 launch instead (gemm_backward.py; ``backward_ops``' ``fused``).
 
 Kernels, chosen per shape by the tuner: the pointer kernel (one program per C tile), the persistent TMA
-kernel on Hopper (programs loop over the tiles), and split-K for outputs of few tiles with a long K
+kernel on Hopper (programs loop over the tiles), split-K for outputs of few tiles with a long K
 (SPLIT_K programs per tile each reduce a slice of K into fp32 partials; a second kernel adds them in a
-fixed order and applies the epilogue).
+fixed order and applies the epilogue), and for tf32 with A row-major and B N-major on Hopper a
+warp-specialised Gluon kernel that reads B where it lies (gemm_gluon.py) instead of the TMA kernel on a copy
+of B.
 
-The kernels are in ``gemm_kernels.py``; this file holds the tuner (candidates from autotune/spaces.py),
+The kernels are in ``gemm_kernels.py`` and ``gemm_gluon.py``; this file holds the tuner (candidates from autotune/spaces.py),
 validation, launch plans, launchers, torch ops and the public functions. An eager call of ``linear`` /
 ``gemm`` whose signature was seen before runs its prepared call (``gemm_eager.py``) instead: no validation,
 no plan lookup, launches with their arguments fixed; torch.compile traces the registered ops.
@@ -41,6 +43,7 @@ from . import double_backward, gemm_backward
 from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
                            _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
                            _transpose_kernel)
+from .gemm_gluon import _gemm_tf32_nmajor_kernel
 from .launcher import BoundKernel, bind
 from .runtime import (
     cdiv,
@@ -96,11 +99,13 @@ _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _gemm
                                   spaces.GEMM_TUNER_CONFIGS, interpret_config=INTERPRET_CONFIG))
 
 
-def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False) -> list[Config]:
+def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False,
+           nmajor: bool = False) -> list[Config]:
     """The declared GEMM space's candidates for this shape, best guess first: the lists above (TMA ones
-    where TMA can read the operands, re-laid-out ones where the copy of B stays TMA-aligned), minus what
-    overflows shared memory, tiles far larger than the problem and tiny tiles on a large problem."""
-    return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout)
+    where TMA can read the operands, re-laid-out ones where the copy of B stays TMA-aligned, the Gluon kernel's
+    where it can run: see nmajor_eligible), minus what overflows shared memory, tiles far larger than the
+    problem and tiny tiles on a large problem."""
+    return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout, nmajor=nmajor)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -196,6 +201,14 @@ def _tma_eligible(a, b, M, N, K) -> bool:
             and tma_layout(b) is not None)
 
 
+def nmajor_eligible(a, b, prec: str, index_64: bool) -> bool:
+    """Whether gemm_gluon's kernel can run this GEMM: tf32 on fp32 operands, A row-major and B N-major (both
+    TMA-readable), 32-bit index math, on Hopper itself (its wgmma; not the interpreter)."""
+    return (prec == "tf32" and a.dtype == torch.float32 and not index_64 and a.stride(1) == 1 and b.stride(1) == 1
+            and _tma_device(a) and torch.cuda.get_device_capability(a.device)[0] == 9
+            and tma_layout(a) == (False, a.stride(0)) and tma_layout(b) == (False, b.stride(0)))
+
+
 def _needs_int64(*ts) -> bool:
     """True when some element offset (sum of index * stride) can reach 2**31."""
     for t in ts:
@@ -238,7 +251,7 @@ _REDUCE_BLOCK = (32, 32) if INTERPRET else (32, 128)  # the split-K reduction's 
 def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: int) -> _Plan:
     """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
     ``flags`` (the kernels' other constexprs)."""
-    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K")}
+    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "NMAJOR")}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     split = cfg.kwargs.get("SPLIT_K", 1)
     if split > 1:
@@ -251,6 +264,10 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
                      reduce)
     # PDL (gemm_eager's chained backward sets it) passed explicitly: torch.compile's launcher for a traced kernel
     # misses a defaulted constexpr
+    if cfg.kwargs.get("NMAJOR", 0):  # the Gluon kernel: 4 warps launched (its first consumer warpgroup)
+        kernel = bind(_gemm_tf32_nmajor_kernel, HAS_BIAS=flags["HAS_BIAS"], HAS_RES=flags["HAS_RES"],
+                      SAVE_Z=flags["SAVE_Z"], ACT=flags["ACT"], **tiles, STAGES=cfg.num_stages, num_warps=4)
+        return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, False, False, False)
     if cfg.kwargs.get("TMA", 0):
         kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, PDL=False, **options)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)
@@ -328,12 +345,16 @@ def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int
 def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: int, K: int) -> _Plan:
     """The tuner's config for this call's tuning key (unchanged: the persistent cache stays valid), bound.
     The arguments are this call's (the tuner times its candidates on them)."""
-    prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z = key[4:13]
+    prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z, index_64 = key[4:14]
     sms = sm_count(a, default=_INTERPRETER_SMS)
+    nmajor = tma and nmajor_eligible(a, b, prec, index_64)
 
     def plan_for(cfg: Config) -> _Plan:
         # a B_RELAYOUT config tuned on a shape whose copy of B stays TMA-aligned, met on one of the
-        # same tuning key whose copy would not be, runs the TMA kernel on B as it is
+        # same tuning key whose copy would not be, runs the TMA kernel on B as it is; likewise an NMAJOR one
+        # met where the Gluon kernel cannot run (64-bit indices)
+        if cfg.kwargs.get("NMAJOR", 0) and not nmajor:
+            cfg = Config({k: v for k, v in cfg.kwargs.items() if k != "NMAJOR"}, cfg.num_warps, cfg.num_stages)
         copy = relayout and bool(cfg.kwargs.get("B_RELAYOUT", 0))
         return _bind(cfg, flags, not a_unit, b_unit if copy else not b_unit, copy, sms)
 
@@ -344,7 +365,7 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
                        has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma,
                        save_preact=save_z)
     es = a.element_size()
-    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout), tracing=_is_fake(a, b),
+    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor), tracing=_is_fake(a, b),
                       interpret_config=INTERPRET_CONFIG)
     return plan_for(cfg)
 
@@ -354,6 +375,10 @@ def _forced_plan(config: Config, flags: dict, a, b):
     TMA cannot read is a ValueError (the tuner never offers one: see _tma_eligible)."""
     if not config.kwargs.get("TMA", 0):
         return _bind(config, flags, False, False, False, 0), b
+    if config.kwargs.get("NMAJOR", 0) and not nmajor_eligible(a, b, flags["PRECISION"], flags["INDEX_64"]):
+        raise ValueError(f"config {config} asks for the Gluon tf32 kernel, which needs precision='tf32' on fp32 "
+                         "operands, a and b row-major and TMA-readable, 32-bit indices and a Hopper GPU "
+                         "(compute capability 9.x)")
     if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see plan_launches) is made here, once
         b = relayout(b)
     layout_a, layout_b = tma_layout(a), tma_layout(b)

@@ -66,8 +66,9 @@ class _FixedGemm:
         # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
         self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
-        # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read)
-        if chain and len(steps) == 1 and not self.relayout:
+        # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read) of a
+        # kernel with the PDL flag (not the Gluon one)
+        if chain and len(steps) == 1 and not self.relayout and "PDL" in steps[0][0].constexprs:
             steps = [_chained(*steps[0], dependent=chain == "second")]
         self.launches = [_launched_and_fixed(kernel, grid, args) for kernel, grid, args in steps]
         self.partials = steps[0][2]["part_ptr"].shape if plan.split_k > 1 else None  # split-K's fp32 buffer
