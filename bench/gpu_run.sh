@@ -149,7 +149,7 @@ for stage in "$@"; do
       # the time; each of the two calls in the header runs 14 on the 16 cores); TEST_GROUPS="1 3" runs a subset;
       # "files|N" splits a group into N shards (pytest --shard K/N). Every log goes to one file ($OUT/pytest.txt,
       # or /tmp/pytest.txt): few files come back from the box
-      groups=("tests/test_gemm.py tests/test_gemm_eager.py tests/test_gemm_backward.py tests/test_launcher.py tests/test_overhead.py|4" "tests/test_gemm_views.py|6"
+      groups=("tests/test_gemm.py tests/test_gemm_eager.py tests/test_gemm_backward.py tests/test_gemm_gluon.py tests/test_launcher.py tests/test_overhead.py|4" "tests/test_gemm_views.py|6"
               "tests/test_softmax.py tests/test_cross_entropy.py|5" "tests/test_layernorm.py|3"
               "tests/test_fused_mlp.py|3" "tests/test_adam.py tests/test_deep_mlp.py tests/test_sgemm_data.py|2"
               "tests/test_softmax_regression.py tests/test_mnist_data.py|1" "tests/test_conv1d.py tests/test_char_cnn.py|2"
