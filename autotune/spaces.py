@@ -274,18 +274,24 @@ GEMM_FP32_CONFIGS = [
 # (`a @ b`, GPU times): 4 stages 1.00x / 0.97x / 0.94x at 2048^3 / 4096^3 / 8192^3, 3 stages 0.94x / 0.93x / 0.95x
 GEMM_TF32_NMAJOR_CONFIGS = [Config({**_gemm_cfg(256, 128, 32, 8, stages).kwargs, "TMA": 1, "NMAJOR": 1}, 8, stages)
                             for stages in (4, 3)]
+# the same kernel on a row-major copy of an M-major A (A_RELAYOUT=1): tf32 with both operands in the layouts
+# tf32 wgmma cannot read, as the weight gradient of a Linear (dW = dY^T X)
+GEMM_TF32_NMAJOR_COPY_A_CONFIGS = [Config({**c.kwargs, "A_RELAYOUT": 1}, c.num_warps, c.num_stages)
+                                   for c in GEMM_TF32_NMAJOR_CONFIGS]
 GEMM_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
 # every config the GEMM tuner may try (its persistent cache is keyed by a hash of these)
 GEMM_TUNER_CONFIGS = (GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS + GEMM_SPLITK_CONFIGS
-                      + GEMM_SPLITK_SKINNY_CONFIGS + GEMM_FP32_CONFIGS + GEMM_TF32_NMAJOR_CONFIGS)
+                      + GEMM_SPLITK_SKINNY_CONFIGS + GEMM_FP32_CONFIGS + GEMM_TF32_NMAJOR_CONFIGS
+                      + GEMM_TF32_NMAJOR_COPY_A_CONFIGS)
 SPLITK_MAX_TILES = 64   # split-K is offered when C has fewer 128 x 128 tiles than this ...
 SPLITK_MIN_K = 1024     # ... and K is at least this long
 
 
 def _gemm_context(M: int, N: int, K: int, dtype: Any = "float32", tma: bool = False, relayout: bool = False,
-                  nmajor: bool = False) -> dict:
+                  nmajor: bool = False, nmajor_copy_a: bool = False) -> dict:
     return {"M": int(M), "N": int(N), "K": int(K), "elem": elem_bytes(dtype), "tma": bool(tma),
-            "relayout": bool(tma and relayout), "nmajor": bool(tma and nmajor)}
+            "relayout": bool(tma and relayout), "nmajor": bool(tma and nmajor),
+            "nmajor_copy_a": bool(tma and nmajor_copy_a)}
 
 
 def _tiles(c: Config) -> tuple[int, int, int]:
@@ -331,7 +337,8 @@ def _gemm_tuner(ctx: dict) -> list[Config]:
     pool = (GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
             + (GEMM_SPLITK_CONFIGS if _splitk_wanted(ctx) else [])
             + (GEMM_SPLITK_SKINNY_CONFIGS if _splitk_wanted(ctx) and ctx["N"] <= 64 else [])
-            + (GEMM_TF32_NMAJOR_CONFIGS if ctx["nmajor"] else []))
+            + (GEMM_TF32_NMAJOR_CONFIGS if ctx["nmajor"] else [])
+            + (GEMM_TF32_NMAJOR_COPY_A_CONFIGS if ctx["nmajor_copy_a"] else []))
     if ctx["elem"] == 4:  # the 4-byte tiles, each only where its kernel can run
         pool += [c for c in GEMM_FP32_CONFIGS if (not c.kwargs.get("TMA") or ctx["tma"])
                  and (not c.kwargs.get("B_RELAYOUT") or ctx["relayout"])]
@@ -369,6 +376,9 @@ GEMM = _register(Space(
                 when=lambda ctx: ctx["relayout"]),
         Variant("tf32_nmajor", (("BLOCK_M", (256,)), ("BLOCK_N", (128,)), ("BLOCK_K", (32,)), ("GROUP_M", (8,))),
                 (8,), (3, 4), fixed=(("TMA", 1), ("NMAJOR", 1)), when=lambda ctx: ctx["nmajor"]),
+        Variant("tf32_nmajor_copy_a", (("BLOCK_M", (256,)), ("BLOCK_N", (128,)), ("BLOCK_K", (32,)), ("GROUP_M", (8,))),
+                (8,), (3, 4), fixed=(("TMA", 1), ("NMAJOR", 1), ("A_RELAYOUT", 1)),
+                when=lambda ctx: ctx["nmajor_copy_a"]),
         # split-K only where C has few tiles and K is long (elsewhere every SM already has a tile)
         Variant("splitk", _GEMM_TILES + (("SPLIT_K", (2, 4, 8, 16)),), _GEMM_WARPS, _GEMM_STAGES,
                 when=_splitk_wanted),
@@ -385,7 +395,7 @@ GEMM = _register(Space(
     interpret=lambda ctx: GEMM_INTERPRET_CONFIG,
     doc="C = act(A @ B + bias): M, N, K; dtype; tma: TMA can read A and B (Hopper, 16-byte aligned rows); "
         "relayout: the re-laid-out copy of B would stay TMA-aligned; nmajor: tf32, A row-major, B N-major on "
-        "Hopper (the Gluon kernel)",
+        "Hopper (the Gluon kernel); nmajor_copy_a: the same on a row-major copy of an M-major A",
 ))
 
 

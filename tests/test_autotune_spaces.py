@@ -78,10 +78,11 @@ def test_row_kernel_candidates_are_the_tuners():
 
 
 SHAPES = {
-    "gemm": [dict(M=M, N=N, K=K, dtype=d, tma=t, relayout=r, nmajor=n) for M, N, K in
+    "gemm": [dict(M=M, N=N, K=K, dtype=d, tma=t, relayout=r, nmajor=n, nmajor_copy_a=c) for M, N, K in
              [(16, 16, 16), (128, 10, 784), (1024, 16, 16), (4096, 1024, 8704), (8192, 8192, 8192), (100, 3000, 33)]
              for d in ("bfloat16", "float32")
-             for t, r, n in ((False, False, False), (True, False, False), (True, True, False), (True, True, True))],
+             for t, r, n, c in ((False, False, False, False), (True, False, False, False), (True, True, False, False),
+                                (True, True, True, False), (True, True, False, True))],
     "gemm_backward": [dict(M=M, N=N, K=K, dtype=d) for M, N, K in [(128, 10, 784), (1024, 16, 16), (512, 1024, 8704),
                                                                    (1, 1, 1)] for d in ("bfloat16", "float32")],
     "conv1d": [dict(M=M, N=N, C=C, dtype=d, pool=p) for M, N, C in [(4, 16, 3), (5000, 256, 256), (64, 1024, 70)]

@@ -1,7 +1,8 @@
 """The Gluon tf32 kernel for a row-major A and an N-major B (triton_kernels/gemm_gluon.py), forced through gemm's
 ``config`` on a Hopper GPU: every epilogue, ragged edges, K rounded up to an even number of steps, several tiles
-per program, the gradients of a call that saves Z, and the eager fast path's fixed launch; against float64. On any
-machine: a config the kernel cannot run is a ValueError before any launch."""
+per program, the gradients of a call that saves Z, the eager fast path's fixed launch, and the kernel on a
+row-major copy of an M-major A; against float64. On any machine: a config the kernel cannot run is a ValueError
+before any launch."""
 import pytest
 import torch
 
@@ -13,14 +14,19 @@ from .conftest import DEVICE, GPU
 from .test_gemm import REF_ACT
 
 NMAJOR = spaces.GEMM_TF32_NMAJOR_CONFIGS
+COPY_A = spaces.GEMM_TF32_NMAJOR_COPY_A_CONFIGS
 HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
 
 
 def test_a_config_it_cannot_run_is_a_value_error():
     a, b = torch.randn(64, 32, device=DEVICE), torch.randn(32, 64, device=DEVICE)
     for precision, operand in (("ieee", b), ("tf32x3", b), ("tf32", b.t().contiguous().t())):  # K-major B last
-        with pytest.raises(ValueError, match="Gluon tf32 kernel"):
-            gemm.gemm(a, operand, precision=precision, config=NMAJOR[0])
+        for config in (NMAJOR[0], COPY_A[0]):
+            with pytest.raises(ValueError, match="Gluon tf32 kernel"):
+                gemm.gemm(a, operand, precision=precision, config=config)
+    with pytest.raises(ValueError, match="Gluon tf32 kernel"):  # A's copy would have 36-byte rows
+        gemm.gemm(torch.randn(9, 64, device=DEVICE).t(), torch.randn(9, 64, device=DEVICE), precision="tf32",
+                  config=COPY_A[0])
     if not HOPPER:  # the interpreter, or a GPU other than Hopper
         with pytest.raises(ValueError, match="compute capability 9"):
             gemm.gemm(a, b, precision="tf32", config=NMAJOR[0])
@@ -55,3 +61,19 @@ def test_gpu_forced_config(config, M, N, K, act, has_bias, has_res, grad):
         for name, t, r in zip(("dA", "dB", "dbias", "dresidual"), (a, b, bias, res), leaves):
             if t is not None:
                 assert_close(t.grad, r.grad, torch.float32, tf32=True, name=name, scale=3.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernel runs on Hopper (compute capability 9.x)")
+@pytest.mark.parametrize("config", COPY_A, ids=[f"{c.num_stages}stages" for c in COPY_A])
+@pytest.mark.parametrize("M,N,K", [(300, 200, 100), (1024, 512, 2048)])
+def test_gpu_forced_config_on_a_copy_of_a(config, M, N, K):
+    """A M-major (a transposed view, as dY^T in a Linear's weight gradient), B N-major: the kernel reads a
+    row-major copy of A; the copy is made on every call (the fixed launch's too), so a changed A is seen."""
+    a = torch.randn(K, M, device="cuda").t()
+    b = torch.randn(K, N, device="cuda")
+    y = gemm.gemm(a, b, precision="tf32", config=config)
+    assert_close(y, a.double() @ b.double(), torch.float32, tf32=True, name="C", scale=3.0)
+    a.mul_(-1)
+    again = gemm.gemm(a, b, precision="tf32", config=config)
+    assert torch.equal(again, -y)

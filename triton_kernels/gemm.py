@@ -100,12 +100,13 @@ _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _gemm
 
 
 def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False,
-           nmajor: bool = False) -> list[Config]:
+           nmajor: bool = False, nmajor_copy_a: bool = False) -> list[Config]:
     """The declared GEMM space's candidates for this shape, best guess first: the lists above (TMA ones
     where TMA can read the operands, re-laid-out ones where the copy of B stays TMA-aligned, the Gluon kernel's
-    where it can run: see nmajor_eligible), minus what overflows shared memory, tiles far larger than the
-    problem and tiny tiles on a large problem."""
-    return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout, nmajor=nmajor)
+    where it can run, on A or on a row-major copy of A: see nmajor_eligible), minus what overflows shared
+    memory, tiles far larger than the problem and tiny tiles on a large problem."""
+    return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout, nmajor=nmajor,
+                             nmajor_copy_a=nmajor_copy_a)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -201,12 +202,17 @@ def _tma_eligible(a, b, M, N, K) -> bool:
             and tma_layout(b) is not None)
 
 
-def nmajor_eligible(a, b, prec: str, index_64: bool) -> bool:
+def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False) -> bool:
     """Whether gemm_gluon's kernel can run this GEMM: tf32 on fp32 operands, A row-major and B N-major (both
-    TMA-readable), 32-bit index math, on Hopper itself (its wgmma; not the interpreter)."""
-    return (prec == "tf32" and a.dtype == torch.float32 and not index_64 and a.stride(1) == 1 and b.stride(1) == 1
-            and _tma_device(a) and torch.cuda.get_device_capability(a.device)[0] == 9
-            and tma_layout(a) == (False, a.stride(0)) and tma_layout(b) == (False, b.stride(0)))
+    TMA-readable), 32-bit index math, on Hopper itself (its wgmma; not the interpreter). ``copy_a``: it reads a
+    row-major copy of A (relayout), whose rows must keep TMA's 16-byte alignment."""
+    if prec != "tf32" or a.dtype != torch.float32 or index_64 or b.stride(1) != 1 or not _tma_device(a):
+        return False
+    if torch.cuda.get_device_capability(a.device)[0] != 9 or tma_layout(b) != (False, b.stride(0)):
+        return False
+    if copy_a:
+        return (a.shape[1] * a.element_size()) % 16 == 0
+    return a.stride(1) == 1 and tma_layout(a) == (False, a.stride(0))
 
 
 def _needs_int64(*ts) -> bool:
@@ -242,6 +248,7 @@ class _Plan(NamedTuple):
     split_k: int = 1  # split-K: `kernel` writes SPLIT_K fp32 partials of C, `reduce` adds them (epilogue)
     block_k: int = 0
     reduce: Optional[BoundKernel] = None
+    a_copy: bool = False  # the Gluon kernel reads a row-major copy of A (A_RELAYOUT)
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -251,7 +258,7 @@ _REDUCE_BLOCK = (32, 32) if INTERPRET else (32, 128)  # the split-K reduction's 
 def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: int) -> _Plan:
     """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
     ``flags`` (the kernels' other constexprs)."""
-    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "NMAJOR")}
+    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "NMAJOR", "A_RELAYOUT")}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     split = cfg.kwargs.get("SPLIT_K", 1)
     if split > 1:
@@ -267,7 +274,8 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
     if cfg.kwargs.get("NMAJOR", 0):  # the Gluon kernel: 4 warps launched (its first consumer warpgroup)
         kernel = bind(_gemm_tf32_nmajor_kernel, HAS_BIAS=flags["HAS_BIAS"], HAS_RES=flags["HAS_RES"],
                       SAVE_Z=flags["SAVE_Z"], ACT=flags["ACT"], **tiles, STAGES=cfg.num_stages, num_warps=4)
-        return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, False, False, False)
+        return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, False, False, False,
+                     a_copy=bool(cfg.kwargs.get("A_RELAYOUT", 0)))
     if cfg.kwargs.get("TMA", 0):
         kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, PDL=False, **options)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)
@@ -322,6 +330,8 @@ def plan_launches(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: in
         stride_bk, stride_bn = b.stride()
         return [(plan.kernel, (tiles,), dict(a_ptr=a, b_ptr=b, **epilogue, M=M, N=N, K=K, stride_am=stride_am,
                                              stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn, **strides))]
+    if plan.a_copy:  # the Gluon kernel on a row-major copy of A: tf32 with A M-major and B N-major (dW of a Linear)
+        a = relayout(a)
     if plan.relayout:
         # Copy B once into the other layout (N-major <-> K-major). tf32 wgmma reads B K-major only; for
         # 16-bit B the measured K-major (nn.Linear weight) case ran at half the rate of the N-major one.
@@ -348,13 +358,15 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
     prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z, index_64 = key[4:14]
     sms = sm_count(a, default=_INTERPRETER_SMS)
     nmajor = tma and nmajor_eligible(a, b, prec, index_64)
+    nmajor_copy = tma and not a_unit and nmajor_eligible(a, b, prec, index_64, copy_a=True)
 
     def plan_for(cfg: Config) -> _Plan:
         # a B_RELAYOUT config tuned on a shape whose copy of B stays TMA-aligned, met on one of the
         # same tuning key whose copy would not be, runs the TMA kernel on B as it is; likewise an NMAJOR one
-        # met where the Gluon kernel cannot run (64-bit indices)
-        if cfg.kwargs.get("NMAJOR", 0) and not nmajor:
-            cfg = Config({k: v for k, v in cfg.kwargs.items() if k != "NMAJOR"}, cfg.num_warps, cfg.num_stages)
+        # met where the Gluon kernel cannot run (64-bit indices, a copy of A that TMA could not read)
+        if cfg.kwargs.get("NMAJOR", 0) and not (nmajor_copy if cfg.kwargs.get("A_RELAYOUT", 0) else nmajor):
+            cfg = Config({k: v for k, v in cfg.kwargs.items() if k not in ("NMAJOR", "A_RELAYOUT")}, cfg.num_warps,
+                         cfg.num_stages)
         copy = relayout and bool(cfg.kwargs.get("B_RELAYOUT", 0))
         return _bind(cfg, flags, not a_unit, b_unit if copy else not b_unit, copy, sms)
 
@@ -365,8 +377,8 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
                        has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma,
                        save_preact=save_z)
     es = a.element_size()
-    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor), tracing=_is_fake(a, b),
-                      interpret_config=INTERPRET_CONFIG)
+    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor, nmajor_copy),
+                      tracing=_is_fake(a, b), interpret_config=INTERPRET_CONFIG)
     return plan_for(cfg)
 
 
@@ -375,10 +387,12 @@ def _forced_plan(config: Config, flags: dict, a, b):
     TMA cannot read is a ValueError (the tuner never offers one: see _tma_eligible)."""
     if not config.kwargs.get("TMA", 0):
         return _bind(config, flags, False, False, False, 0), b
-    if config.kwargs.get("NMAJOR", 0) and not nmajor_eligible(a, b, flags["PRECISION"], flags["INDEX_64"]):
-        raise ValueError(f"config {config} asks for the Gluon tf32 kernel, which needs precision='tf32' on fp32 "
-                         "operands, a and b row-major and TMA-readable, 32-bit indices and a Hopper GPU "
-                         "(compute capability 9.x)")
+    if config.kwargs.get("NMAJOR", 0):
+        if not nmajor_eligible(a, b, flags["PRECISION"], flags["INDEX_64"], bool(config.kwargs.get("A_RELAYOUT", 0))):
+            raise ValueError(f"config {config} asks for the Gluon tf32 kernel, which needs precision='tf32' on fp32 "
+                             "operands, a (with A_RELAYOUT: its copy) and b row-major and TMA-readable, 32-bit indices "
+                             "and a Hopper GPU (compute capability 9.x)")
+        return _bind(config, flags, False, False, False, sm_count(a, default=_INTERPRETER_SMS)), b
     if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see plan_launches) is made here, once
         b = relayout(b)
     layout_a, layout_b = tma_layout(a), tma_layout(b)

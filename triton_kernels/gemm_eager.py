@@ -65,6 +65,7 @@ class _FixedGemm:
         plan, b_read = self._plan(a, b, c, bias, residual, z)
         # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
         self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
+        self.a_copy = plan.a_copy  # the Gluon kernel reads a row-major copy of A, made per call
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
         # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read) of a
         # kernel with the PDL flag (not the Gluon one)
@@ -97,6 +98,8 @@ class _FixedGemm:
                 return
             if self.relayout:
                 b = relayout(b)
+            if self.a_copy:
+                a = relayout(a)
             if not INTERPRET:
                 _ensure_allocator()  # the TMA kernel's descriptor scratch (autograd's backward thread included)
         self.launches[0](a, b, c, bias_ptr, res_ptr, z_ptr)
