@@ -269,11 +269,12 @@ GEMM_FP32_CONFIGS = [
     _gemm_cfg(64, 128, 32, 4, 4),
 ]
 # tf32 with A row-major and B N-major on Hopper: the Gluon kernel (gemm_gluon.py; NMAJOR=1), B read where it
-# lies as the register operand of C^T = B^T A^T. Its one tile: two consumer warpgroups (8 warps of math) each
-# own a 64 x 256 accumulator; 4 stages of 256 x 32 + 32 x 128 fp32 = 192 KB. On an H100 against cuBLAS
-# (`a @ b`, GPU times): 4 stages 1.00x / 0.97x / 0.94x at 2048^3 / 4096^3 / 8192^3, 3 stages 0.94x / 0.93x / 0.95x
-GEMM_TF32_NMAJOR_CONFIGS = [Config({**_gemm_cfg(256, 128, 32, 8, stages).kwargs, "TMA": 1, "NMAJOR": 1}, 8, stages)
-                            for stages in (4, 3)]
+# lies as the register operand of C^T = B^T A^T. Two consumer warpgroups (8 warps of math) each own a 64 x BLOCK_M
+# accumulator. 256 x 128, 4 stages of 256 x 32 + 32 x 128 fp32 = 192 KB: on an H100 against cuBLAS (`a @ b`, GPU
+# times) 0.98x / 0.97x / 0.95x at 2048^3 / 4096^3 / 8192^3 (3 stages 0.92x / 0.94x / 0.95x). Narrower tiles for
+# outputs of few 256 x 128 tiles (1024^3: 32 tiles for 132 SMs)
+GEMM_TF32_NMAJOR_CONFIGS = [Config({**_gemm_cfg(bm, 128, 32, 8, stages).kwargs, "TMA": 1, "NMAJOR": 1}, 8, stages)
+                            for bm, stages in ((256, 4), (256, 3), (128, 5), (64, 6))]
 # the same kernel on a row-major copy of an M-major A (A_RELAYOUT=1): tf32 with both operands in the layouts
 # tf32 wgmma cannot read, as the weight gradient of a Linear (dW = dY^T X)
 GEMM_TF32_NMAJOR_COPY_A_CONFIGS = [Config({**c.kwargs, "A_RELAYOUT": 1}, c.num_warps, c.num_stages)
@@ -354,6 +355,9 @@ _GEMM_TILES = (("BLOCK_M", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)), ("BLOCK
                ("GROUP_M", (1, 4, 8, 16)))
 _GEMM_WARPS, _GEMM_STAGES = (2, 4, 8, 16), (1, 2, 3, 4, 5)
 _GEMM_TMA_STAGES = _GEMM_STAGES + (6, 8, 10, 12)  # the copy engine can run far ahead of the math
+# the Gluon kernel: any BLOCK_M a wgmma takes as its N (two warpgroups of 64 rows: BLOCK_N 128), one k8 x 4 step
+_NMAJOR_TILES = (("BLOCK_M", (64, 128, 256)), ("BLOCK_N", (128,)), ("BLOCK_K", (32,)), ("GROUP_M", (8,)))
+_NMAJOR_STAGES = (3, 4, 5, 6)
 
 # rules every output-tile space (GEMM, conv1d, conv2d) applies alike
 _THREADS_RULE = Rule("threads", "hardware",
@@ -374,11 +378,10 @@ GEMM = _register(Space(
         Variant("tma", _GEMM_TILES, _GEMM_WARPS, _GEMM_TMA_STAGES, fixed=(("TMA", 1),), when=lambda ctx: ctx["tma"]),
         Variant("tma_relayout", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("TMA", 1), ("B_RELAYOUT", 1)),
                 when=lambda ctx: ctx["relayout"]),
-        Variant("tf32_nmajor", (("BLOCK_M", (256,)), ("BLOCK_N", (128,)), ("BLOCK_K", (32,)), ("GROUP_M", (8,))),
-                (8,), (3, 4), fixed=(("TMA", 1), ("NMAJOR", 1)), when=lambda ctx: ctx["nmajor"]),
-        Variant("tf32_nmajor_copy_a", (("BLOCK_M", (256,)), ("BLOCK_N", (128,)), ("BLOCK_K", (32,)), ("GROUP_M", (8,))),
-                (8,), (3, 4), fixed=(("TMA", 1), ("NMAJOR", 1), ("A_RELAYOUT", 1)),
-                when=lambda ctx: ctx["nmajor_copy_a"]),
+        Variant("tf32_nmajor", _NMAJOR_TILES, (8,), _NMAJOR_STAGES, fixed=(("TMA", 1), ("NMAJOR", 1)),
+                when=lambda ctx: ctx["nmajor"]),
+        Variant("tf32_nmajor_copy_a", _NMAJOR_TILES, (8,), _NMAJOR_STAGES,
+                fixed=(("TMA", 1), ("NMAJOR", 1), ("A_RELAYOUT", 1)), when=lambda ctx: ctx["nmajor_copy_a"]),
         # split-K only where C has few tiles and K is long (elsewhere every SM already has a tile)
         Variant("splitk", _GEMM_TILES + (("SPLIT_K", (2, 4, 8, 16)),), _GEMM_WARPS, _GEMM_STAGES,
                 when=_splitk_wanted),

@@ -34,7 +34,7 @@ def test_a_config_it_cannot_run_is_a_value_error():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernel runs on Hopper (compute capability 9.x)")
-@pytest.mark.parametrize("config", NMAJOR, ids=[f"{c.num_stages}stages" for c in NMAJOR])
+@pytest.mark.parametrize("config", NMAJOR, ids=[f"{c.kwargs['BLOCK_M']}x128-{c.num_stages}stages" for c in NMAJOR])
 @pytest.mark.parametrize("M,N,K,act,has_bias,has_res,grad", [
     (256, 128, 64, "none", False, False, False),        # one tile, two k steps
     (300, 200, 100, "relu", True, False, False),        # every edge partly out of range; K: 4 steps, one past K
@@ -65,7 +65,7 @@ def test_gpu_forced_config(config, M, N, K, act, has_bias, has_res, grad):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernel runs on Hopper (compute capability 9.x)")
-@pytest.mark.parametrize("config", COPY_A, ids=[f"{c.num_stages}stages" for c in COPY_A])
+@pytest.mark.parametrize("config", COPY_A, ids=[f"{c.kwargs['BLOCK_M']}x128-{c.num_stages}stages" for c in COPY_A])
 @pytest.mark.parametrize("M,N,K", [(300, 200, 100), (1024, 512, 2048)])
 def test_gpu_forced_config_on_a_copy_of_a(config, M, N, K):
     """A M-major (a transposed view, as dY^T in a Linear's weight gradient), B N-major: the kernel reads a
