@@ -24,10 +24,10 @@ fixed order and applies the epilogue), and for tf32 with A row-major and B N-maj
 warp-specialised Gluon kernel that reads B where it lies (gemm_gluon.py) instead of the TMA kernel on a copy
 of B.
 
-The kernels are in ``gemm_kernels.py`` and ``gemm_gluon.py``; this file holds the tuner (candidates from autotune/spaces.py),
-validation, launch plans, launchers, torch ops and the public functions. An eager call of ``linear`` /
-``gemm`` whose signature was seen before runs its prepared call (``gemm_eager.py``) instead: no validation,
-no plan lookup, launches with their arguments fixed; torch.compile traces the registered ops.
+The kernels are in ``gemm_kernels.py`` and ``gemm_gluon.py``; this file holds the tuner (candidates from
+autotune/spaces.py), validation, launch plans, launchers, torch ops and the public functions. An eager call of
+``linear`` / ``gemm`` whose signature was seen before runs its prepared call (``gemm_eager.py``) instead: no
+validation, no plan lookup, launches with their arguments fixed; torch.compile traces the registered ops.
 """
 from __future__ import annotations
 
@@ -269,13 +269,13 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
                       num_warps=4)
         return _Plan(partial, tiles["BLOCK_M"], tiles["BLOCK_N"], 0, False, False, False, split, tiles["BLOCK_K"],
                      reduce)
-    # PDL (gemm_eager's chained backward sets it) passed explicitly: torch.compile's launcher for a traced kernel
-    # misses a defaulted constexpr
     if cfg.kwargs.get("NMAJOR", 0):  # the Gluon kernel: 4 warps launched (its first consumer warpgroup)
         kernel = bind(_gemm_tf32_nmajor_kernel, HAS_BIAS=flags["HAS_BIAS"], HAS_RES=flags["HAS_RES"],
                       SAVE_Z=flags["SAVE_Z"], ACT=flags["ACT"], **tiles, STAGES=cfg.num_stages, num_warps=4)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, False, False, False,
                      a_copy=bool(cfg.kwargs.get("A_RELAYOUT", 0)))
+    # PDL (gemm_eager's chained backward sets it) passed explicitly: torch.compile's launcher for a traced kernel
+    # misses a defaulted constexpr
     if cfg.kwargs.get("TMA", 0):
         kernel = bind(_gemm_tma_kernel, A_T=a_t, B_T=b_t, **flags, **tiles, PDL=False, **options)
         return _Plan(kernel, tiles["BLOCK_M"], tiles["BLOCK_N"], sms, relayout, a_t, b_t)

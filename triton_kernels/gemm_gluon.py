@@ -1,5 +1,6 @@
 """tf32 GEMM with an N-major B on Hopper, in Gluon: C = act(A @ B + bias) (+ residual), A (M, K) row-major and
-B (K, N) row-major (what ``a @ b`` passes, and the dA = dZ @ W of nn.Linear's backward).
+B (K, N) row-major: what ``a @ b`` passes, nn.Linear's dX = dY @ W, and (on a row-major copy of dY^T, made by
+gemm.plan_launches) its dW = dY^T @ X.
 
 Why a kernel of its own: tf32 wgmma reads a shared-memory operand only K-major, so the Triton kernels must copy an
 N-major B into the other layout first (gemm.relayout; 50 of ~400 us at 4096^3 on an H100). Here the product is
@@ -11,11 +12,11 @@ kernels). It is warp-specialised: one producer warp streams the A tile (BLOCK_M 
 BLOCK_K x BLOCK_N / 2 halves, by TMA into a ring of STAGES shared-memory stages (``ready`` barriers count the
 bytes in, ``empty`` ones count both consumers out). Two consumer warpgroups each own one half of B's columns:
 each multiplies its (BLOCK_N / 2) x BLOCK_K slice of B^T, loaded into registers, by the shared A^T tile into a
-(BLOCK_N / 2) x BLOCK_M accumulator (a 64 x 256 wgmma: the widest product, so A and B are read from the L2
-as often as with cuBLAS's 128 x 256 tiles). The k steps are unrolled by two, so the register operand of the next
-step loads while the current product runs without overwriting registers a product in flight still reads (ptxas
-would serialise the products). The epilogue (bias, Z, activation, residual, cast) runs on each accumulator in
-registers and stores C^T's tile as C's.
+(BLOCK_N / 2) x BLOCK_M accumulator (BLOCK_N = 128: 64 x BLOCK_M wgmmas; with BLOCK_M = 256, the widest, A and B
+are read from the L2 as often as with cuBLAS's 128 x 256 tiles; narrower tiles give small outputs more programs).
+The k steps are unrolled by two, so the register operand of the next step loads while the current product runs
+without overwriting registers a product in flight still reads (ptxas would serialise the products). The
+epilogue (bias, Z, activation, residual, cast) runs on each accumulator in registers and stores C^T's tile as C's.
 """
 from __future__ import annotations
 

@@ -120,7 +120,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
             linear_case(4096, 8704, 1024, bf16, "relu", backward=True),
             linear_case(4096, 8704, 1024, bf16, "gelu", backward=True), matmul_case(8192, 8192, 8192, f32),
             # tf32 with B K-major (nn.Linear's weight): the matmul cases above read an N-major B
-            linear_case(4096, 4096, 4096, f32, "none", tf32=True), linear_case(8192, 8192, 8192, f32, "none", tf32=True),
+            linear_case(4096, 4096, 4096, f32, "none", tf32=True),
+            linear_case(8192, 8192, 8192, f32, "none", tf32=True),
             # and its backward, whose dX = dY @ W reads W N-major (gemm_gluon's kernel on Hopper)
             linear_case(4096, 4096, 4096, f32, "none", backward=True, tf32=True)]
     for n in (256, 512, 1024, 2048, 8192):  # square sweep (latency vs size)
