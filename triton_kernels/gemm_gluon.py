@@ -113,24 +113,6 @@ def _consume(a_smem, b_smem, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N
 
 
 @gluon.jit
-def _consumer0(a_smem, b_smem0, b_smem1, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS, stride_cm,
-               stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS: gl.constexpr,
-               HAS_RES: gl.constexpr, SAVE_Z: gl.constexpr, ACT: gl.constexpr, GROUP_M: gl.constexpr):
-    _consume(a_smem, b_smem0, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS, stride_cm,
-             stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, 0, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
-             GROUP_M)
-
-
-@gluon.jit
-def _consumer1(a_smem, b_smem0, b_smem1, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS, stride_cm,
-               stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS: gl.constexpr,
-               HAS_RES: gl.constexpr, SAVE_Z: gl.constexpr, ACT: gl.constexpr, GROUP_M: gl.constexpr):
-    _consume(a_smem, b_smem1, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS, stride_cm,
-             stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, 1, HAS_BIAS, HAS_RES, SAVE_Z, ACT,
-             GROUP_M)
-
-
-@gluon.jit
 def _gemm_tf32_nmajor_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, z_ptr,
     M, N, K, NUM_PROGS,
@@ -158,11 +140,11 @@ def _gemm_tf32_nmajor_kernel(
     # the partitions' arguments as tuples written in the call: a tuple assigned to a name first would turn the
     # constexprs in it into runtime values
     gl.warp_specialize([
-        (_consumer0, (a_smem, b_smem0, b_smem1, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS,
-                      stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES,
-                      SAVE_Z, ACT, GROUP_M)),
-        (_consumer1, (a_smem, b_smem0, b_smem1, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS,
-                      stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES,
-                      SAVE_Z, ACT, GROUP_M)),
+        (_consume, (a_smem, b_smem0, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS, stride_cm,
+                    stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, 0, HAS_BIAS, HAS_RES, SAVE_Z,
+                    ACT, GROUP_M)),
+        (_consume, (a_smem, b_smem1, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N, K, NUM_PROGS, stride_cm,
+                    stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, 1, HAS_BIAS, HAS_RES, SAVE_Z,
+                    ACT, GROUP_M)),
         (_producer, (a_desc, b_desc, a_smem, b_smem0, b_smem1, ready, empty, M, N, K, NUM_PROGS, GROUP_M)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
