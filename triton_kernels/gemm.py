@@ -21,8 +21,7 @@ Kernels, chosen per shape by the tuner: the pointer kernel (one program per C ti
 kernel on Hopper (programs loop over the tiles), split-K for outputs of few tiles with a long K
 (SPLIT_K programs per tile each reduce a slice of K into fp32 partials; a second kernel adds them in a
 fixed order and applies the epilogue), and for tf32 with A row-major and B N-major on Hopper a
-warp-specialised Gluon kernel that reads B where it lies (gemm_gluon.py) instead of the TMA kernel on a copy
-of B.
+warp-specialised Gluon kernel that reads B where it lies (gemm_gluon.py), not a copy of B.
 
 The kernels are in ``gemm_kernels.py`` and ``gemm_gluon.py``; this file holds the tuner (candidates from
 autotune/spaces.py), validation, launch plans, launchers, torch ops and the public functions. An eager call of
@@ -515,9 +514,10 @@ def act_backward_launch(dc, saved, dz, dbias, part, counters, activation: str) -
     stride_dzm, stride_dzn = dzt.stride()
     grid = ((N + bn - 1) // bn,) if columns else ((M + bm - 1) // bm, (N + bn - 1) // bn)
     return kernel, grid, dict(dc_ptr=dc, z_ptr=z, dz_ptr=dzt, dbias_ptr=dbias if dbias is not None else dc,
-                              part_ptr=part if part is not None else dc, count_ptr=counters if counters is not None else dc,
-                              M=M, N=N, stride_dcm=stride_dcm, stride_dcn=stride_dcn, stride_zm=stride_zm,
-                              stride_zn=stride_zn, stride_dzm=stride_dzm, stride_dzn=stride_dzn)
+                              part_ptr=part if part is not None else dc,
+                              count_ptr=counters if counters is not None else dc, M=M, N=N, stride_dcm=stride_dcm,
+                              stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn, stride_dzm=stride_dzm,
+                              stride_dzn=stride_dzn)
 
 
 def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias_dtype=torch.float32):

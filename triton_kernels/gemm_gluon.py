@@ -16,7 +16,8 @@ each multiplies its (BLOCK_N / 2) x BLOCK_K slice of B^T, loaded into registers,
 are read from the L2 as often as with cuBLAS's 128 x 256 tiles; narrower tiles give small outputs more programs).
 The k steps are unrolled by two, so the register operand of the next step loads while the current product runs
 without overwriting registers a product in flight still reads (ptxas would serialise the products). The
-epilogue (bias, Z, activation, residual, cast) runs on each accumulator in registers and stores C^T's tile as C's.
+epilogue (bias, Z, activation, residual, cast: gemm_kernels._epilogue) runs on each accumulator, transposed in
+registers to C's tile.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gemm_kernels import _apply_act, _tile_coords
+from .gemm_kernels import _epilogue, _tile_coords
 
 # registers per thread (setmaxnreg) of a consumer warpgroup: the 128 of a 64 x 256 fp32 accumulator, 32 of two
 # register operands, addresses; the producer warp needs few
@@ -95,21 +96,15 @@ def _consume(a_smem, b_smem, ready, empty, c_ptr, bias_ptr, res_ptr, z_ptr, M, N
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             mbarrier.arrive(empty.index(s_odd))
             it += 2
-        # the epilogue of gemm_kernels._epilogue on C^T's tile: rows are C's columns n, columns C's rows m
-        offs_n = pid_n * 2 * HALF_N + HALF * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, mma))
-        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
-        rows_n = gl.expand_dims(offs_n, 1)
-        cols_m = gl.expand_dims(offs_m, 0)
-        mask = (rows_n < N) & (cols_m < M)
-        if HAS_BIAS:
-            bias = gl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
-            acc += gl.expand_dims(bias.to(gl.float32), 1)
-        if SAVE_Z:
-            gl.store(z_ptr + cols_m * stride_zm + rows_n * stride_zn, acc.to(z_ptr.dtype.element_ty), mask=mask)
-        acc = _apply_act(acc, ACT)
-        if HAS_RES:
-            acc += gl.load(res_ptr + cols_m * stride_rm + rows_n * stride_rn, mask=mask, other=0.0).to(gl.float32)
-        gl.store(c_ptr + cols_m * stride_cm + rows_n * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
+        # C's tile is the accumulator transposed (a relabelling of its registers: no data moves), finished by the
+        # Triton kernels' own epilogue
+        tile_c = gl.permute(acc, (1, 0))
+        rows: gl.constexpr = gl.SliceLayout(1, tile_c.type.layout)
+        cols: gl.constexpr = gl.SliceLayout(0, tile_c.type.layout)
+        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=rows)
+        offs_n = pid_n * 2 * HALF_N + HALF * HALF_N + gl.arange(0, HALF_N, layout=cols)
+        _epilogue(tile_c, offs_m, offs_n, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm, stride_cn, stride_bias,
+                  stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z, ACT, False)
 
 
 @gluon.jit
