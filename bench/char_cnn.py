@@ -330,7 +330,7 @@ def bench_args(argv) -> argparse.Namespace:
     p.add_argument("--data", default=None, help="AG News directory (default .data/ag_news, ../shared/data/ag_news)")
     p.add_argument("--synthetic", action="store_true", help="random indices: timing without data")
     p.add_argument("--eval-rows", type=int, default=None, help="eval rows for agreement (default all 1,000; CPU 6)")
-    p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds")
+    p.add_argument("--repeat", type=int, default=None, help="interleaved timing rounds (default: the harness's)")
     p.add_argument("--out", default=None, help="results directory (default results/<device>/)")
     p.add_argument("--tag", default=None, help="write char_cnn-<tag>.csv (default char_cnn.csv)")
     p.add_argument("--no-write", action="store_true")

@@ -197,18 +197,16 @@ def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 2000
                        seed: int = 0) -> tuple[float, float, float]:
     """Ratio median(num)/median(den) with a percentile-bootstrap CI; num/den are per-round medians from
     interleaved repeats (round i of each measured back to back)."""
-    import random
+    import numpy
 
     if len(num) != len(den) or not num:
         raise ValueError("num and den must be non-empty and of equal length")
-    rng = random.Random(seed)
-    k = len(num)
     est = median(num) / median(den)
-    boots = []
-    for _ in range(n):
-        idx = [rng.randrange(k) for _ in range(k)]
-        boots.append(median([num[i] for i in idx]) / median([den[i] for i in idx]))
-    return est, quantile(boots, alpha / 2), quantile(boots, 1 - alpha / 2)
+    rng = numpy.random.default_rng(seed)
+    idx = rng.integers(0, len(num), size=(n, len(num)))  # n resamples of the rounds, the same for both sides
+    boots = numpy.median(numpy.asarray(num)[idx], axis=1) / numpy.median(numpy.asarray(den)[idx], axis=1)
+    lo, hi = numpy.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    return est, float(lo), float(hi)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -242,14 +240,20 @@ def roofline_floor_ms(case: Case, ceilings: dict | None) -> float | None:
 # Running cases
 # ----------------------------------------------------------------------------------------------------
 CPU_REPS = 2  # timed calls per backend on the CPU (interpreter timings are no performance figure)
+# GPU: each backend's timed calls (~target_ms of them, within these bounds) are spread over rounds of
+# ROUND_CALLS calls, the backends taking turns, so a host whose speed drifts (other tenants, clocks) moves
+# every backend alike. Measured on an H100 box, fc1 forward + backward called eagerly (host-bound): in 5
+# rounds of 200 calls the ratio to eager came out 0.86-1.09x over three trials, CIs as wide as [0.61, 1.62];
+# in 500 rounds of 2, 1.040-1.053x, every CI within [1.02, 1.07]
+MIN_CALLS, MAX_CALLS, ROUND_CALLS, MAX_ROUNDS = 50, 1000, 2, 500
 
 
 @dataclasses.dataclass
 class RunConfig:
     backends: Sequence[str] = DEFAULT_BACKENDS
-    rounds: int = 5             # interleaved rounds (speedup CI)
-    rep: int | None = None      # timed calls per round (None: adaptive, ~target_ms per round)
-    target_ms: float = 100.0
+    rounds: int | None = None   # interleaved rounds (speedup CI); None: rounds of ROUND_CALLS calls
+    rep: int | None = None      # timed calls per round (None: adaptive, ~target_ms per backend in all)
+    target_ms: float = 500.0
     warm_limit_bytes: float = 16e6  # also time warm (no flush) below this working set
     seed: int = 0
     check: bool = True
@@ -356,6 +360,19 @@ def check_case(case: Case, cfg: RunConfig, inputs: tuple,
     return ready, errors, rows
 
 
+def round_plan(total: dict[str, int], cfg: RunConfig, is_cuda: bool, backends: Sequence[str]) -> tuple:
+    """(rounds, {backend: timed calls per round}) from each backend's ``total`` timed calls: cfg.rounds
+    rounds where given, else rounds of ~ROUND_CALLS calls (5 to MAX_ROUNDS of them); cfg.rep calls per round
+    where given (then 5 rounds unless cfg.rounds). On the CPU, one round."""
+    if not is_cuda:
+        rounds = 1
+    elif cfg.rounds:
+        rounds = cfg.rounds
+    else:
+        rounds = 5 if cfg.rep else min(MAX_ROUNDS, max(5, min(total.values()) // ROUND_CALLS))
+    return rounds, {b: cfg.rep or max(1, round(total[b] / rounds)) for b in backends}
+
+
 def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], errors: dict[str, float | None],
               device: torch.device) -> list[dict]:
     """Time the checked backends on ``inputs``: interleaved rounds, cold (L2 flushed), and warm for small
@@ -369,16 +386,14 @@ def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], e
         rows.append(_case_row(case, backend, metric, value, unit, **kw))
 
     calls = {b: (lambda fn=fn: fn(*inputs)) for b, fn in ready.items()}
-    reps = {}
+    total = {}  # timed calls per backend, over all rounds
     for b, call in calls.items():
-        if cfg.rep:
-            reps[b] = cfg.rep
-        elif not is_cuda:  # CPU (interpreter): no performance figure, so no estimate; a few calls
-            reps[b] = CPU_REPS
-        else:
+        if not is_cuda:  # CPU (interpreter): no performance figure, so no estimate; a few calls
+            total[b] = CPU_REPS
+        elif not cfg.rep:
             est = median(time_call(call, 3, device=device))
-            reps[b] = int(min(200, max(10, cfg.target_ms / max(est, 1e-3))))
-    rounds = cfg.rounds if is_cuda else 1
+            total[b] = int(min(MAX_CALLS, max(MIN_CALLS, cfg.target_ms / max(est, 1e-3))))
+    rounds, reps = round_plan(total, cfg, is_cuda, list(calls))
     samples: dict[str, list[float]] = {b: [] for b in calls}
     round_medians: dict[str, list[float]] = {b: [] for b in calls}
     for _ in range(rounds):
@@ -389,7 +404,7 @@ def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], e
     warm = {}
     if is_cuda and case.bytes and case.bytes < cfg.warm_limit_bytes:
         for b, call in calls.items():
-            warm[b] = time_call(call, reps[b], flush=False, device=device)
+            warm[b] = time_call(call, max(reps[b], total.get(b, 0) // 5), flush=False, device=device)
 
     floor = roofline_floor_ms(case, ceilings)
     for b in calls:

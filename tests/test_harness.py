@@ -28,6 +28,22 @@ def test_bootstrap_ratio_ci_brackets_estimate():
     assert harness.bootstrap_ratio_ci([1.0] * 4, [1.0] * 4) == (1.0, 1.0, 1.0)
 
 
+def test_round_plan_interleaves_fine_on_the_gpu():
+    cfg = harness.RunConfig()
+    # ~2 calls a round for the backend with fewest calls, the others' calls spread over the same rounds
+    rounds, reps = harness.round_plan({"eager": 530, "triton": 1000}, cfg, True, ["eager", "triton"])
+    assert rounds == 265 and reps == {"eager": 2, "triton": 4}
+    # slow cases keep at least 5 rounds; many calls at most MAX_ROUNDS
+    assert harness.round_plan({"eager": 50}, cfg, True, ["eager"]) == (25, {"eager": 2})
+    assert harness.round_plan({"eager": 5}, cfg, True, ["eager"]) == (5, {"eager": 1})
+    assert harness.round_plan({"eager": 10**6}, cfg, True, ["eager"])[0] == harness.MAX_ROUNDS
+    # given rounds (--repeat) or calls per round are kept; the CPU runs one round
+    assert harness.round_plan({"eager": 1000}, harness.RunConfig(rounds=5), True, ["eager"]) == (5, {"eager": 200})
+    assert harness.round_plan({}, harness.RunConfig(rep=3), True, ["eager"]) == (5, {"eager": 3})
+    assert harness.round_plan({"eager": 2}, cfg, False, ["eager"]) == (1, {"eager": 2})
+    assert harness.round_plan({"eager": 2}, harness.RunConfig(rep=1), False, ["eager"]) == (1, {"eager": 1})
+
+
 def test_rows_have_schema_and_provenance():
     rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}),
                             harness.RunConfig(backends=["eager", "triton"]))
