@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from triton_kernels.runtime import capture_graph, cuda_time_ms, default_device
+from triton_kernels.runtime import CudaEventTimer, capture_graph, cuda_time_ms, default_device, flush_l2_cache
 from triton_kernels.testing import rel_err, tolerance
 
 from . import results
@@ -179,6 +179,38 @@ def time_call(fn: Callable[[], Any], rep: int, *, flush: bool = True, device: to
     return out
 
 
+def time_rounds(calls: dict[str, Callable[[], Any]], reps: dict[str, int], rounds: int,
+                device: torch.device) -> dict[str, list[list[float]]]:
+    """{backend: per round, its calls' times in ms}: the backends take turns, ``reps[b]`` calls each a round.
+    On a GPU, CUDA events with the L2 flushed before each call, and one synchronisation at the very end: no
+    turn starts on an idle queue, so each call's host work overlaps the GPU work queued before it, as in a
+    user's loop of calls (a call costs its host time only where that is the longer). On the CPU,
+    perf_counter (interpreter: not a performance figure)."""
+    out: dict[str, list[list[float]]] = {b: [] for b in calls}
+    if device.type != "cuda":
+        for _ in range(rounds):
+            for b, call in calls.items():
+                ts = []
+                for _ in range(reps[b]):
+                    t0 = time.perf_counter()
+                    call()
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                out[b].append(ts)
+        return out
+    timers = {b: CudaEventTimer() for b in calls}
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for b, call in calls.items():
+            for _ in range(reps[b]):
+                flush_l2_cache()
+                with timers[b].span():
+                    call()
+    for b, timer in timers.items():
+        ts = timer.times_ms()
+        out[b] = [ts[r * reps[b]:(r + 1) * reps[b]] for r in range(rounds)]
+    return out
+
+
 def quantile(xs: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile (q in [0, 1]) of a non-empty sequence."""
     ys = sorted(xs)
@@ -241,10 +273,10 @@ def roofline_floor_ms(case: Case, ceilings: dict | None) -> float | None:
 # ----------------------------------------------------------------------------------------------------
 CPU_REPS = 2  # timed calls per backend on the CPU (interpreter timings are no performance figure)
 # GPU: each backend's timed calls (~target_ms of them, within these bounds) are spread over rounds of
-# ROUND_CALLS calls, the backends taking turns, so a host whose speed drifts (other tenants, clocks) moves
-# every backend alike. Measured on an H100 box, fc1 forward + backward called eagerly (host-bound): in 5
-# rounds of 200 calls the ratio to eager came out 0.86-1.09x over three trials, CIs as wide as [0.61, 1.62];
-# in 500 rounds of 2, 1.040-1.053x, every CI within [1.02, 1.07]
+# ROUND_CALLS calls, the backends taking turns (time_rounds), so a host whose speed drifts (other tenants,
+# clocks) moves every backend alike. Measured on an H100 box, fc1 forward + backward called eagerly
+# (host-bound): in 5 rounds of 200 calls the ratio to eager came out 0.86-1.09x over three trials, CIs as
+# wide as [0.61, 1.62]; in 500 rounds of 2, 1.040-1.053x, every CI within [1.02, 1.07]
 MIN_CALLS, MAX_CALLS, ROUND_CALLS, MAX_ROUNDS = 50, 1000, 2, 500
 
 
@@ -394,13 +426,9 @@ def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], e
             est = median(time_call(call, 3, device=device))
             total[b] = int(min(MAX_CALLS, max(MIN_CALLS, cfg.target_ms / max(est, 1e-3))))
     rounds, reps = round_plan(total, cfg, is_cuda, list(calls))
-    samples: dict[str, list[float]] = {b: [] for b in calls}
-    round_medians: dict[str, list[float]] = {b: [] for b in calls}
-    for _ in range(rounds):
-        for b, call in calls.items():
-            ts = time_call(call, reps[b], device=device)
-            samples[b].extend(ts)
-            round_medians[b].append(median(ts))
+    per_round = time_rounds(calls, reps, rounds, device)
+    samples = {b: [t for ts in per_round[b] for t in ts] for b in calls}
+    round_medians = {b: [median(ts) for ts in per_round[b]] for b in calls}
     warm = {}
     if is_cuda and case.bytes and case.bytes < cfg.warm_limit_bytes:
         for b, call in calls.items():

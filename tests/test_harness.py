@@ -44,6 +44,15 @@ def test_round_plan_interleaves_fine_on_the_gpu():
     assert harness.round_plan({"eager": 2}, harness.RunConfig(rep=1), False, ["eager"]) == (1, {"eager": 1})
 
 
+def test_time_rounds_takes_turns_and_splits_rounds():
+    order = []
+    calls = {"eager": lambda: order.append("e"), "triton": lambda: order.append("t")}
+    got = harness.time_rounds(calls, {"eager": 2, "triton": 1}, 3, torch.device("cpu"))
+    assert order == ["e", "e", "t"] * 3
+    assert [len(r) for r in got["eager"]] == [2, 2, 2] and [len(r) for r in got["triton"]] == [1, 1, 1]
+    assert all(t >= 0 for rounds in got.values() for r in rounds for t in r)
+
+
 def test_rows_have_schema_and_provenance():
     rows = harness.run_case(_case({"eager": lambda x: x * 2, "triton": lambda x: x + x}),
                             harness.RunConfig(backends=["eager", "triton"]))
