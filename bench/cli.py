@@ -168,7 +168,7 @@ def parser(description: str, module: str = "bench") -> argparse.ArgumentParser:
     p.add_argument("--shapes", default=None, help="comma-separated shapes to build, e.g. 8192x8192x8192")
     p.add_argument("--quick", action="store_true", help="small sizes (GPU: the acceptance sizes)")
     p.add_argument("--repeat", type=int, default=None,
-                   help="interleaved timing rounds (default: rounds of 2 calls a backend, 5-500 of them)")
+                   help="interleaved timing rounds (default: rounds of ~4 calls a backend, 5-250 of them)")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/; CPU: "
                                                ".local/results/cpu-interpreter/); rows merge by key")
     p.add_argument("--show", action="store_true", help="print committed results instead of running")

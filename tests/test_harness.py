@@ -30,11 +30,11 @@ def test_bootstrap_ratio_ci_brackets_estimate():
 
 def test_round_plan_interleaves_fine_on_the_gpu():
     cfg = harness.RunConfig()
-    # ~2 calls a round for the backend with fewest calls, the others' calls spread over the same rounds
+    # ~ROUND_CALLS calls a round for the backend with fewest calls, the others' calls spread over the same rounds
     rounds, reps = harness.round_plan({"eager": 530, "triton": 1000}, cfg, True, ["eager", "triton"])
-    assert rounds == 265 and reps == {"eager": 2, "triton": 4}
+    assert rounds == 132 and reps == {"eager": 4, "triton": 8}
     # slow cases keep at least 5 rounds; many calls at most MAX_ROUNDS
-    assert harness.round_plan({"eager": 50}, cfg, True, ["eager"]) == (25, {"eager": 2})
+    assert harness.round_plan({"eager": 50}, cfg, True, ["eager"]) == (12, {"eager": 4})
     assert harness.round_plan({"eager": 5}, cfg, True, ["eager"]) == (5, {"eager": 1})
     assert harness.round_plan({"eager": 10**6}, cfg, True, ["eager"])[0] == harness.MAX_ROUNDS
     # given rounds (--repeat) or calls per round are kept; the CPU runs one round
