@@ -183,12 +183,10 @@ def time_rounds(calls: dict[str, Callable[[], Any]], reps: dict[str, int], round
                 device: torch.device) -> dict[str, list[list[float]]]:
     """{backend: per round, its calls' times in ms}: the backends take turns, ``reps[b]`` calls each a round.
     On a GPU, CUDA events with the L2 flushed before each call, read after the last round. Each turn starts on
-    an idle GPU (a synchronisation before it): queued work of the backend before it would otherwise hide the
-    host time of its first calls (Char-CNN fc1 fwd+bwd, host-bound, read 0.25 ms for torch right after a graph
-    replay's turn, 0.66 ms for ours right after torch's). The turn's first call then pays its host latency
-    and the later ones run as in a user's loop, their host work overlapping the GPU work queued before them:
-    with ROUND_CALLS calls a turn, the median is theirs. On the CPU, perf_counter (interpreter: not a
-    performance figure)."""
+    an idle GPU (a synchronisation before it), so no backend's queued work hides the host time of the next
+    one's calls. A turn's first call pays its host latency; the later ones run as in a user's loop, their host
+    work overlapping the GPU work queued before them, and with ROUND_CALLS calls a turn the median is theirs.
+    On the CPU, perf_counter (interpreter: not a performance figure)."""
     out: dict[str, list[list[float]]] = {b: [] for b in calls}
     if device.type != "cuda":
         for _ in range(rounds):
@@ -277,9 +275,11 @@ def roofline_floor_ms(case: Case, ceilings: dict | None) -> float | None:
 CPU_REPS = 2  # timed calls per backend on the CPU (interpreter timings are no performance figure)
 # GPU: each backend's timed calls (~target_ms of them, within these bounds) are spread over rounds of
 # ROUND_CALLS calls, the backends taking turns (time_rounds), so a host whose speed drifts (other tenants,
-# clocks) moves every backend alike. Measured on an H100 box, fc1 forward + backward called eagerly
-# (host-bound): in 5 rounds of 200 calls the ratio to eager came out 0.86-1.09x over three trials, CIs as
-# wide as [0.61, 1.62]; in 500 rounds of 2, 1.040-1.053x, every CI within [1.02, 1.07]
+# clocks) moves every backend alike. Measured on H100 boxes, three trials each, host-bound eager calls
+# (forward + backward of the Char-CNN's fc1 and of Linear+ReLU 4096 x 8704 -> 1024): in 5 rounds of 200 calls
+# the ratio to eager ranged 0.75-1.09x, CIs as wide as [0.45, 1.14]; in rounds of 4, 1.010-1.040x and
+# 0.979-0.987x, every CI within [0.95, 1.07]. Without the synchronisation before each turn, the backend
+# after a graph replay's turn had its host time hidden (fc1: torch 0.25 ms, ours 0.66 ms, 0.53x)
 MIN_CALLS, MAX_CALLS, ROUND_CALLS, MAX_ROUNDS = 50, 1000, 4, 250
 
 
