@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from triton_kernels.runtime import CudaEventTimer, capture_graph, cuda_time_ms, default_device, flush_l2_cache
+from triton_kernels.runtime import capture_graph, cuda_time_ms, default_device
 from triton_kernels.testing import rel_err, tolerance
 
 from . import results
@@ -181,34 +181,15 @@ def time_call(fn: Callable[[], Any], rep: int, *, flush: bool = True, device: to
 
 def time_rounds(calls: dict[str, Callable[[], Any]], reps: dict[str, int], rounds: int,
                 device: torch.device) -> dict[str, list[list[float]]]:
-    """{backend: per round, its calls' times in ms}: the backends take turns, ``reps[b]`` calls each a round.
-    On a GPU, CUDA events with the L2 flushed before each call, read after the last round. Each turn starts on
-    an idle GPU (a synchronisation before it), so no backend's queued work hides the host time of the next
-    one's calls. A turn's first call pays its host latency; the later ones run as in a user's loop, their host
-    work overlapping the GPU work queued before them, and with ROUND_CALLS calls a turn the median is theirs.
-    On the CPU, perf_counter (interpreter: not a performance figure)."""
+    """{backend: per round, its calls' times in ms}: the backends take turns, ``reps[b]`` calls each a round
+    (time_call's). On a GPU each turn starts on an idle GPU (time_call synchronises), so no backend's queued
+    work hides the host time of the next one's calls. A turn's first call pays its host latency; the later
+    ones run as in a user's loop, their host work overlapping the GPU work queued before them, and with
+    ROUND_CALLS calls a turn the median is theirs."""
     out: dict[str, list[list[float]]] = {b: [] for b in calls}
-    if device.type != "cuda":
-        for _ in range(rounds):
-            for b, call in calls.items():
-                ts = []
-                for _ in range(reps[b]):
-                    t0 = time.perf_counter()
-                    call()
-                    ts.append((time.perf_counter() - t0) * 1e3)
-                out[b].append(ts)
-        return out
-    timers = {b: CudaEventTimer() for b in calls}
     for _ in range(rounds):
         for b, call in calls.items():
-            torch.cuda.synchronize()
-            for _ in range(reps[b]):
-                flush_l2_cache()
-                with timers[b].span():
-                    call()
-    for b, timer in timers.items():
-        ts = timer.times_ms()
-        out[b] = [ts[r * reps[b]:(r + 1) * reps[b]] for r in range(rounds)]
+            out[b].append(time_call(call, reps[b], device=device))
     return out
 
 

@@ -356,14 +356,6 @@ class CudaEventTimer:
         return [start.elapsed_time(end) for start, end in self._pairs]
 
 
-def flush_l2_cache() -> None:
-    """Queue a 256 MB write on the current CUDA device: larger than any L2, so the next kernel reads cold."""
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    _FLUSH.zero_()
-
-
 def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush_l2: bool = True,
                  lead_ms: float = 0.0) -> list[float]:
     """Per-repetition times (ms) of ``fn`` with CUDA events, the L2 flushed (a 256 MB write, larger
@@ -374,6 +366,9 @@ def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush
     start event, so the host's work is done while the GPU spins and the times are the kernels' alone (what
     a tuner compares: a slow or busy host, or a garbage collection, then moves no config's time); Python's
     garbage collector is paused while the repetitions are queued."""
+    global _FLUSH
+    if flush_l2 and _FLUSH is None:
+        _FLUSH = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -385,7 +380,7 @@ def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 3, rep: int = 10, flush
     try:
         for _ in range(rep):
             if flush_l2:
-                flush_l2_cache()
+                _FLUSH.zero_()
             if cycles:
                 torch.cuda._sleep(cycles)
             with timer.span():
