@@ -51,6 +51,11 @@ def test_time_rounds_takes_turns_and_splits_rounds():
     assert order == ["e", "e", "t"] * 3
     assert [len(r) for r in got["eager"]] == [2, 2, 2] and [len(r) for r in got["triton"]] == [1, 1, 1]
     assert all(t >= 0 for rounds in got.values() for r in rounds for t in r)
+    # a turn's lead calls run but are not kept
+    order.clear()
+    got = harness.time_rounds(calls, {"eager": 2, "triton": 1}, 2, torch.device("cpu"), lead=3)
+    assert order == ["e"] * 5 + ["t"] * 4 + ["e"] * 5 + ["t"] * 4
+    assert [len(r) for r in got["eager"]] == [2, 2] and [len(r) for r in got["triton"]] == [1, 1]
 
 
 def test_rows_have_schema_and_provenance():
