@@ -184,9 +184,8 @@ def time_rounds(calls: dict[str, Callable[[], Any]], reps: dict[str, int], round
     """{backend: per round, its calls' times in ms}: the backends take turns, ``reps[b]`` timed calls each a
     round (time_call's). On a GPU each turn starts on an idle GPU (time_call synchronises), so no backend's
     queued work hides the host time of the next one's calls. Each turn's first ``lead`` calls are not kept:
-    they run while the host gets ahead of the GPU, as it is in a user's loop of calls (where the host keeps
-    up), so every kept call is timed as in that loop: with its host time where the host is the slower, and
-    without it where the GPU is."""
+    during them the host, where it is the faster, gets ahead of the GPU as in a user's loop of calls, so the
+    kept calls pay less of the turn's idle start (what remains: see LEAD_CALLS)."""
     out: dict[str, list[list[float]]] = {b: [] for b in calls}
     for _ in range(rounds):
         for b, call in calls.items():
