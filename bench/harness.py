@@ -23,6 +23,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
+import numpy
 import torch
 
 from triton_kernels.runtime import capture_graph, cuda_time_ms, default_device
@@ -211,8 +212,6 @@ def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float], n: int = 2000
                        seed: int = 0) -> tuple[float, float, float]:
     """Ratio median(num)/median(den) with a percentile-bootstrap CI; num/den are per-round medians from
     interleaved repeats (round i of each measured back to back)."""
-    import numpy
-
     if len(num) != len(den) or not num:
         raise ValueError("num and den must be non-empty and of equal length")
     est = median(num) / median(den)
@@ -415,7 +414,8 @@ def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], e
             est = median(time_call(call, 3, device=device))
             total[b] = int(min(MAX_CALLS, max(MIN_CALLS, cfg.target_ms / max(est, 1e-3))))
     rounds, reps = round_plan(total, cfg, is_cuda, list(calls))
-    per_round = time_rounds(calls, reps, rounds, device, lead=LEAD_CALLS if is_cuda else 0)
+    lead = LEAD_CALLS if is_cuda else 0  # the CPU (interpreter) queues nothing for the host to get ahead of
+    per_round = time_rounds(calls, reps, rounds, device, lead=lead)
     samples = {b: [t for ts in per_round[b] for t in ts] for b in calls}
     round_medians = {b: [median(ts) for ts in per_round[b]] for b in calls}
     warm = {}
@@ -430,7 +430,7 @@ def time_case(case: Case, cfg: RunConfig, inputs: tuple, ready: dict[str, Fn], e
         err = errors.get(b)
         kw = dict(error_vs_fp64=err)
         row(b, "time_ms", med, "ms", p20=quantile(ts, 0.2), p80=quantile(ts, 0.8),
-            note="cold L2" + (f", {len(ts)} calls in {rounds} interleaved rounds, each after {LEAD_CALLS} untimed"
+            note="cold L2" + (f", {len(ts)} calls in {rounds} interleaved rounds, each after {lead} untimed"
                               if is_cuda else ""), **kw)
         if b in warm:
             w = warm[b]
