@@ -33,6 +33,7 @@ from . import results
 from .cli import parser, run
 
 SUITE = "overhead"
+ROUNDS = 5  # alternating timing rounds per module on a GPU, unless --repeat says otherwise
 
 
 @dataclasses.dataclass
@@ -304,6 +305,11 @@ def table(rows: list[dict]) -> str:
     return pivot.round(2).to_string()
 
 
+def timing_rounds(repeat: int | None, interpret: bool = INTERPRET) -> int:
+    """The alternating rounds per module: 2 in the interpreter, else ``--repeat`` or ROUNDS."""
+    return 2 if interpret else repeat or ROUNDS
+
+
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0], "bench.overhead")
     p.add_argument("--calls", type=int, default=None, help="calls per timing round (default 2000; CPU 5)")
@@ -318,7 +324,7 @@ def main(argv=None) -> int:
             print(f"{f.parent.name}:\n{table(results.read_results(f).to_dict('records'))}")
         return 0
     calls = args.calls or (5 if INTERPRET else 2000)
-    rounds = 2 if INTERPRET else args.repeat
+    rounds = timing_rounds(args.repeat)
     modules = build_modules(default_device())
     if args.op:
         wanted = [w.strip() for w in args.op.split(",") if w.strip()]

@@ -42,6 +42,13 @@ def test_bench_overhead_writes_rows(tmp_path):
     assert rows["note"].str.contains("not a performance figure").all()
 
 
+def test_bench_overhead_rounds_default_on_a_gpu():
+    """bench.cli's --repeat defaults to None (the harness picks its rounds); bench.overhead times ROUNDS then."""
+    assert overhead.timing_rounds(None, interpret=False) == overhead.ROUNDS
+    assert overhead.timing_rounds(3, interpret=False) == 3
+    assert overhead.timing_rounds(None, interpret=True) == 2
+
+
 def test_bench_overhead_reports_rows_after_each_module():
     """A run cut short keeps the modules it finished: measure hands the rows so far to on_rows (where the
     CLI writes them) after each module."""
