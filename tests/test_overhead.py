@@ -97,3 +97,13 @@ def test_steady_state_validates_once_per_signature(name, monkeypatch):
     assert len(ops._CALLS) == calls and _picks() == picks
     with pytest.raises(AssertionError, match="validated again"):
         step(_module_case(name, 6)[2], False)  # a new shape
+
+
+@pytest.mark.gpu
+def test_gpu_bench_overhead_writes_rows(tmp_path):
+    """On a GPU the suite times its default rounds (no ``--repeat``), the graph replays and the launch floors."""
+    assert overhead.main(["--op", "softmax_128", "--calls", "20", "--out", str(tmp_path)]) == 0
+    rows = read_results(tmp_path)
+    assert {"call_us", "graph_us"} <= set(rows["metric"])
+    assert {"torch", "triton", "floor-launch", "floor-direct"} <= set(rows["backend"])
+    assert (rows["value"] > 0).all()
