@@ -157,7 +157,12 @@ def main(argv=None) -> int:
     if INTERPRET and not args.sources:
         print(f"bench.plot: no GPU here: plotting {', '.join(srcs)} into {out}"
               + (f" ({results.CPU_NOTE})" if results.is_cpu_interpreter(df).any() else ""))
-    for m in draw(df, out):
+    made = draw(df, out)
+    if not made:
+        suites = ", ".join(sorted(df["suite"].dropna().astype(str).unique()))
+        raise SystemExit(f"bench.plot: nothing to draw from {', '.join(srcs)} (suites: {suites}): the plots need "
+                         "speedup_vs_eager / speedup_vs_compile rows, or time_ms rows of one case at three or more sizes")
+    for m in made:
         print(f"wrote {m}")
     return 0
 

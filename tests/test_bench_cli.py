@@ -267,6 +267,16 @@ def test_plot_default_finishes(tmp_path, capsys):
     assert rc == 0 and "no GPU here" in out and list(tmp_path.rglob("*.png"))
 
 
+def test_plot_says_when_nothing_can_be_drawn(tmp_path):
+    """Rows no plot uses (bench.overhead's) end in a one-line message, not a silent run that writes nothing."""
+    row = results.make_row("overhead", "softmax_128x10", {"mode": "inference"}, torch.float32, "torch", "call_us",
+                           12.0, "us")
+    results.write_rows([row], tmp_path / "rows", "overhead")
+    with pytest.raises(SystemExit, match="nothing to draw .*suites: overhead"):
+        plot.main([str(tmp_path / "rows"), "--out", str(tmp_path / "png")])
+    assert not list((tmp_path / "png").rglob("*.png"))
+
+
 def test_plot_output_folder_and_cpu_label(tmp_path):
     import matplotlib
 
