@@ -21,13 +21,15 @@ class Linear(nn.Linear):
     """y = act(x @ W^T + b) (+ residual) in one fused Triton GEMM.
 
     activation: "none" | "relu" | "gelu" (erf, nn.GELU()) | "gelu_tanh" (nn.GELU(approximate="tanh"));
-    precision (fp32 inputs only): "ieee" | "tf32" | "tf32x3".
+    precision (fp32 inputs only): "ieee" | "tf32" | "tf32x3" | None, what nn.Linear would use at each call
+    ("tf32" where torch allows TF32 for matmuls, e.g. after torch.set_float32_matmul_precision("high"), else
+    "ieee"). Under autocast it computes in the autocast dtype, as nn.Linear does.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str = "none",
-                 precision: str = "ieee", device=None, dtype=None) -> None:
+                 precision: str | None = None, device=None, dtype=None) -> None:
         check_choice("activation", activation, _gemm.ACTIVATIONS)
-        check_choice("precision", precision, _gemm.PRECISIONS)
+        check_choice("precision", precision, (*_gemm.PRECISIONS, None))
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
         self.precision = precision

@@ -1,10 +1,12 @@
 """GEMM with fused epilogue: forward, every gradient, odd shapes, strides, errors (CPU interpreter);
 bf16, large shapes and torch.compile on the GPU."""
+import contextlib
+
 import pytest
 import torch
 
 from models.layers import MLP, Linear
-from triton_kernels import gemm, gemm_backward, runtime, stream_buffers
+from triton_kernels import gemm, gemm_backward, gemm_eager, runtime, stream_buffers
 from triton_kernels.testing import assert_close, poison_, rel_err
 
 from .conftest import DEVICE, GPU
@@ -458,6 +460,58 @@ def test_tf32x3_precision_is_accepted_everywhere():
     layer = Linear(40, 17, precision="tf32x3").to(DEVICE)
     assert_close(layer(a.detach()), a.detach().double() @ layer.weight.double().t() + layer.bias.double(),
                  torch.float32)
+
+
+@contextlib.contextmanager
+def _matmul_precision(value: str):
+    """torch.set_float32_matmul_precision(value) for the block, then back."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(value)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_default_precision_is_torchs_matmul_precision():
+    """precision=None (the default of gemm, linear and the Linear module) runs what torch's own matmul runs,
+    read at each call: "ieee" by default, "tf32" for fp32 after set_float32_matmul_precision("high" or
+    "medium"), "ieee" (tensor cores) for 16-bit inputs."""
+    x = torch.randn(9, 24, device=DEVICE)
+    assert runtime.torch_matmul_precision(x) == "ieee"
+    for value in ("high", "medium"):
+        with _matmul_precision(value):
+            assert runtime.torch_matmul_precision(x) == "tf32"
+            assert runtime.torch_matmul_precision(x.half()) == "ieee"
+    assert runtime.torch_matmul_precision(x) == "ieee"
+    layer = Linear(24, 16).to(DEVICE)
+    assert layer.precision is None
+    with _matmul_precision("high"), torch.no_grad():  # a tf32 call signature, remembered for the fast path
+        y = layer(x)
+        assert gemm_eager.lookup("linear", x, layer.weight, layer.bias, None, "none", "tf32", None)[1]
+        assert gemm_eager.lookup("gemm", x, layer.weight.t(), None, None, "none", "tf32", None)[1] is None
+        gemm.gemm(x, layer.weight.t())
+        assert gemm_eager.lookup("gemm", x, layer.weight.t(), None, None, "none", "tf32", None)[1]
+    assert_close(y, x.double() @ layer.weight.double().t() + layer.bias.double(), torch.float32)
+    with pytest.raises(ValueError, match="precision"):
+        Linear(24, 16, precision="fp32")
+
+
+@pytest.mark.gpu
+def test_gpu_default_precision_follows_torch_eager_and_compiled():
+    """On the GPU, where tf32 differs from ieee: precision=None gives the tf32 result after
+    set_float32_matmul_precision("high") and the ieee one before, as an eager call and under torch.compile
+    (which recompiles when the setting changes)."""
+    x = torch.randn(512, 1024, device="cuda")
+    w = torch.randn(256, 1024, device="cuda")
+    by_precision = {p: gemm.linear(x, w, precision=p) for p in ("ieee", "tf32")}
+    assert not torch.equal(by_precision["ieee"], by_precision["tf32"])
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w: gemm.linear(x, w), fullgraph=True)
+    for value, precision in (("highest", "ieee"), ("high", "tf32"), ("highest", "ieee")):
+        with _matmul_precision(value):
+            assert torch.equal(gemm.linear(x, w), by_precision[precision]), value
+            assert torch.equal(compiled(x, w), by_precision[precision]), value
 
 
 @pytest.mark.gpu

@@ -5,12 +5,13 @@ take the general path. Which path ran is read off the prepared call (gemm_eager.
 autograd node, never by patching the modules."""
 import pytest
 import torch
+from torch.nn import functional
 
 from models.layers import Linear
 from triton_kernels import gemm, gemm_eager, runtime
 from triton_kernels.testing import assert_close, second_derivatives
 
-from .conftest import DEVICE
+from .conftest import DEVICE, GPU
 from .test_gemm import REF_ACT, SPLITK_SMALL, TMA_SMALL, _reference
 
 DTYPES_CPU = [torch.float32, torch.float16]
@@ -245,14 +246,35 @@ def test_the_signature_cache_is_bounded():
 
 
 # ------------------------------------------------------------------------------------------ unusual calls
-def test_autocast_takes_the_general_path():
-    x, w = torch.randn(6, 10, device=DEVICE), torch.randn(8, 10, device=DEVICE)
-    gemm.linear(x, w)
-    with torch.autocast(torch.device(DEVICE).type, dtype=torch.bfloat16):
-        assert gemm_eager.lookup("linear", x, w, None, None, "none", "ieee", None) == (None, None)
-        y = gemm.linear(x, w)
+@pytest.mark.parametrize("op", ["linear", "gemm"])
+def test_autocast_casts_the_operands_as_torch_does(op):
+    """Under autocast linear / gemm compute in the autocast dtype, as functional.linear / torch.matmul do there:
+    the fp32 operands cast (fp16 in the interpreter, which has no bf16 dot; bf16 on the GPU), the output in
+    that dtype, the gradients back in fp32 through the casts; a later call of the same signature takes the
+    fast path with the cast operands; outside autocast, fp32 again."""
+    device_type = torch.device(DEVICE).type
+    dtype = torch.bfloat16 if GPU else torch.float16
+    x = torch.randn(6, 10, device=DEVICE, requires_grad=True)
+    w = torch.randn(8, 10, device=DEVICE, requires_grad=True)
+    bias = torch.randn(8, device=DEVICE, requires_grad=True)
+    ours = (lambda: gemm.linear(x, w, bias)) if op == "linear" else (lambda: gemm.gemm(x, w.t(), bias))
+    with torch.autocast(device_type, dtype=dtype):
+        want = functional.linear(x, w, bias) if op == "linear" else torch.matmul(x, w.t()) + bias.to(dtype)
+        ys = [ours(), ours()]  # the general path, then the signature's prepared call
+        cast = [t.to(dtype) for t in (x, w, bias)]  # as the calls cast them: needing gradients
+        b = cast[1] if op == "linear" else cast[1].t()
+        assert gemm_eager.lookup(op, cast[0], b, cast[2], None, "none", "ieee", None)[1] is not None
+    ref = x.detach().to(dtype).double() @ w.detach().to(dtype).double().t() + bias.detach().to(dtype).double()
+    for y in ys:
+        assert y.dtype == want.dtype == dtype
+        assert_close(y, ref, dtype)
+        dx, dw, dbias = torch.autograd.grad(y, (x, w, bias), torch.ones_like(y))
+        assert dx.dtype == dw.dtype == dbias.dtype == torch.float32
+        assert_close(dw, torch.ones(6, 8, device=DEVICE, dtype=torch.float64).t() @ x.detach().to(dtype).double(), dtype)
+        assert_close(dbias, torch.full((8,), 6.0, device=DEVICE, dtype=torch.float64), dtype)
+    y = ours()
     assert y.dtype == torch.float32
-    assert_close(y, x.double() @ w.double().t(), torch.float32)
+    assert_close(y, x.detach().double() @ w.detach().double().t() + bias.detach().double(), torch.float32)
 
 
 def test_empty_shapes_and_tensor_subclasses_are_not_kept():

@@ -2,11 +2,11 @@
 
 Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides, stride 0 (expanded) and
 unaligned base addresses included: every operand is indexed with its strides and read in place, never
-copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA), "tf32"
-(tensor cores) or "tf32x3" (three tf32 products, about fp32's accuracy on the tensor cores) precision. act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu" is the exact erf GELU
-(nn.GELU()), "gelu_tanh" the tanh approximation (nn.GELU(approximate="tanh")); all propagate NaN as torch
-does (relu(NaN) = NaN). In Triton's CPU interpreter A and B must be fp32 or fp16 (it has no
-bf16 dot).
+copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA), "tf32" (tensor
+cores) or "tf32x3" (three tf32 products, about fp32's accuracy on the tensor cores) precision, by default the one
+torch's own matmul would use (runtime.torch_matmul_precision). act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu"
+is the exact erf GELU (nn.GELU()), "gelu_tanh" the tanh approximation (nn.GELU(approximate="tanh")); all propagate
+NaN as torch does (relu(NaN) = NaN). In Triton's CPU interpreter A and B must be fp32 or fp16 (no bf16 dot).
 
 Backward, with Z = A @ B + bias the pre-activation and dZ = dC * act'(Z):
     dA = dZ @ B^T      (the same GEMM kernel, B^T a strided view)
@@ -59,6 +59,7 @@ from .runtime import (
     check_tensor,
     is_fake,
     register_tuner,
+    torch_matmul_operands,
 )
 from .stream_buffers import stream_buffers
 
@@ -66,6 +67,7 @@ ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
 CURVED = ("gelu", "gelu_tanh")  # activations with a second derivative: a double backward recomputes Z
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_X_DIMS = tuple(range(1, 9))  # linear's x: (..., in_features) with 1 to 8 dims
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -111,9 +113,6 @@ def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool 
 # ----------------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------------
-_is_fake = is_fake
-
-
 # the interpreter has no bfloat16 tl.dot (it returns values around 1e10): the operands A and B must be
 # fp32 / fp16 there; bias and residual are only loaded and converted, which it does right in any dtype
 INTERPRETER_DTYPES = (torch.float32, torch.float16)
@@ -377,7 +376,7 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
                        save_preact=save_z)
     es = a.element_size()
     cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor, nmajor_copy),
-                      tracing=_is_fake(a, b), interpret_config=INTERPRET_CONFIG)
+                      tracing=is_fake(a, b), interpret_config=INTERPRET_CONFIG)
     return plan_for(cfg)
 
 
@@ -418,7 +417,7 @@ def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: 
     # the persistent TMA kernel where it can run (compiled graphs, traced with fake tensors, use the
     # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
     # alignment: tf32 with N-major B, 16-bit with K-major B
-    tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not _is_fake(a, b)
+    tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not is_fake(a, b)
            and tma_layout(a) is not None and tma_layout(b) is not None)
     es = a.element_size()
     relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
@@ -430,7 +429,7 @@ def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: 
     if plan is None:
         flags = _flags(has_bias, has_res, save_preact, activation, prec, index_64)
         plan = _make_plan(key, flags, a, b, c, bias, residual, z, M, N, K)
-        if not _is_fake(a, b):
+        if not is_fake(a, b):
             _PLANS[key] = plan
     return plan
 
@@ -645,14 +644,16 @@ def _save_preact(activation, a, b, bias, residual) -> bool:
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-         activation: str = "none", precision: str = "ieee", *, config: Config | None = None) -> torch.Tensor:
+         activation: str = "none", precision: str | None = None, *, config: Config | None = None) -> torch.Tensor:
     """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
 
-    precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or "tf32x3" (three tf32
-    products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores). config: the forward GEMM's
-    launch configuration (tests choose a kernel path with it); default, and always for the backward's
-    GEMMs: the tuner's choice.
+    precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores), "tf32x3" (three tf32 products,
+    hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores) or None: what torch's own matmul would use,
+    "tf32" where torch allows TF32 for matmuls, else "ieee". Under autocast the operands are cast to its dtype
+    first, as torch.matmul's are (runtime.torch_matmul_operands). config: the forward GEMM's launch
+    configuration (tests choose a kernel path with it); default, and always for the backward's GEMMs: the tuner's.
     """
+    precision, a, b, bias, residual = torch_matmul_operands(precision, a, b, bias, residual)  # autocast, tf32
     key, call = gemm_eager.lookup("gemm", a, b, bias, residual, activation, precision, config)
     if call is not None:  # a signature seen before: its prepared call
         return call(a, b, bias, residual)
@@ -663,22 +664,21 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     return c
 
 
-_X_DIMS = tuple(range(1, 9))
-
-
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
-           residual: torch.Tensor | None = None, precision: str = "ieee", *,
+           residual: torch.Tensor | None = None, precision: str | None = None, *,
            config: Config | None = None) -> torch.Tensor:
     """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear;
     residual has the output's shape (..., out_features). Errors name x / weight / bias / residual.
-    config: as for :func:`gemm`."""
+    precision, autocast and config: as for :func:`gemm`."""
+    precision, x, weight, bias, residual = torch_matmul_operands(precision, x, weight, bias, residual)
     key, call = gemm_eager.lookup("linear", x, weight, bias, residual, activation, precision, config)
     if call is not None:  # a signature seen before: its prepared call
         return call(x, weight, bias, residual)
     check_tensor("x", x, ndim=_X_DIMS, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     check_tensor("weight", weight, ndim=2)
     if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"x has {x.shape[-1]} features but weight expects {weight.shape[1]} (weight {tuple(weight.shape)})")
+        raise ValueError(f"x has {x.shape[-1]} features but weight expects {weight.shape[1]} "
+                         f"(weight {tuple(weight.shape)})")
     rows = x.ndim == 2  # already (M, K): no reshapes
     if residual is not None:
         check_tensor("residual", residual)

@@ -14,8 +14,9 @@ dependent: dA's programs start on the SMs that dB's last tiles leave idle (the k
 
 The first call of a signature takes the general path (which validates, so bad input raises a ValueError
 naming the argument before any launch, and tunes) and is remembered here (at most
-runtime.MAX_CALL_SIGNATURES). The general path runs instead while torch.compile traces, under autocast,
-for tensor subclasses (fake tensors included), for empty shapes and for a double backward (create_graph);
+runtime.MAX_CALL_SIGNATURES). Under autocast the operands arrive cast (runtime.torch_matmul_operands), so
+their signature is of the autocast dtype. The general path runs instead while torch.compile traces, for tensor
+subclasses (fake tensors included), for empty shapes and for a double backward (create_graph);
 a TMA plan met with an operand whose address is not 16-byte aligned launches that call's own plan.
 """
 from __future__ import annotations
@@ -250,19 +251,17 @@ def _signature(t, grad: bool):
 
 
 def lookup(op: str, a, b, bias, residual, activation, precision, config) -> tuple:
-    """(signature, its prepared call or None) of a ``gemm`` / ``linear`` (``op``) call; the signature is None
-    where the call must take the general path and not be remembered: torch.compile tracing, autocast on, an
-    argument that is not a tensor or not hashable, a device autocast does not know (meta)."""
+    """(signature, its prepared call or None) of a ``gemm`` / ``linear`` (``op``) call, its operands as
+    runtime.torch_matmul_operands gives them; the signature is None where the call must take the general path
+    and not be remembered: torch.compile tracing, an argument that is not a tensor or not hashable."""
     if is_compiling():
         return None, None
     try:
-        if torch.is_autocast_enabled(a.device.type):
-            return None, None
         grad = torch.is_grad_enabled()
         key = (op, _signature(a, grad), _signature(b, grad), _signature(bias, grad), _signature(residual, grad),
                activation, precision, config)
         return key, _CALLS.get(key)
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor (or on a device autocast does not know)
+    except (AttributeError, TypeError):  # not a tensor
         return None, None
 
 

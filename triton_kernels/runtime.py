@@ -208,6 +208,35 @@ def check_choice(name: str, value: Any, choices: Sequence) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
+# the reader behind torch.backends.cuda.matmul.allow_tf32 (the attribute costs ~0.6 us a read, this ~0.06)
+_cublas_allows_tf32 = (getattr(torch._C, "_get_cublas_allow_tf32", None)
+                       or (lambda: torch.backends.cuda.matmul.allow_tf32))
+
+
+def torch_matmul_precision(t: Any) -> str:
+    """The precision torch's own matmul runs a GEMM of ``t``'s dtype at (a GEMM's precision=None): for fp32,
+    "tf32" where torch lets cuBLAS use TF32 (torch.set_float32_matmul_precision("high" or "medium"),
+    torch.backends.cuda.matmul.allow_tf32 = True or .fp32_precision = "tf32"), else "ieee", torch's default;
+    16-bit inputs always run "ieee" (tensor cores). Read on every call, as torch reads it."""
+    return "tf32" if getattr(t, "dtype", None) == torch.float32 and _cublas_allows_tf32() else "ieee"
+
+
+def torch_matmul_operands(precision: str | None, a: Any, *others: Any) -> tuple:
+    """(precision, a, *others) as torch's own matmul would run them: under autocast on a's device, the floating
+    operands but float64 cast to the autocast dtype, as autocast casts linear's and matmul's (their gradients
+    come back through the casts, in the operands' own dtypes); ``precision``, or for None the
+    torch_matmul_precision of the (cast) first operand. Anything else passes through (validation names it)."""
+    if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor):
+        try:
+            dtype = torch.get_autocast_dtype(a.device.type) if torch.is_autocast_enabled(a.device.type) else None
+        except RuntimeError:  # a device autocast does not know (meta)
+            dtype = None
+        if dtype is not None:
+            a, *others = (t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                          and t.dtype != torch.float64 else t for t in (a, *others))
+    return (torch_matmul_precision(a) if precision is None else precision, a, *others)
+
+
 def check_bias(bias: Any, n: int, expected: str, dtypes: Iterable[torch.dtype], device: torch.device) -> None:
     """A 1-D bias of ``n`` elements (``expected`` names n in the error, e.g. "C_out=256")."""
     check_tensor("bias", bias, ndim=1, dtypes=dtypes, device=device)
