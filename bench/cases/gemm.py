@@ -38,43 +38,47 @@ def matmul_case(M, N, K, dtype, tf32=False, name="gemm", precision=None) -> Case
     )
 
 
-def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=None) -> Case:
+def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=None, autocast=False) -> Case:
     """y = act(x @ W^T + b): eager functional.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours.
-    ``name``: the case's name (default ``linear_<act>``); ``_fwdbwd`` is appended for the backward."""
+    ``name``: the case's name (default ``linear_<act>``); ``_fwdbwd`` is appended for the backward.
+    ``autocast``: x, W and b in fp32 (master weights) and both backends called under torch.autocast to
+    ``dtype``, as a mixed-precision training step calls them (the gradients come back in fp32)."""
     prec = "tf32" if tf32 else "ieee"
     f = ACT[act]
+    held = torch.float32 if autocast else dtype  # the inputs' dtype
 
     def inputs(seed, device):
         _set_tf32(tf32)
         g = torch.Generator(device=device).manual_seed(seed)
-        x = torch.randn(M, K, device=device, dtype=dtype, generator=g)
-        w = torch.randn(N, K, device=device, dtype=dtype, generator=g) / K ** 0.5
-        b = torch.randn(N, device=device, dtype=dtype, generator=g)
+        x = torch.randn(M, K, device=device, dtype=held, generator=g)
+        w = torch.randn(N, K, device=device, dtype=held, generator=g) / K ** 0.5
+        b = torch.randn(N, device=device, dtype=held, generator=g)
         if backward:
             x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
             return x, w, b, torch.randn(M, N, device=device, dtype=dtype, generator=g)
         return x, w, b
 
-    def eager(x, w, b, *gy):
-        y = f(functional.linear(x, w, b))
-        if not backward:
-            return y
-        return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
+    def forward_of(linear):
+        def fn(x, w, b, *gy):
+            with torch.autocast(x.device.type, dtype=dtype, enabled=autocast):
+                y = linear(x, w, b)
+            if not backward:
+                return y
+            return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
+        return fn
 
-    def triton_fn(x, w, b, *gy):
-        y = gemm.linear(x, w, b, activation=act, precision=prec)
-        if not backward:
-            return y
-        return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
+    eager = forward_of(lambda x, w, b: f(functional.linear(x, w, b)))
+    triton_fn = forward_of(lambda x, w, b: gemm.linear(x, w, b, activation=act, precision=prec))
 
     def reference(x, w, b, *gy):
-        x64, w64, b64 = (t.detach().double().requires_grad_(backward) for t in (x, w, b))
+        x, w, b = (t.detach().to(dtype) for t in (x, w, b))  # the operands as computed (autocast's casts)
+        x64, w64, b64 = (t.double().requires_grad_(backward) for t in (x, w, b))
         with torch.enable_grad():
             z = functional.linear(x64, w64, b64)
             if act == "relu" and backward:
                 # at the kink, take the side the low-precision pre-activation took (a flip there moves a
                 # whole gradient entry and says nothing about the kernel)
-                y = z * (functional.linear(x.detach(), w.detach(), b.detach()) > 0).double()
+                y = z * (functional.linear(x, w, b) > 0).double()
             else:
                 y = f(z)
             if not backward:
@@ -84,7 +88,7 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
     es = torch.tensor([], dtype=dtype).element_size()
     io = M * K + N * K + N + M * N
     return Case(
-        suite="ops", name=(name or f"linear_{act}") + ("_fwdbwd" if backward else ""),
+        suite="ops", name=(name or f"linear_{act}{'_autocast' if autocast else ''}") + ("_fwdbwd" if backward else ""),
         params={"M": M, "K": K, "N": N, "precision": prec}, dtype=dtype, inputs=inputs,
         fns={"eager": eager, "triton": triton_fn}, reference=reference,
         flops=2.0 * M * N * K * (3 if backward else 1),
@@ -106,7 +110,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
         return keep_dtypes([matmul_case(33, 17, 40, torch.float32), matmul_case(64, 64, 64, torch.float16),
                             linear_case(37, 29, 23, torch.float32, "relu"),
                             linear_case(16, 24, 8, torch.float32, "gelu", True),
-                            linear_case(16, 24, 8, torch.float32, "gelu_tanh", True)], dtypes)
+                            linear_case(16, 24, 8, torch.float32, "gelu_tanh", True),
+                            linear_case(16, 24, 8, torch.float16, "relu", True, autocast=True)], dtypes)
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     # the acceptance shapes
     out += [matmul_case(8192, 8192, 8192, bf16), linear_case(4096, 8704, 1024, bf16, "relu"),
@@ -119,6 +124,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
             linear_case(4096, 8704, 1024, bf16, "gelu_tanh"),
             linear_case(4096, 8704, 1024, bf16, "relu", backward=True),
             linear_case(4096, 8704, 1024, bf16, "gelu", backward=True), matmul_case(8192, 8192, 8192, f32),
+            # a mixed-precision training step's Linear: fp32 master weights, bf16 autocast
+            linear_case(4096, 8704, 1024, bf16, "relu", backward=True, autocast=True),
             # tf32 with B K-major (nn.Linear's weight): the matmul cases above read an N-major B
             linear_case(4096, 4096, 4096, f32, "none", tf32=True),
             linear_case(8192, 8192, 8192, f32, "none", tf32=True),
