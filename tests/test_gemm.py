@@ -492,7 +492,7 @@ def test_default_precision_is_torchs_matmul_precision():
         assert gemm_eager.lookup("gemm", x, layer.weight.t(), None, None, "none", "tf32", None)[1] is None
         gemm.gemm(x, layer.weight.t())
         assert gemm_eager.lookup("gemm", x, layer.weight.t(), None, None, "none", "tf32", None)[1]
-    assert_close(y, x.double() @ layer.weight.double().t() + layer.bias.double(), torch.float32)
+    assert_close(y, x.double() @ layer.weight.double().t() + layer.bias.double(), torch.float32, tf32=GPU)
     with pytest.raises(ValueError, match="precision"):
         Linear(24, 16, precision="fp32")
 

@@ -250,9 +250,8 @@ def test_the_signature_cache_is_bounded():
 def test_autocast_casts_the_operands_as_torch_does(op):
     """Under autocast linear / gemm compute in the autocast dtype, as functional.linear / torch.matmul do there:
     the fp32 operands cast (fp16 in the interpreter, which has no bf16 dot; bf16 on the GPU), the output in
-    that dtype, the gradients back in fp32 through the casts; the fp32 bias read as it is (the kernels convert
-    it); a later call of the same signature takes the fast path with the cast operands; outside autocast, fp32
-    again."""
+    that dtype, the gradients back in fp32 through the casts; a later call of the same signature takes the
+    fast path with the cast operands; outside autocast, fp32 again."""
     device_type = torch.device(DEVICE).type
     dtype = torch.bfloat16 if GPU else torch.float16
     x = torch.randn(6, 10, device=DEVICE, requires_grad=True)
@@ -262,16 +261,17 @@ def test_autocast_casts_the_operands_as_torch_does(op):
     with torch.autocast(device_type, dtype=dtype):
         want = functional.linear(x, w, bias) if op == "linear" else torch.matmul(x, w.t()) + bias.to(dtype)
         ys = [ours(), ours()]  # the general path, then the signature's prepared call
-        cast = [t.to(dtype) for t in (x, w)]  # as the calls cast them: needing gradients
+        cast = [t.to(dtype) for t in (x, w, bias)]  # as the calls cast them: needing gradients
         b = cast[1] if op == "linear" else cast[1].t()
-        assert gemm_eager.lookup(op, cast[0], b, bias, None, "none", "ieee", None)[1] is not None
-    ref = x.detach().to(dtype).double() @ w.detach().to(dtype).double().t() + bias.detach().double()
+        assert gemm_eager.lookup(op, cast[0], b, cast[2], None, "none", "ieee", None)[1] is not None
+    ref = x.detach().to(dtype).double() @ w.detach().to(dtype).double().t() + bias.detach().to(dtype).double()
     for y in ys:
         assert y.dtype == want.dtype == dtype
         assert_close(y, ref, dtype)
         dx, dw, dbias = torch.autograd.grad(y, (x, w, bias), torch.ones_like(y))
         assert dx.dtype == dw.dtype == dbias.dtype == torch.float32
-        assert_close(dw, torch.ones(6, 8, device=DEVICE, dtype=torch.float64).t() @ x.detach().to(dtype).double(), dtype)
+        ones = torch.ones(6, 8, device=DEVICE, dtype=torch.float64)
+        assert_close(dw, ones.t() @ x.detach().to(dtype).double(), dtype)
         assert_close(dbias, torch.full((8,), 6.0, device=DEVICE, dtype=torch.float64), dtype)
     y = ours()
     assert y.dtype == torch.float32

@@ -647,13 +647,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
          activation: str = "none", precision: str | None = None, *, config: Config | None = None) -> torch.Tensor:
     """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
 
-    precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores), "tf32x3" (three tf32 products,
-    hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores) or None: what torch's own matmul would use,
-    "tf32" where torch allows TF32 for matmuls, else "ieee". Under autocast A and B are cast to its dtype first,
-    as torch.matmul's are, and C comes in that dtype (runtime.torch_matmul_operands). config: the forward GEMM's launch
-    configuration (tests choose a kernel path with it); default, and always for the backward's GEMMs: the tuner's.
+    precision (fp32 inputs): "ieee" (exact fp32), "tf32" (tensor cores), "tf32x3" (three tf32 products, hi*hi +
+    hi*lo + lo*hi: about fp32 accuracy on the tensor cores) or None: torch's own matmul's ("tf32" where torch
+    allows TF32 for matmuls, else "ieee"). Under autocast A, B and bias are cast to its dtype, as torch casts
+    linear's, and C comes in it (runtime.torch_matmul_operands; a residual is read as it is). config: the forward
+    GEMM's launch configuration (tests choose a kernel path with it); default, and always for the backward's: tuned.
     """
-    precision, a, b = torch_matmul_operands(precision, a, b)  # autocast's casts, torch's tf32 setting
+    precision, a, b, bias = torch_matmul_operands(precision, a, b, bias)  # autocast's casts, torch's tf32 setting
     key, call = gemm_eager.lookup("gemm", a, b, bias, residual, activation, precision, config)
     if call is not None:  # a signature seen before: its prepared call
         return call(a, b, bias, residual)
@@ -670,7 +670,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """act(x @ weight^T + bias) (+ residual) for x of shape (..., in_features), as nn.functional.linear;
     residual has the output's shape (..., out_features). Errors name x / weight / bias / residual.
     precision, autocast and config: as for :func:`gemm`."""
-    precision, x, weight = torch_matmul_operands(precision, x, weight)
+    precision, x, weight, bias = torch_matmul_operands(precision, x, weight, bias)
     key, call = gemm_eager.lookup("linear", x, weight, bias, residual, activation, precision, config)
     if call is not None:  # a signature seen before: its prepared call
         return call(x, weight, bias, residual)

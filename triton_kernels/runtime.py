@@ -221,23 +221,21 @@ def torch_matmul_precision(t: Any) -> str:
     return "tf32" if getattr(t, "dtype", None) == torch.float32 and _cublas_allows_tf32() else "ieee"
 
 
-def torch_matmul_operands(precision: str | None, a: Any, b: Any) -> tuple:
-    """(precision, a, b) as torch's own matmul would run them: under autocast on a's device, floating operands
-    but float64 cast to the autocast dtype, as autocast casts linear's and matmul's (their gradients come back
-    through the casts, in the operands' own dtypes); ``precision``, or for None the torch_matmul_precision of
-    the (cast) first operand. Anything else passes through (validation names it). A GEMM's bias and residual
-    need no cast: its kernels convert them as they load them (and give their gradients in their own dtypes)."""
+def torch_matmul_operands(precision: str | None, a: Any, b: Any, bias: Any = None) -> tuple:
+    """(precision, a, b, bias) as torch's own matmul / linear would run them: under autocast on a's device, the
+    floating operands but float64 cast to the autocast dtype, as autocast casts linear's (their gradients come
+    back through the casts, in the operands' own dtypes; the bias too, so its rounding and the activation's
+    kink are torch's); ``precision``, or for None the torch_matmul_precision of the (cast) first operand.
+    Anything else passes through (validation names it)."""
     if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor):
         try:
             dtype = torch.get_autocast_dtype(a.device.type) if torch.is_autocast_enabled(a.device.type) else None
         except RuntimeError:  # a device autocast does not know (meta)
             dtype = None
         if dtype is not None:
-            if a.is_floating_point() and a.dtype != torch.float64:
-                a = a.to(dtype)
-            if isinstance(b, torch.Tensor) and b.is_floating_point() and b.dtype != torch.float64:
-                b = b.to(dtype)
-    return (torch_matmul_precision(a) if precision is None else precision), a, b
+            a, b, bias = (t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                          and t.dtype != torch.float64 else t for t in (a, b, bias))
+    return (torch_matmul_precision(a) if precision is None else precision), a, b, bias
 
 
 def check_bias(bias: Any, n: int, expected: str, dtypes: Iterable[torch.dtype], device: torch.device) -> None:
