@@ -221,6 +221,9 @@ def torch_matmul_precision(t: Any) -> str:
     return "tf32" if getattr(t, "dtype", None) == torch.float32 and _cublas_allows_tf32() else "ieee"
 
 
+_AUTOCAST_CASTS = frozenset((torch.float32, torch.float16, torch.bfloat16))  # what autocast casts (not float64)
+
+
 def torch_matmul_operands(precision: str | None, a: Any, b: Any, bias: Any = None) -> tuple:
     """(precision, a, b, bias) as torch's own matmul / linear would run them: under autocast on a's device, the
     floating operands but float64 cast to the autocast dtype, as autocast casts linear's (their gradients come
@@ -228,13 +231,18 @@ def torch_matmul_operands(precision: str | None, a: Any, b: Any, bias: Any = Non
     kink are torch's); ``precision``, or for None the torch_matmul_precision of the (cast) first operand.
     Anything else passes through (validation names it)."""
     if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor):
+        device = a.device.type
         try:
-            dtype = torch.get_autocast_dtype(a.device.type) if torch.is_autocast_enabled(a.device.type) else None
+            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         except RuntimeError:  # a device autocast does not know (meta)
             dtype = None
-        if dtype is not None:
-            a, b, bias = (t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                          and t.dtype != torch.float64 else t for t in (a, b, bias))
+        if dtype is not None:  # one check and one cast each: this runs on every call under autocast
+            if a.dtype is not dtype and a.dtype in _AUTOCAST_CASTS:
+                a = a.to(dtype=dtype)
+            if isinstance(b, torch.Tensor) and b.dtype is not dtype and b.dtype in _AUTOCAST_CASTS:
+                b = b.to(dtype=dtype)
+            if isinstance(bias, torch.Tensor) and bias.dtype is not dtype and bias.dtype in _AUTOCAST_CASTS:
+                bias = bias.to(dtype=dtype)
     return (torch_matmul_precision(a) if precision is None else precision), a, b, bias
 
 
