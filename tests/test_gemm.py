@@ -515,6 +515,24 @@ def test_gpu_default_precision_follows_torch_eager_and_compiled():
 
 
 @pytest.mark.gpu
+def test_gpu_linear_under_autocast_compiled():
+    """The Linear module under bf16 autocast, compiled (fullgraph): bf16 output equal to nn.Linear's to bf16
+    rounding, fp32 gradients for x and the fp32 weight."""
+    torch._dynamo.reset()
+    layer = Linear(1024, 512, activation="relu").cuda()
+    x = torch.randn(256, 1024, device="cuda", requires_grad=True)
+    compiled = torch.compile(lambda x: layer(x), fullgraph=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = compiled(x)
+        want = torch.relu(torch.nn.functional.linear(x, layer.weight, layer.bias))
+    assert y.dtype == want.dtype == torch.bfloat16
+    cast = [t.detach().bfloat16().double() for t in (x, layer.weight, layer.bias)]
+    assert_close(y, torch.relu(cast[0] @ cast[1].t() + cast[2]), torch.bfloat16)
+    y.float().square().sum().backward()
+    assert x.grad.dtype == layer.weight.grad.dtype == layer.bias.grad.dtype == torch.float32
+
+
+@pytest.mark.gpu
 def test_gpu_tf32x3_is_as_accurate_as_fp32():
     """On the tensor cores tf32x3 comes within fp32's error of float64, where tf32 is ~1e-3 off."""
     a = torch.randn(1024, 2048, device="cuda")
