@@ -236,14 +236,16 @@ def torch_matmul_operands(precision: str | None, a: Any, b: Any, bias: Any = Non
             dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         except RuntimeError:  # a device autocast does not know (meta)
             dtype = None
-        if dtype is not None:  # one check and one cast each: this runs on every call under autocast
-            if a.dtype is not dtype and a.dtype in _AUTOCAST_CASTS:
-                a = a.to(dtype=dtype)
-            if isinstance(b, torch.Tensor) and b.dtype is not dtype and b.dtype in _AUTOCAST_CASTS:
-                b = b.to(dtype=dtype)
-            if isinstance(bias, torch.Tensor) and bias.dtype is not dtype and bias.dtype in _AUTOCAST_CASTS:
-                bias = bias.to(dtype=dtype)
+        if dtype is not None:
+            a, b, bias = _autocast_cast(a, dtype), _autocast_cast(b, dtype), _autocast_cast(bias, dtype)
     return (torch_matmul_precision(a) if precision is None else precision), a, b, bias
+
+
+def _autocast_cast(t: Any, dtype: torch.dtype) -> Any:
+    """``t`` in ``dtype`` where autocast would cast it (a floating tensor but float64), else ``t``."""
+    if isinstance(t, torch.Tensor) and t.dtype is not dtype and t.dtype in _AUTOCAST_CASTS:
+        return t.to(dtype=dtype)
+    return t
 
 
 def check_bias(bias: Any, n: int, expected: str, dtypes: Iterable[torch.dtype], device: torch.device) -> None:
