@@ -498,6 +498,24 @@ def test_gpu_forced_plans_through_the_prepared_call(plan, dtype):
 
 
 @pytest.mark.gpu
+def test_gpu_tma_descriptors_take_the_direct_launch():
+    """The TMA kernel takes host-side descriptors: its prepared calls go to the C entry point with the
+    descriptors' encodings kept (launcher._descriptor_entry found Triton's entry point and metadata), not
+    through Triton's launcher, which would encode them at every launch; new inputs get their own maps."""
+    from triton_kernels import launcher
+    from triton_kernels.gemm_kernels import _gemm_tma_kernel
+
+    x, weight = _leaf(384, 512, dtype=torch.bfloat16, grad=False), _leaf(256, 512, dtype=torch.bfloat16, grad=False)
+    for _ in range(3):
+        gemm.linear(x, weight, config=GPU_TMA)
+    bound = [b for b in launcher._BOUND.values() if b.kernel is _gemm_tma_kernel and b._compiled]
+    assert bound and all(b._descriptor_metas.keys() == b._compiled.keys() for b in bound)
+    x2 = _leaf(384, 512, dtype=torch.bfloat16, grad=False)
+    for inputs in ((x, weight), (x2, weight)):
+        assert_close(gemm.linear(*inputs, config=GPU_TMA), inputs[0].double() @ weight.double().t(), torch.bfloat16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("act", gemm.ACTIVATIONS)
 def test_gpu_bf16_prepared_call(act):
     x, weight, bias = (_leaf(*s, dtype=torch.bfloat16) for s in ((300, 256), (200, 256), (200,)))

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from models.layers import Linear
-from triton_kernels import gemm
+from triton_kernels import gemm, tma
 from triton_kernels.testing import assert_close, poison_
 
 from .conftest import DEVICE, GPU
@@ -235,7 +235,7 @@ def tma_case(layout: str, dtype_name: str, device: str = "cuda") -> None:
     config = TMA_TILE[a.element_size()]
     if layout in ("offset1", "expanded"):
         assert gemm.tma_layout(a) is None and gemm.tma_layout(b) is None
-        assert not gemm._tma_eligible(a, b, a.shape[0], b.shape[1], a.shape[1])
+        assert not tma._tma_eligible(a, b, a.shape[0], b.shape[1], a.shape[1])
         with pytest.raises(ValueError, match="TMA"):
             gemm.gemm_forward(a, b, bias, residual, "gelu", config=config)
         return

@@ -127,6 +127,98 @@ def test_fixed_launch_of_another_specialisation_goes_through_launch(change):
     assert len(calls) == 1
 
 
+def _tile(a_desc, y_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def _descriptor_bound():
+    """A kernel taking a host-side tensor descriptor, with a stand-in encoder that records its calls."""
+    encodings = []
+
+    def encode(desc, meta):
+        encodings.append((desc.base.data_ptr(), list(desc.shape), list(desc.strides), meta["block"]))
+        return [f"map@{desc.base.data_ptr()}", *desc.shape, *desc.strides]
+
+    driver = types.SimpleNamespace(**vars(DRIVER), encode_descriptor=encode)
+    bound = BoundKernel(JITFunction(_tile), {"BLOCK": 16}, {"num_warps": 4}, driver=driver)
+    misses = []
+    bound._miss = lambda grid, key, args: misses.append((grid, key, args))
+    return bound, misses, encodings
+
+
+def test_descriptor_arguments_are_encoded_once_and_passed_expanded():
+    """A host-side tensor descriptor reaches the C entry point as Triton's launcher passes it -- its encoded
+    map, then its sizes and strides -- with the encoding kept for the next call of the same descriptor; a
+    descriptor of another block or address is a miss or a new encoding."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bound, misses, encodings = _descriptor_bound()
+    x, y = torch.randn(32, 48), torch.empty(32)
+    desc = TensorDescriptor(x, [32, 48], [48, 1], [16, 16])
+    bound.launch((2,), desc, y, 32)
+    calls = []
+    key = misses[0][1]
+    bound._compiled[key] = (lambda *a: calls.append(a), "function", "metadata", ())
+    bound._descriptor_metas[key] = ({"block": [16, 16]},)
+    for _ in range(2):
+        bound.launch((2,), TensorDescriptor(x, [32, 48], [48, 1], [16, 16]), y, 32)
+    expected = (2, 1, 1, 1234, "function", "metadata", None, None, None, f"map@{x.data_ptr()}", 32, 48, 48, 1,
+                y.data_ptr(), 32, 16)
+    assert calls == [expected, expected] and len(encodings) == 1
+    x2 = torch.randn(32, 48)
+    bound.launch((2,), TensorDescriptor(x2, [32, 48], [48, 1], [16, 16]), y, 32)
+    assert calls[-1][9] == f"map@{x2.data_ptr()}" and len(encodings) == 2 and len(misses) == 1
+    bound.launch((2,), TensorDescriptor(x, [32, 48], [48, 1], [32, 16]), y, 32)  # another block: a miss
+    assert len(misses) == 2 and len(calls) == 3
+
+
+def test_fixed_launch_takes_a_descriptor_as_its_base_tensor():
+    """fix(): a descriptor argument is passed, per call, as the tensor it reads; its sizes, strides and block
+    are the fixed call's. A base of another dtype or alignment goes through launch() with the descriptor
+    rebuilt on it."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bound, misses, encodings = _descriptor_bound()
+    x, y = torch.randn(32, 48), torch.empty(32)
+    fixed = bound.fix((2,), TensorDescriptor(x, [32, 48], [48, 1], [16, 16]), y, 32)
+    fixed(x, y)  # nothing compiled yet: through launch()
+    assert len(misses) == 1 and isinstance(misses[0][2][0], TensorDescriptor)
+    calls = []
+    key = misses[0][1]
+    bound._compiled[key] = (lambda *a: calls.append(a), "function", "metadata", ())
+    bound._descriptor_metas[key] = ({"block": [16, 16]},)
+    x2 = torch.randn(32, 48)
+    fixed(x2, y)
+    fixed(x2, y)
+    assert calls[0] == (2, 1, 1, 1234, "function", "metadata", None, None, None, f"map@{x2.data_ptr()}", 32, 48,
+                        48, 1, y.data_ptr(), 32, 16)
+    assert calls[1] == calls[0] and encodings == [(x2.data_ptr(), [32, 48], [48, 1], [16, 16])]
+    fixed(x2.double(), y)
+    desc = misses[-1][2][0]
+    assert len(misses) == 2 and len(calls) == 2 and desc.base.dtype == torch.float64
+    assert (list(desc.shape), list(desc.strides), list(desc.block_shape)) == ([32, 48], [48, 1], [16, 16])
+
+
+def test_descriptor_entry_unwraps_triton_36s_encoding_wrapper(monkeypatch):
+    """Triton 3.6 wraps the C entry point of a kernel with descriptor arguments in a function that encodes
+    them at every launch; _descriptor_entry finds the entry point and the descriptors' metadata inside it,
+    and gives None where it cannot (no metadata, scratch memory), so Triton's launcher runs those."""
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+
+    def wrap(launcher, tensordesc_meta):
+        def inner(*args):
+            return launcher(*args), tensordesc_meta
+        return inner
+
+    run, entry = _Wrapper(), (lambda *a: None)
+    run.launch = wrap(entry, [{"swizzle": 128}])
+    assert launcher._descriptor_entry(run) == (entry, ({"swizzle": 128},))
+    run.launch = wrap(entry, None)
+    assert launcher._descriptor_entry(run) is None
+    run.launch, run.global_scratch_size = wrap(entry, [{"swizzle": 128}]), 256
+    assert launcher._descriptor_entry(run) is None
+
+
 class _Wrapper:
     """Triton 3.6's CudaLauncher as far as launcher._entry reads it."""
 

@@ -46,7 +46,7 @@ from autotune import spaces
 from .conv2d_backward import BackwardSpec, conv2d_weight_grad_flat, input_grads  # noqa: F401  (re-exported)
 from .conv2d_kernels import (_conv2d_epilogue, _conv2d_flat_kernel, _conv2d_kernel, _conv2d_transposed_kernel,
                              _flat_columns, _pixels, _taps, flat_k_pad)
-from .gemm import _ensure_allocator, _tma_device
+from .tma import _ensure_allocator, _tma_device
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
 from .runtime import (INTERPRET, cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor,

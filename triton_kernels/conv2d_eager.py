@@ -20,7 +20,7 @@ import torch
 
 from .conv2d import (_PLANS, _TransposedPlan, backward_spec, input_grads, kernel_kind, launch_args, out_size,
                      packed_weight, plan_key)
-from .gemm import _ensure_allocator
+from .tma import _ensure_allocator
 from .runtime import INTERPRET, EagerNode, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on

@@ -30,11 +30,9 @@ validation, no plan lookup, launches with their arguments fixed; torch.compile t
 """
 from __future__ import annotations
 
-import contextvars
 from typing import NamedTuple, Optional
 
 import torch
-import triton
 
 from autotune import spaces
 
@@ -44,6 +42,7 @@ from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, 
                            _transpose_kernel)
 from .gemm_gluon import _gemm_tf32_nmajor_kernel
 from .launcher import BoundKernel, bind
+from .tma import _INTERPRETER_SMS, _ensure_allocator, _tma_device, tma_descriptor, tma_layout
 from .runtime import (
     cdiv,
     sm_count,
@@ -141,63 +140,6 @@ def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_c
     check_choice("precision", precision, PRECISIONS)
     if config is not None and not isinstance(config, Config):
         raise ValueError(f"config must be a runtime.Config or None, got {type(config).__name__}")
-
-
-def tma_layout(t: torch.Tensor):
-    """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None.
-
-    TMA needs one unit stride, the other stride and the base address 16-byte aligned: a stride-0
-    (expanded) tensor or a view whose base is not 16-byte aligned (offset into its storage) is refused."""
-    es = t.element_size()
-    if t.stride(1) == 1 and t.shape[1] > 1:
-        trans, stride = False, t.stride(0)
-    elif t.stride(0) == 1 and t.shape[0] > 1:
-        trans, stride = True, t.stride(1)
-    else:
-        return None
-    if (stride * es) % 16 or t.data_ptr() % 16 or stride < 1:
-        return None
-    return trans, stride
-
-
-_CUDA = torch.device("cuda")
-_ALLOCATOR_SET = contextvars.ContextVar("gemm_tma_allocator_set", default=False)
-
-
-def _tma_scratch(size: int, alignment: int, stream):
-    """Scratch memory for the TMA kernel's device-side tensor descriptors, on the current device and
-    torch's current stream (the stream Triton launches on)."""
-    return torch.empty(size, device=_CUDA, dtype=torch.int8)
-
-
-def _ensure_allocator() -> None:
-    """Device-side TMA descriptors need scratch memory from an allocator Triton calls at launch. Triton
-    keeps the allocator in a context variable, which a new thread does not inherit (autograd runs the
-    backward of CUDA tensors in a thread of its own), so it is set once per context that launches the
-    TMA kernel (a flag in a context variable of our own says whether this context has it)."""
-    if not _ALLOCATOR_SET.get():
-        triton.set_allocator(_tma_scratch)
-        _ALLOCATOR_SET.set(True)
-
-
-_INTERPRETER_SMS = 4  # the stand-in machine the interpreter sizes the persistent TMA kernel's grid for
-_TMA_DEVICES: dict[int, bool] = {}  # device index -> runs the TMA kernel (asked once per device)
-
-
-def _tma_device(t: torch.Tensor) -> bool:
-    """Whether t's device runs the TMA kernel: a CUDA device of compute capability 9 or more, never the
-    interpreter."""
-    index = t.get_device()
-    capable = _TMA_DEVICES.get(index)
-    if capable is None:
-        capable = _TMA_DEVICES[index] = (not INTERPRET and t.device.type == "cuda"
-                                         and torch.cuda.get_device_capability(t.device)[0] >= 9)
-    return capable
-
-
-def _tma_eligible(a, b, M, N, K) -> bool:
-    return (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and tma_layout(a) is not None
-            and tma_layout(b) is not None)
 
 
 def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False) -> bool:
@@ -336,12 +278,18 @@ def plan_launches(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: in
         # The copy's time is inside the tuner's measurement, so this candidate wins only where it pays
         # for itself.
         b = relayout(b)
-    if not INTERPRET:
-        _ensure_allocator()
     progs = min(tiles, plan.programs)
+    if plan.kernel.kernel is _gemm_tma_kernel:  # host-side descriptors: A / B as their layouts store them
+        bk = plan.kernel.constexprs["BLOCK_K"]
+        a_block, b_block = ([bk, plan.block_m] if plan.a_t else [plan.block_m, bk]), ([plan.block_n, bk] if plan.b_t
+                                                                                       else [bk, plan.block_n])
+        return [(plan.kernel, (progs,), dict(a_desc=tma_descriptor(a, plan.a_t, a_block),
+                                             b_desc=tma_descriptor(b, plan.b_t, b_block), **epilogue, M=M, N=N, K=K,
+                                             NUM_PROGS=progs, **strides))]
+    if not INTERPRET:
+        _ensure_allocator()  # the Gluon kernel builds its descriptors on the device
     return [(plan.kernel, (progs,), dict(a_ptr=a, b_ptr=b, **epilogue, M=M, N=N, K=K, NUM_PROGS=progs,
-                                         stride_a=a.stride(1) if plan.a_t else a.stride(0),
-                                         stride_b=b.stride(1) if plan.b_t else b.stride(0), **strides))]
+                                         stride_a=a.stride(0), stride_b=b.stride(0), **strides))]
 
 
 def _launch_plan(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: int) -> None:

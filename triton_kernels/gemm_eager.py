@@ -26,10 +26,10 @@ from typing import Optional
 import torch
 from torch.compiler import is_compiling
 
-from .gemm import (CURVED, _ensure_allocator, _flags, _forced_plan, _launch_plan, act_backward_buffers,
-                   act_backward_launch, backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches,
-                   relayout)
+from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_launch,
+                   backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
 from . import gemm_backward
+from .tma import _ensure_allocator
 from .launcher import bind
 from .runtime import INTERPRET, EagerNode, dependent_launch, remember_call
 
@@ -102,7 +102,7 @@ class _FixedGemm:
             if self.a_copy:
                 a = relayout(a)
             if not INTERPRET:
-                _ensure_allocator()  # the TMA kernel's descriptor scratch (autograd's backward thread included)
+                _ensure_allocator()  # the Gluon kernel's descriptor scratch (autograd's backward thread included)
         self.launches[0](a, b, c, bias_ptr, res_ptr, z_ptr)
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .runtime import INTERPRET, is_fake
 from .op_registration import traced_interpreter_launch
@@ -77,6 +78,61 @@ def _scratch_entry(run) -> tuple | None:
     return run.launch, (bool(run.launch_cooperative_grid), pdl), size * run.num_ctas, run.global_scratch_align, pdl
 
 
+def _descriptor_entry(run) -> tuple | None:
+    """(C entry point, the metadata of each descriptor argument) of a Triton 3.6 launcher whose kernel takes
+    host-side tensor descriptors and has no scratch memory, else None (Triton's launcher then runs every
+    call). The wrapper around the entry point encodes each descriptor at every launch (make_tensordesc_arg);
+    the fast path passes the encodings it keeps instead (``_encoded``)."""
+    if not _plain_wrapper(run) or getattr(run, "global_scratch_size", 1):
+        return None
+    try:
+        names = inspect.getclosurevars(run.launch).nonlocals
+    except TypeError:
+        return None
+    entry, metas = names.get("launcher"), names.get("tensordesc_meta")
+    if entry is None or not metas or any(meta is None for meta in metas):
+        return None
+    return entry, tuple(metas)
+
+
+_ENCODED: dict[tuple, list] = {}  # (address, sizes, strides, block, padding, id(metadata)) -> the entry's arguments
+MAX_ENCODED = 4096
+
+
+def _make_tensordesc_arg(desc: TensorDescriptor, meta: dict) -> list:
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+    return make_tensordesc_arg(desc, meta)
+
+
+def _encoded(desc: TensorDescriptor, meta: dict, encode: Callable = _make_tensordesc_arg) -> list:
+    """The arguments a descriptor takes at the C entry point ([CUtensorMap, *sizes, *strides]), as Triton's
+    launcher encodes it (``encode``) with the compiled kernel's ``meta`` (swizzle, element type, block), kept:
+    an encoding holds nothing but these values (the address is a number), so a hit is always the same map."""
+    key = (desc.base.data_ptr(), *desc.shape, *desc.strides, *desc.block_shape, desc.padding, id(meta))
+    args = _ENCODED.get(key)
+    if args is None:
+        if len(_ENCODED) >= MAX_ENCODED:
+            _ENCODED.clear()
+        args = _ENCODED[key] = encode(desc, meta)
+    return args
+
+
+def _int_class(v: int) -> tuple:
+    return v == 1, v & 15, -2147483648 <= v <= 2147483647
+
+
+def _descriptor_guard(desc: TensorDescriptor) -> tuple:
+    """The guard of a descriptor argument, a superset of what Triton specialises it on: its base's dtype and
+    address mod 16, its padding and block, and each size and stride as an int argument's."""
+    return (desc.base.dtype, desc.base.data_ptr() & 15, desc.padding, tuple(desc.block_shape),
+            tuple(map(_int_class, (*desc.shape, *desc.strides))))
+
+
+def _descriptor_spec(desc: TensorDescriptor) -> tuple:
+    """What fix() keeps of a descriptor argument: TensorDescriptor(base, *spec) rebuilds it on another base."""
+    return list(desc.shape), list(desc.strides), list(desc.block_shape), desc.padding
+
+
 # whether the current CUDA stream is capturing a graph (a CPU build of torch has only a stub that raises)
 _capturing = torch._C._cuda_isCurrentStreamCapturing if torch.version.cuda else (lambda: False)
 _SCRATCH: dict[tuple, Any] = {}  # (device, stream, bytes, dependent) -> a scratch buffer, reused on that stream
@@ -121,7 +177,8 @@ class BoundKernel:
 
     def __init__(self, kernel: Any, constexprs: dict, options: dict, driver: Any = None) -> None:
         """``driver``: what gives the current device and stream (default: Triton's active driver; given
-        explicitly, the generated path is used even under the interpreter, which has no driver)."""
+        explicitly, the generated path is used even under the interpreter, which has no driver), and, where it
+        has ``encode_descriptor(desc, meta)``, the encodings of descriptor arguments (default: Triton's)."""
         self.kernel = kernel
         self.driver = driver
         self.constexprs = constexprs
@@ -136,6 +193,8 @@ class BoundKernel:
         self._compiled: dict[tuple, tuple] = {}
         # guard -> _scratch_entry's tuple, for kernels with scratch memory (fix()'s functions use it)
         self._scratch_entries: dict[tuple, tuple] = {}
+        # guard -> the metadata of each descriptor argument, for kernels taking host-side tensor descriptors
+        self._descriptor_metas: dict[tuple, tuple] = {}
         self._fixed_code: dict[tuple, Any] = {}  # argument kinds -> fix()'s compiled functions
         self.launch = self._first_launch if (not INTERPRET or driver is not None) else self._slow
 
@@ -162,6 +221,13 @@ class BoundKernel:
         compiled = self._slow(grid, *args)  # compiles once, then launches
         if compiled is not None and not isinstance(compiled, (list, tuple)):
             entry, before_metadata = _entry(compiled.run)
+            if any(isinstance(a, TensorDescriptor) for a in args):
+                found = _descriptor_entry(compiled.run)
+                if found is None:
+                    return compiled
+                entry, self._descriptor_metas[key] = found
+                before_metadata = (bool(compiled.run.launch_cooperative_grid), bool(compiled.run.launch_pdl), None,
+                                   None)
             self._compiled[key] = (entry, compiled.function, compiled.packed_metadata, before_metadata)
             scratch = _scratch_entry(compiled.run)
             if scratch is not None:
@@ -173,8 +239,11 @@ class BoundKernel:
         """Names the generated functions use; each constexpr as _lp_c_<name>."""
         driver = self.driver if self.driver is not None else triton.runtime.driver.active
         scope = {"_lp_compiled": self._compiled, "_lp_miss": self._miss, "_lp_knobs": triton.knobs.runtime,
-                 "_lp_fake": is_fake, "_lp_bound": self,
+                 "_lp_fake": is_fake, "_lp_bound": self, "_lp_dmetas": self._descriptor_metas,
+                 "_lp_dguard": _descriptor_guard, "_lp_TD": TensorDescriptor,
                  "_lp_stream": driver.get_current_stream, "_lp_device": _device_getter(driver)}
+        encode = getattr(self.driver, "encode_descriptor", _make_tensordesc_arg)
+        scope["_lp_enc"] = lambda desc, meta: _encoded(desc, meta, encode)
         for p in self.kernel.params:
             if p.is_constexpr:
                 scope[f"_lp_c_{p.name}"] = self.constexprs.get(p.name, p.default)
@@ -195,10 +264,12 @@ class BoundKernel:
     @staticmethod
     def _guard(name: str, value: Any, pointer: str) -> list[str]:
         """The guard terms of one runtime argument (what Triton specialises on): a tensor's dtype and its
-        address (``pointer``) mod 16; an int's ==1, mod 16 and 32-bit range; a bool / None itself;
-        anything else its class."""
+        address (``pointer``) mod 16; an int's ==1, mod 16 and 32-bit range; a bool / None itself; a tensor
+        descriptor's _descriptor_guard; anything else its class."""
         if isinstance(value, torch.Tensor):
             return [f"{name}.dtype", f"{pointer} & 15"]
+        if isinstance(value, TensorDescriptor):
+            return [f"_lp_dguard({name})"]
         if isinstance(value, bool) or value is None:
             return [name]
         if isinstance(value, int):
@@ -219,8 +290,12 @@ class BoundKernel:
                 passed[name] = f"_lp_p{i}"
             guard += self._guard(name, values[name], f"_lp_p{i}")
         scope = self._scope()
-        # the compiled launcher takes every parameter, constexprs included (their slots skipped)
-        call = [f"_lp_c_{p.name}" if p.is_constexpr else passed.get(p.name, p.name) for p in self.kernel.params]
+        # the compiled launcher takes every parameter, constexprs included (their slots skipped); a descriptor
+        # its encoding (sizes and strides after the map)
+        descriptors = [n for n in names if isinstance(values[n], TensorDescriptor)]
+        call = [f"_lp_c_{p.name}" if p.is_constexpr else
+                f"*_lp_enc({p.name}, _lp_dmetas[_lp_key][{descriptors.index(p.name)}])" if p.name in descriptors
+                else passed.get(p.name, p.name) for p in self.kernel.params]
         arglist = ", ".join(names)
         # a null address: a fake tensor (torch.compile tracing; Triton's own path) or an empty one (an
         # output the kernel does not write, e.g. statistics in inference: launched directly like any other)
@@ -255,23 +330,29 @@ def launch(_lp_grid, {arglist}):
         the kernel's order). It goes straight to the compiled launcher when every tensor has this call's
         dtype and a non-null, 16-byte aligned address, the current device is this call's and no launch
         hook is installed; any other call (or one before the kernel is compiled) goes through ``launch``.
-        Meant for one function per call signature (e.g. a module's input shape); this call is not launched."""
+        Meant for one function per call signature (e.g. a module's input shape); this call is not launched.
+        A tensor descriptor argument is taken, in its place, as the tensor it reads (its base), with this
+        call's sizes, strides and block."""
         values = self._values(args, kwargs)
-        tensors = [n for n in self.runtime_names if isinstance(values[n], torch.Tensor)]
+        tensors = [n for n in self.runtime_names if isinstance(values[n], (torch.Tensor, TensorDescriptor))]
+        specs = {n: _descriptor_spec(values[n]) for n in tensors if isinstance(values[n], TensorDescriptor)}
         fixed = {n: v for n, v in values.items() if n not in tensors}
         if INTERPRET and self.driver is None:  # the interpreter: Triton's own call
-            return lambda *ts: self.launch(grid, **dict(zip(tensors, ts)), **fixed)
+            return lambda *ts: self.launch(grid, **{n: TensorDescriptor(t, *specs[n]) if n in specs else t
+                                                    for n, t in zip(tensors, ts)}, **fixed)
         kinds = tuple(" ".join(self._guard(n, values[n], "")) for n in self.runtime_names)  # the argument kinds
         code = self._fixed_code.get(kinds)
         if code is None:
             code = self._fixed_code[kinds] = self._fixed_source(tensors, values)
         scope = self._scope()
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        scope.update(_lp_dev=scope["_lp_device"](), _lp_hit=None, _lp_direct=None, _lp_fixed=fixed, _lp_grid=grid,
-                     _lp_scratch_entries=self._scratch_entries, _lp_scratch=_scratch,
-                     _lp_programs=grid[0] * grid[1] * grid[2],
+        scope.update(_lp_dev=scope["_lp_device"](), _lp_hit=None, _lp_direct=None, _lp_dm=None, _lp_fixed=fixed,
+                     _lp_grid=grid, _lp_scratch_entries=self._scratch_entries, _lp_scratch=_scratch,
+                     _lp_programs=grid[0] * grid[1] * grid[2], _lp_fenc=_fixed_encoding,
                      **{f"_lp_g{i}": g for i, g in enumerate(grid)}, **{f"_lp_v_{n}": v for n, v in fixed.items()},
-                     **{f"_lp_t{i}": values[n].dtype for i, n in enumerate(tensors)})
+                     **{f"_lp_t{i}": values[n].base.dtype if n in specs else values[n].dtype
+                        for i, n in enumerate(tensors)},
+                     **{f"_lp_spec_{n}": spec for n, spec in specs.items()}, **{f"_lp_enc_{n}": {} for n in specs})
         exec(code, scope)  # noqa: S102  (defines _lp_guard and launch)
         # the key launch() files this call's compiled kernel under (16-byte aligned addresses)
         scope["_lp_key"] = scope["_lp_guard"](*(values[n] for n in self.runtime_names), *(16 for _ in tensors))
@@ -282,20 +363,29 @@ def launch(_lp_grid, {arglist}):
         ``_lp_guard`` (the key, as launch() computes it). Values are names in each function's globals."""
         names = self.runtime_names
         pointers = [f"_lp_p{i}" for i in range(len(tensors))]
+        descriptors = [n for n in tensors if isinstance(values[n], TensorDescriptor)]
         guard = [term for n in names
                  for term in self._guard(n, values[n], pointers[tensors.index(n)] if n in tensors else "")]
-        call = [f"_lp_c_{p.name}" if p.is_constexpr else pointers[tensors.index(p.name)] if p.name in tensors
-                else f"_lp_v_{p.name}" for p in self.kernel.params]
+        call = [f"_lp_c_{p.name}" if p.is_constexpr else f"*_lp_x_{p.name}" if p.name in descriptors
+                else pointers[tensors.index(p.name)] if p.name in tensors else f"_lp_v_{p.name}"
+                for p in self.kernel.params]
         usual = (f"({' | '.join(pointers)}) & 15 or not ({' and '.join(pointers)}) or "
                  + " or ".join(f"{n}.dtype is not _lp_t{i}" for i, n in enumerate(tensors)))
-        slow = f"_lp_bound.launch(_lp_grid, {', '.join(f'{n}={n}' for n in tensors)}, **_lp_fixed)"
+        slow = "_lp_bound.launch(_lp_grid, {}, **_lp_fixed)".format(
+            ", ".join(f"{n}=_lp_TD({n}, *_lp_spec_{n})" if n in descriptors else f"{n}={n}" for n in tensors))
+        # a descriptor's encoding: kept per base address by this function (its sizes, strides and block fixed)
+        encode = "".join(f"""
+    _lp_x_{n} = _lp_enc_{n}.get({pointers[tensors.index(n)]})
+    if _lp_x_{n} is None:
+        _lp_x_{n} = _lp_fenc(_lp_enc_{n}, {pointers[tensors.index(n)]}, {n}, _lp_spec_{n}, _lp_dm[{j}], _lp_enc)"""
+                         for j, n in enumerate(descriptors))
         src = f"""
 def _lp_guard({', '.join(names + pointers)}):
     return (_lp_dev, {', '.join(guard)})
 
 
 def launch({', '.join(tensors)}):
-    global _lp_hit, _lp_direct
+    global _lp_hit, _lp_direct, _lp_dm
     {'; '.join(f'{p} = {n}.data_ptr()' for p, n in zip(pointers, tensors))}
     _lp_hook = _lp_knobs.launch_enter_hook
     if {usual} or (_lp_hook is not None and getattr(_lp_hook, "calls", True)) or _lp_device() != _lp_dev:
@@ -305,7 +395,8 @@ def launch({', '.join(tensors)}):
         if _lp_hit is None:
             return {slow}
         _lp_direct = _lp_scratch_entries.get(_lp_key)
-    _lp_s = _lp_stream(_lp_dev)
+        _lp_dm = _lp_dmetas.get(_lp_key)
+    _lp_s = _lp_stream(_lp_dev){encode}
     if _lp_direct is None:
         _lp_hit[0](_lp_g0, _lp_g1, _lp_g2, _lp_s, _lp_hit[1], *_lp_hit[3], _lp_hit[2], None, None, None,
                    {', '.join(call)})
@@ -316,6 +407,15 @@ def launch({', '.join(tensors)}):
                       None, None, None, {', '.join(call)})
 """
         return compile(src, f"<fixed launch {self.kernel.__name__}>", "exec")
+
+
+def _fixed_encoding(cache: dict, address: int, base: torch.Tensor, spec: tuple, meta: dict, encoded: Callable) -> list:
+    """The encoding of the descriptor TensorDescriptor(base, *spec) (``encoded``: the scope's _encoded), kept in a
+    fix()'d function's ``cache`` by base address."""
+    if len(cache) >= 64:
+        cache.clear()
+    args = cache[address] = encoded(TensorDescriptor(base, *spec), meta)
+    return args
 
 
 _BOUND: dict[tuple, BoundKernel] = {}
