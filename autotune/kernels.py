@@ -139,8 +139,10 @@ def tma_device(device: torch.device | str) -> bool:
 
 def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_device: bool) -> dict:
     """The flags gemm_forward derives from A and B: the precision it runs, unit column strides, whether
-    the TMA kernel can run, and whether a re-laid-out copy of B would stay TMA-aligned (tf32 with an
-    N-major B, or 16-bit with a K-major B)."""
+    the TMA kernel can run, whether a re-laid-out copy of B would stay TMA-aligned (tf32 with an
+    N-major B, or 16-bit with a K-major B), and whether the Gluon tf32 kernel runs on A (nmajor) or on a
+    row-major copy of it (nmajor_copy_a): gemm.nmajor_eligible's conditions, a TMA device taken for a
+    Hopper (32-bit indices)."""
     M, K = a.shape
     N = b.shape[1]
     prec = precision if a.dtype == torch.float32 else "ieee"
@@ -150,7 +152,9 @@ def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_d
     es = a.element_size()
     relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
                         or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
-    return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout}
+    gluon = tma and prec == "tf32" and a.dtype == torch.float32 and b_unit
+    return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout,
+            "nmajor": gluon and a_unit, "nmajor_copy_a": gluon and not a_unit and (K * es) % 16 == 0}
 
 
 def _gemm_operands(M, N, K, dtype, layout, device, g=None):
@@ -167,7 +171,8 @@ def _gemm_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
     M, N, K = shape["M"], shape["N"], shape["K"]
     a, b = _gemm_operands(M, N, K, dtype, variant["layout"], device)
     f = gemm_layout_flags(a, b, variant["precision"], tma_device(device))
-    ctx = spaces.context("gemm", M=M, N=N, K=K, dtype=dtype, tma=f["tma"], relayout=f["relayout"])
+    ctx = spaces.context("gemm", M=M, N=N, K=K, dtype=dtype, tma=f["tma"], relayout=f["relayout"], nmajor=f["nmajor"],
+                         nmajor_copy_a=f["nmajor_copy_a"])
     from triton_kernels.gemm import GemmKey
 
     key = GemmKey(m=bucket(M), n=bucket(N), k=bucket(K), dtype=dtype, precision=f["prec"], activation=variant["act"],

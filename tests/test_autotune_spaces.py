@@ -154,6 +154,26 @@ def test_sample_is_the_same_draw_for_every_shape_of_a_dtype():
     assert set(small) - set(a) and all(not spaces.rejected("gemm", x, M=64, N=64, K=64, dtype="bfloat16") for x in small)
 
 
+def test_layout_flags_name_the_gluon_candidates_the_tuner_tries():
+    """tf32 with an N-major B: the tuner adds the Gluon kernel's candidates, on A row-major (nmajor) or on a
+    row-major copy of an M-major A (nmajor_copy_a); the sweep's flags say the same (gemm.nmajor_eligible), so
+    its tuner space is the tuner's list."""
+    M, N, K = 2048, 2048, 512
+    meta = dict(device="meta", dtype=torch.float32)
+    a, a_t, b = torch.empty(M, K, **meta), torch.empty(K, M, **meta).t(), torch.empty(K, N, **meta)
+    flags = kernels.gemm_layout_flags(a, b, "tf32", True)
+    assert flags["nmajor"] and not flags["nmajor_copy_a"]
+    flags_t = kernels.gemm_layout_flags(a_t, b, "tf32", True)
+    assert flags_t["nmajor_copy_a"] and not flags_t["nmajor"]
+    for other in (kernels.gemm_layout_flags(a, b, "ieee", True), kernels.gemm_layout_flags(a, b, "tf32", False),
+                  kernels.gemm_layout_flags(a, torch.empty(N, K, **meta).t(), "tf32", True),
+                  kernels.gemm_layout_flags(a.bfloat16(), b.bfloat16(), "tf32", True)):
+        assert not other["nmajor"] and not other["nmajor_copy_a"]
+    shape = dict(M=M, N=N, K=K, dtype=torch.float32, tma=True, relayout=flags["relayout"])
+    assert any(c.kwargs.get("NMAJOR") for c in spaces.candidates("gemm", **shape, nmajor=flags["nmajor"]))
+    assert not any(c.kwargs.get("NMAJOR") for c in spaces.candidates("gemm", **shape))
+
+
 def test_sweep_plans_the_relayout_candidates_the_tuner_tries():
     """The tuner tries TMA kernels on a re-laid-out copy of B (16-bit B stored K-major, as nn.Linear's
     weight; tf32 with an N-major B); the sweep's --space tuner plans exactly the tuner's list for the
