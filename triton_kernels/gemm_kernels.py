@@ -170,7 +170,7 @@ def _gemm_tma_kernel(
     whole matrix and a block shape, `desc.load([row, col])` copies one tile to shared memory
     (out-of-range parts read as zero, so no masks), and the copy engine runs ahead by `num_stages` tiles.
     The descriptors are made on the host and passed as kernel parameters: built in the kernel, each
-    program first writes and fences its own copies, ~1.5-2 us before its first load (H100).
+    program first writes and fences its own copies: 1.3-2.1 us more a launch (H100, the Char-CNN fc1 GEMMs).
     a_desc reads A as (M, K) row-major with block [BLOCK_M, BLOCK_K], or with A_T (A stored K-major) as
     the (K, M) row-major matrix with block [BLOCK_K, BLOCK_M]; likewise b_desc reads B as (K, N) with block
     [BLOCK_K, BLOCK_N] or, with B_T, stored as (N, K) row-major -- nn.Linear's weight -- with [BLOCK_N, BLOCK_K].
