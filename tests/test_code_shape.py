@@ -105,8 +105,8 @@ def _jit_functions() -> dict:
 
 
 def test_no_tensor_method_on_a_scalar_argument():
-    """A launched kernel's scalar arguments (not constexpr, not ``*ptr``), and the jit helpers' parameters they
-    are passed to as they are, get no method call (``M.to(...)``)."""
+    """A launched kernel's scalar arguments (not constexpr, not ``*ptr`` or a ``*_desc`` tensor descriptor), and
+    the jit helpers' parameters they are passed to as they are, get no method call (``M.to(...)``)."""
     functions = _jit_functions()
     names: dict = {}
     for key in functions:
@@ -122,7 +122,7 @@ def test_no_tensor_method_on_a_scalar_argument():
                   if isinstance(node, ast.Call) and _called_name(node) == "warp_specialize"
                   for name in ast.walk(node) if isinstance(name, ast.Name)} - {None}
     helpers = {callee for _, callee, _ in calls} | partitions
-    scalars = {key: {a.arg for a in fn.args.args if key not in helpers and not a.arg.endswith("ptr")
+    scalars = {key: {a.arg for a in fn.args.args if key not in helpers and not a.arg.endswith(("ptr", "_desc"))
                      and not (a.annotation is not None and "constexpr" in ast.unparse(a.annotation))}
                for key, fn in functions.items()}
     changed = True

@@ -294,9 +294,8 @@ def test_gpu_autotune_persists(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_tma_kernel_in_autograd_backward_thread():
-    """autograd runs the backward of CUDA tensors in a thread of its own. The TMA kernel's scratch
-    allocator lives in a Triton context variable, which that thread does not inherit: a TMA launch
-    there (after one in the main thread) must find it set all the same."""
+    """autograd runs the backward of CUDA tensors in a thread of its own, which inherits none of the main
+    thread's Triton context variables: a TMA launch there (after one in the main thread) runs right."""
     tma = gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)
     a = torch.randn(256, 64, device="cuda")
     b = torch.randn(64, 192, device="cuda")

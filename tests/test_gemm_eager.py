@@ -491,7 +491,7 @@ GPU_PLANS = {"pointer": gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 
 @pytest.mark.parametrize("plan", GPU_PLANS)
 def test_gpu_forced_plans_through_the_prepared_call(plan, dtype):
     """Each kind of forward plan compiled and launched through the prepared call's fixed launches (the
-    compiled launcher called directly; the TMA kernel's descriptor scratch set), in every GPU dtype."""
+    compiled launcher called directly; the TMA kernel's host-side descriptors encoded once), in every GPU dtype."""
     x, weight = _leaf(384, 512, dtype=dtype), (torch.randn(256, 512, device=DEVICE, dtype=dtype) / 512 ** 0.5)
     _check("linear", x, weight.requires_grad_(), _leaf(256, dtype=dtype), _leaf(384, 256, dtype=dtype), "gelu",
            dtype, config=GPU_PLANS[plan])

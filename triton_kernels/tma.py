@@ -34,16 +34,16 @@ _ALLOCATOR_SET = contextvars.ContextVar("gemm_tma_allocator_set", default=False)
 
 
 def _tma_scratch(size: int, alignment: int, stream):
-    """Scratch memory for the TMA kernel's device-side tensor descriptors, on the current device and
-    torch's current stream (the stream Triton launches on)."""
+    """Scratch memory for tensor descriptors built on the device (the Gluon tf32 GEMM, conv2d's transposed
+    kernel), on the current device and torch's current stream (the stream Triton launches on)."""
     return torch.empty(size, device=_CUDA, dtype=torch.int8)
 
 
 def _ensure_allocator() -> None:
     """Device-side TMA descriptors need scratch memory from an allocator Triton calls at launch. Triton
     keeps the allocator in a context variable, which a new thread does not inherit (autograd runs the
-    backward of CUDA tensors in a thread of its own), so it is set once per context that launches the
-    TMA kernel (a flag in a context variable of our own says whether this context has it)."""
+    backward of CUDA tensors in a thread of its own), so it is set once per context that launches such a
+    kernel (a flag in a context variable of our own says whether this context has it)."""
     if not _ALLOCATOR_SET.get():
         triton.set_allocator(_tma_scratch)
         _ALLOCATOR_SET.set(True)
