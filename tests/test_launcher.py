@@ -199,6 +199,30 @@ def test_fixed_launch_takes_a_descriptor_as_its_base_tensor():
     assert (list(desc.shape), list(desc.strides), list(desc.block_shape)) == ([32, 48], [48, 1], [16, 16])
 
 
+def test_descriptors_pass_as_they_are_where_the_launcher_encodes_them():
+    """Where no C entry point was found under Triton's wrapper (another Triton version: the descriptors'
+    metadata None), the launcher _entry gave is called with the descriptors themselves, which it encodes; launch()
+    and fix() alike, nothing encoded or kept here."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bound, misses, encodings = _descriptor_bound()
+    x, y = torch.randn(32, 48), torch.empty(32)
+    fixed = bound.fix((2,), TensorDescriptor(x, [32, 48], [48, 1], [16, 16]), y, 32)
+    bound.launch((2,), TensorDescriptor(x, [32, 48], [48, 1], [16, 16]), y, 32)
+    calls = []
+    key = misses[0][1]
+    bound._compiled[key] = (lambda *a: calls.append(a), "function", "metadata", ())
+    bound._descriptor_metas[key] = None
+    desc = TensorDescriptor(x, [32, 48], [48, 1], [16, 16])
+    bound.launch((2,), desc, y, 32)
+    x2 = torch.randn(32, 48)
+    fixed(x2, y)
+    assert calls[0][9] is desc and calls[0][10:] == (y.data_ptr(), 32, 16)
+    passed = calls[1][9]
+    assert isinstance(passed, TensorDescriptor) and passed.base is x2 and list(passed.block_shape) == [16, 16]
+    assert not encodings and len(misses) == 1
+
+
 def test_descriptor_entry_unwraps_triton_36s_encoding_wrapper(monkeypatch):
     """Triton 3.6 wraps the C entry point of a kernel with descriptor arguments in a function that encodes
     them at every launch; _descriptor_entry finds the entry point and the descriptors' metadata inside it,

@@ -80,9 +80,9 @@ def _scratch_entry(run) -> tuple | None:
 
 def _descriptor_entry(run) -> tuple | None:
     """(C entry point, the metadata of each descriptor argument) of a Triton 3.6 launcher whose kernel takes
-    host-side tensor descriptors and has no scratch memory, else None (Triton's launcher then runs every
-    call). The wrapper around the entry point encodes each descriptor at every launch (make_tensordesc_arg);
-    the fast path passes the encodings it keeps instead (``_encoded``)."""
+    host-side tensor descriptors and has no scratch memory, else None (then the launcher _entry gives is
+    called with the descriptors as they are). The wrapper around the entry point encodes each descriptor at
+    every launch (make_tensordesc_arg); the fast path passes the encodings it keeps instead (``_encoded``)."""
     if not _plain_wrapper(run) or getattr(run, "global_scratch_size", 1):
         return None
     try:
@@ -223,11 +223,11 @@ class BoundKernel:
             entry, before_metadata = _entry(compiled.run)
             if any(isinstance(a, TensorDescriptor) for a in args):
                 found = _descriptor_entry(compiled.run)
-                if found is None:
-                    return compiled
-                entry, self._descriptor_metas[key] = found
-                before_metadata = (bool(compiled.run.launch_cooperative_grid), bool(compiled.run.launch_pdl), None,
-                                   None)
+                self._descriptor_metas[key] = None  # None: _entry's launcher, which encodes the descriptors itself
+                if found is not None:
+                    entry, self._descriptor_metas[key] = found
+                    before_metadata = (bool(compiled.run.launch_cooperative_grid), bool(compiled.run.launch_pdl),
+                                       None, None)
             self._compiled[key] = (entry, compiled.function, compiled.packed_metadata, before_metadata)
             scratch = _scratch_entry(compiled.run)
             if scratch is not None:
@@ -243,7 +243,8 @@ class BoundKernel:
                  "_lp_dguard": _descriptor_guard, "_lp_TD": TensorDescriptor,
                  "_lp_stream": driver.get_current_stream, "_lp_device": _device_getter(driver)}
         encode = getattr(self.driver, "encode_descriptor", _make_tensordesc_arg)
-        scope["_lp_enc"] = lambda desc, meta: _encoded(desc, meta, encode)
+        # a descriptor argument's slots: its kept encoding, or itself where the launcher encodes it (metas None)
+        scope["_lp_enc"] = lambda desc, metas, j: (desc,) if metas is None else _encoded(desc, metas[j], encode)
         for p in self.kernel.params:
             if p.is_constexpr:
                 scope[f"_lp_c_{p.name}"] = self.constexprs.get(p.name, p.default)
@@ -294,7 +295,7 @@ class BoundKernel:
         # its encoding (sizes and strides after the map)
         descriptors = [n for n in names if isinstance(values[n], TensorDescriptor)]
         call = [f"_lp_c_{p.name}" if p.is_constexpr else
-                f"*_lp_enc({p.name}, _lp_dmetas[_lp_key][{descriptors.index(p.name)}])" if p.name in descriptors
+                f"*_lp_enc({p.name}, _lp_dmetas[_lp_key], {descriptors.index(p.name)})" if p.name in descriptors
                 else passed.get(p.name, p.name) for p in self.kernel.params]
         arglist = ", ".join(names)
         # a null address: a fake tensor (torch.compile tracing; Triton's own path) or an empty one (an
@@ -377,7 +378,7 @@ def launch(_lp_grid, {arglist}):
         encode = "".join(f"""
     _lp_x_{n} = _lp_enc_{n}.get({pointers[tensors.index(n)]})
     if _lp_x_{n} is None:
-        _lp_x_{n} = _lp_fenc(_lp_enc_{n}, {pointers[tensors.index(n)]}, {n}, _lp_spec_{n}, _lp_dm[{j}], _lp_enc)"""
+        _lp_x_{n} = _lp_fenc(_lp_enc_{n}, {pointers[tensors.index(n)]}, {n}, _lp_spec_{n}, _lp_dm, {j}, _lp_enc)"""
                          for j, n in enumerate(descriptors))
         src = f"""
 def _lp_guard({', '.join(names + pointers)}):
@@ -409,12 +410,17 @@ def launch({', '.join(tensors)}):
         return compile(src, f"<fixed launch {self.kernel.__name__}>", "exec")
 
 
-def _fixed_encoding(cache: dict, address: int, base: torch.Tensor, spec: tuple, meta: dict, encoded: Callable) -> list:
-    """The encoding of the descriptor TensorDescriptor(base, *spec) (``encoded``: the scope's _encoded), kept in a
-    fix()'d function's ``cache`` by base address."""
+def _fixed_encoding(cache: dict, address: int, base: torch.Tensor, spec: tuple, metas: tuple | None, index: int,
+                    encoded: Callable) -> tuple | list:
+    """The slots of the descriptor TensorDescriptor(base, *spec), the kernel's descriptor argument ``index``
+    (``encoded``: the scope's _lp_enc): its encoding, kept in a fix()'d function's ``cache`` by base address; or,
+    where the launcher encodes descriptors itself (``metas`` None), the descriptor, not kept (it holds its base)."""
+    desc = TensorDescriptor(base, *spec)
+    if metas is None:
+        return (desc,)
     if len(cache) >= 64:
         cache.clear()
-    args = cache[address] = encoded(TensorDescriptor(base, *spec), meta)
+    args = cache[address] = encoded(desc, metas, index)
     return args
 
 
