@@ -123,14 +123,6 @@ def _randn(shape, dtype, device, g) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------
 # GEMM
 # ----------------------------------------------------------------------------------------------------
-def tma_layout(t: torch.Tensor):
-    """(transposed, row stride) when a 2-D tensor can be read through a TMA descriptor, else None: the
-    GEMM launcher's own rule."""
-    from triton_kernels import gemm
-
-    return gemm.tma_layout(t)
-
-
 def tma_device(device: torch.device | str) -> bool:
     """Whether a device runs the GEMM's TMA kernel: CUDA of compute capability 9 or more, never the interpreter."""
     device = torch.device(device)
@@ -143,18 +135,21 @@ def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_d
     N-major B, or 16-bit with a K-major B), and whether the Gluon tf32 kernel runs on A (nmajor) or on a
     row-major copy of it (nmajor_copy_a): gemm.nmajor_eligible's conditions, a TMA device taken for a
     Hopper (32-bit indices)."""
+    from triton_kernels import gemm
+    from triton_kernels.tma import _tma_eligible
+
     M, K = a.shape
     N = b.shape[1]
     prec = precision if a.dtype == torch.float32 else "ieee"
     a_unit, b_unit = a.stride(1) == 1, b.stride(1) == 1
-    tma = (M >= 64 and N >= 64 and K >= 32 and on_tma_device and tma_layout(a) is not None
-           and tma_layout(b) is not None)
+    tma = _tma_eligible(a, b, M, N, K, on_tma_device)
     es = a.element_size()
     relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
                         or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
-    gluon = tma and prec == "tf32" and a.dtype == torch.float32 and b_unit
-    return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout,
-            "nmajor": gluon and a_unit, "nmajor_copy_a": gluon and not a_unit and (K * es) % 16 == 0}
+    nmajor = tma and gemm.nmajor_eligible(a, b, prec, False, hopper=on_tma_device)
+    nmajor_copy = tma and not a_unit and gemm.nmajor_eligible(a, b, prec, False, copy_a=True, hopper=on_tma_device)
+    return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout, "nmajor": nmajor,
+            "nmajor_copy_a": nmajor_copy}
 
 
 def _gemm_operands(M, N, K, dtype, layout, device, g=None):

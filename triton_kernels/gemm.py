@@ -42,7 +42,7 @@ from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, 
                            _transpose_kernel)
 from .gemm_gluon import _gemm_tf32_nmajor_kernel
 from .launcher import BoundKernel, bind
-from .tma import _INTERPRETER_SMS, _ensure_allocator, _tma_device, tma_descriptor, tma_layout
+from .tma import _INTERPRETER_SMS, _ensure_allocator, _tma_device, _tma_eligible, tma_descriptor, tma_layout
 from .runtime import (
     cdiv,
     sm_count,
@@ -142,13 +142,16 @@ def _validate(a, b, bias, residual, activation, precision, names=("a", "b"), a_c
         raise ValueError(f"config must be a runtime.Config or None, got {type(config).__name__}")
 
 
-def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False) -> bool:
+def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False, hopper: bool | None = None) -> bool:
     """Whether gemm_gluon's kernel can run this GEMM: tf32 on fp32 operands, A row-major and B N-major (both
     TMA-readable), 32-bit index math, on Hopper itself (its wgmma; not the interpreter). ``copy_a``: it reads a
-    row-major copy of A (relayout), whose rows must keep TMA's 16-byte alignment."""
-    if prec != "tf32" or a.dtype != torch.float32 or index_64 or b.stride(1) != 1 or not _tma_device(a):
+    row-major copy of A (relayout), whose rows must keep TMA's 16-byte alignment. ``hopper``: whether the device
+    is one (default: asked of a's; the autotune sweep plans on meta tensors)."""
+    if prec != "tf32" or a.dtype != torch.float32 or index_64 or b.stride(1) != 1:
         return False
-    if torch.cuda.get_device_capability(a.device)[0] != 9 or tma_layout(b) != (False, b.stride(0)):
+    if hopper is None:
+        hopper = _tma_device(a) and torch.cuda.get_device_capability(a.device)[0] == 9
+    if not hopper or tma_layout(b) != (False, b.stride(0)):
         return False
     if copy_a:
         return (a.shape[1] * a.element_size()) % 16 == 0
@@ -281,11 +284,9 @@ def plan_launches(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: in
     progs = min(tiles, plan.programs)
     if plan.kernel.kernel is _gemm_tma_kernel:  # host-side descriptors: A / B as their layouts store them
         bk = plan.kernel.constexprs["BLOCK_K"]
-        a_block, b_block = ([bk, plan.block_m] if plan.a_t else [plan.block_m, bk]), ([plan.block_n, bk] if plan.b_t
-                                                                                       else [bk, plan.block_n])
-        return [(plan.kernel, (progs,), dict(a_desc=tma_descriptor(a, plan.a_t, a_block),
-                                             b_desc=tma_descriptor(b, plan.b_t, b_block), **epilogue, M=M, N=N, K=K,
-                                             NUM_PROGS=progs, **strides))]
+        return [(plan.kernel, (progs,), dict(a_desc=tma_descriptor(a, plan.a_t, [plan.block_m, bk]),
+                                             b_desc=tma_descriptor(b, plan.b_t, [bk, plan.block_n]), **epilogue,
+                                             M=M, N=N, K=K, NUM_PROGS=progs, **strides))]
     if not INTERPRET:
         _ensure_allocator()  # the Gluon kernel builds its descriptors on the device
     return [(plan.kernel, (progs,), dict(a_ptr=a, b_ptr=b, **epilogue, M=M, N=N, K=K, NUM_PROGS=progs,
@@ -365,8 +366,7 @@ def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: 
     # the persistent TMA kernel where it can run (compiled graphs, traced with fake tensors, use the
     # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
     # alignment: tf32 with N-major B, 16-bit with K-major B
-    tma = (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and not is_fake(a, b)
-           and tma_layout(a) is not None and tma_layout(b) is not None)
+    tma = not is_fake(a, b) and _tma_eligible(a, b, M, N, K)
     es = a.element_size()
     relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
                         or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))

@@ -29,9 +29,10 @@ from torch.compiler import is_compiling
 from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_launch,
                    backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
 from . import gemm_backward
+from .gemm_gluon import _gemm_tf32_nmajor_kernel
 from .tma import _ensure_allocator
 from .launcher import bind
-from .runtime import INTERPRET, EagerNode, dependent_launch, remember_call
+from .runtime import EagerNode, dependent_launch, remember_call
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
 # the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs, the
@@ -67,6 +68,8 @@ class _FixedGemm:
         # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
         self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
         self.a_copy = plan.a_copy  # the Gluon kernel reads a row-major copy of A, made per call
+        # the Gluon kernel builds its TMA descriptors on the device, in scratch memory from Triton's allocator
+        self.device_descriptors = plan.kernel.kernel is _gemm_tf32_nmajor_kernel
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
         # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read) of a
         # kernel with the PDL flag (not the Gluon one)
@@ -101,8 +104,8 @@ class _FixedGemm:
                 b = relayout(b)
             if self.a_copy:
                 a = relayout(a)
-            if not INTERPRET:
-                _ensure_allocator()  # the Gluon kernel's descriptor scratch (autograd's backward thread included)
+            if self.device_descriptors:
+                _ensure_allocator()  # set in this thread too (autograd's backward runs in a thread of its own)
         self.launches[0](a, b, c, bias_ptr, res_ptr, z_ptr)
 
 

@@ -64,13 +64,17 @@ def _tma_device(t: torch.Tensor) -> bool:
     return capable
 
 
-def _tma_eligible(a, b, M, N, K) -> bool:
-    return (M >= 64 and N >= 64 and K >= 32 and _tma_device(a) and tma_layout(a) is not None
-            and tma_layout(b) is not None)
+def _tma_eligible(a, b, M, N, K, on_tma_device: bool | None = None) -> bool:
+    """Whether the persistent TMA GEMM kernel can run C (M, N) = A @ B (K deep): not too small, on a device
+    that runs it (``on_tma_device``; default: asked of a's), both operands TMA-readable."""
+    return (M >= 64 and N >= 64 and K >= 32 and (_tma_device(a) if on_tma_device is None else on_tma_device)
+            and tma_layout(a) is not None and tma_layout(b) is not None)
 
 
 def tma_descriptor(t: torch.Tensor, transposed: bool, block: list) -> TensorDescriptor:
-    """The host-side TMA descriptor of a 2-D ``t`` as stored: row-major, or with ``transposed`` its
-    row-major transpose (t stored column-major), read in tiles of ``block``."""
-    base = t.t() if transposed else t
-    return TensorDescriptor(base, list(base.shape), [base.stride(0), 1], block)
+    """The host-side TMA descriptor of a 2-D ``t`` read in tiles of ``block`` (rows, columns of t), over t as
+    stored: row-major, or with ``transposed`` its row-major transpose (t stored column-major; tiles of the
+    block reversed)."""
+    if transposed:
+        t, block = t.t(), block[::-1]
+    return TensorDescriptor(t, list(t.shape), [t.stride(0), 1], list(block))
