@@ -159,6 +159,21 @@ def test_linear_gelu_forms_match_torch(approximate, dtype):
         assert_close(t.grad, r.grad, dtype, name=name)
 
 
+def test_op_suite_residual_case_checks_every_gradient():
+    """The op suite's residual case (bench.cases.gemm, ``residual=True``): eager's act(linear) + r and ours
+    (r in the epilogue) against its float64 reference, forward and the gradients of x, W, b and r."""
+    from bench.cases.gemm import linear_case
+
+    case = linear_case(16, 24, 8, torch.float32, "relu", backward=True, residual=True)
+    assert case.name == "linear_relu_residual_fwdbwd"
+    args = case.inputs(0, torch.device(DEVICE))
+    ref = case.reference(*args)
+    assert len(args) == 5 and len(ref) == 5  # x, W, b, r and dy; y and four gradients
+    for backend in ("eager", "triton"):
+        for name, out, r in zip(("y", "dx", "dweight", "dbias", "dresidual"), case.fns[backend](*args), ref):
+            assert_close(out, r, torch.float32, name=f"{backend} {name}")
+
+
 def test_mlp_trains():
     torch.manual_seed(0)
     net = MLP([6, 16, 1])

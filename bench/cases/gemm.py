@@ -38,11 +38,14 @@ def matmul_case(M, N, K, dtype, tf32=False, name="gemm", precision=None) -> Case
     )
 
 
-def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=None, autocast=False) -> Case:
+def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=None, autocast=False,
+                residual=False) -> Case:
     """y = act(x @ W^T + b): eager functional.linear + act (cuBLASLt addmm + an elementwise kernel) vs ours.
     ``name``: the case's name (default ``linear_<act>``); ``_fwdbwd`` is appended for the backward.
     ``autocast``: x, W and b in fp32 (master weights) and both backends called under torch.autocast to
-    ``dtype``, as a mixed-precision training step calls them (the gradients come back in fp32)."""
+    ``dtype``, as a mixed-precision training step calls them (the gradients come back in fp32).
+    ``residual``: y = act(x @ W^T + b) + r, a residual block's output (eager adds r in a third kernel; ours in
+    the GEMM's epilogue); the backward also returns r's gradient."""
     prec = "tf32" if tf32 else "ieee"
     f = ACT[act]
     held = torch.float32 if autocast else dtype  # the inputs' dtype
@@ -53,46 +56,58 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
         x = torch.randn(M, K, device=device, dtype=held, generator=g)
         w = torch.randn(N, K, device=device, dtype=held, generator=g) / K ** 0.5
         b = torch.randn(N, device=device, dtype=held, generator=g)
+        leaves = (x, w, b) + ((torch.randn(M, N, device=device, dtype=dtype, generator=g),) if residual else ())
         if backward:
-            x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
-            return x, w, b, torch.randn(M, N, device=device, dtype=dtype, generator=g)
-        return x, w, b
+            for t in leaves:
+                t.requires_grad_()
+            return (*leaves, torch.randn(M, N, device=device, dtype=dtype, generator=g))
+        return leaves
 
     def forward_of(linear):
-        def fn(x, w, b, *gy):
-            with torch.autocast(x.device.type, dtype=dtype, enabled=autocast):
-                y = linear(x, w, b)
+        def fn(*args):
+            leaves = args[:4] if residual else args[:3]
+            with torch.autocast(leaves[0].device.type, dtype=dtype, enabled=autocast):
+                y = linear(*leaves)
             if not backward:
                 return y
-            return (y, *torch.autograd.grad(y, (x, w, b), gy[0]))
+            return (y, *torch.autograd.grad(y, leaves, args[-1]))
         return fn
 
-    eager = forward_of(lambda x, w, b: f(functional.linear(x, w, b)))
-    triton_fn = forward_of(lambda x, w, b: gemm.linear(x, w, b, activation=act, precision=prec))
+    if residual:
+        eager = forward_of(lambda x, w, b, r: f(functional.linear(x, w, b)) + r)
+        triton_fn = forward_of(lambda x, w, b, r: gemm.linear(x, w, b, activation=act, residual=r, precision=prec))
+    else:
+        eager = forward_of(lambda x, w, b: f(functional.linear(x, w, b)))
+        triton_fn = forward_of(lambda x, w, b: gemm.linear(x, w, b, activation=act, precision=prec))
 
-    def reference(x, w, b, *gy):
-        x, w, b = (t.detach().to(dtype) for t in (x, w, b))  # the operands as computed (autocast's casts)
-        x64, w64, b64 = (t.double().requires_grad_(backward) for t in (x, w, b))
+    def reference(*args):
+        leaves = args[:4] if residual else args[:3]
+        x, w, b = (t.detach().to(dtype) for t in leaves[:3])  # the operands as computed (autocast's casts)
+        leaves64 = [t.detach().to(dtype).double().requires_grad_(backward) for t in leaves]
         with torch.enable_grad():
-            z = functional.linear(x64, w64, b64)
+            z = functional.linear(*leaves64[:3])
             if act == "relu" and backward:
                 # at the kink, take the side the low-precision pre-activation took (a flip there moves a
                 # whole gradient entry and says nothing about the kernel)
                 y = z * (functional.linear(x, w, b) > 0).double()
             else:
                 y = f(z)
+            if residual:
+                y = y + leaves64[3]
             if not backward:
                 return y.detach()
-            return (y.detach(), *torch.autograd.grad(y, (x64, w64, b64), gy[0].double()))
+            return (y.detach(), *torch.autograd.grad(y, leaves64, args[-1].double()))
 
     es = torch.tensor([], dtype=dtype).element_size()
     io = M * K + N * K + N + M * N
+    base = name or f"linear_{act}{'_residual' if residual else ''}{'_autocast' if autocast else ''}"
     return Case(
-        suite="ops", name=(name or f"linear_{act}{'_autocast' if autocast else ''}") + ("_fwdbwd" if backward else ""),
+        suite="ops", name=base + ("_fwdbwd" if backward else ""),
         params={"M": M, "K": K, "N": N, "precision": prec}, dtype=dtype, inputs=inputs,
         fns={"eager": eager, "triton": triton_fn}, reference=reference,
         flops=2.0 * M * N * K * (3 if backward else 1),
-        bytes=float(es * (io * (3 if backward else 1))), tf32=tf32, backward=backward,
+        # the residual adds one read of r (its gradient is dy itself)
+        bytes=float(es * (io * (3 if backward else 1) + residual * M * N)), tf32=tf32, backward=backward,
     )
 
 
@@ -111,7 +126,8 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
                             linear_case(37, 29, 23, torch.float32, "relu"),
                             linear_case(16, 24, 8, torch.float32, "gelu", True),
                             linear_case(16, 24, 8, torch.float32, "gelu_tanh", True),
-                            linear_case(16, 24, 8, torch.float16, "relu", True, autocast=True)], dtypes)
+                            linear_case(16, 24, 8, torch.float16, "relu", True, autocast=True),
+                            linear_case(16, 24, 8, torch.float32, "relu", True, residual=True)], dtypes)
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     # the acceptance shapes
     out += [matmul_case(8192, 8192, 8192, bf16), linear_case(4096, 8704, 1024, bf16, "relu"),
@@ -124,6 +140,9 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
             linear_case(4096, 8704, 1024, bf16, "gelu_tanh"),
             linear_case(4096, 8704, 1024, bf16, "relu", backward=True),
             linear_case(4096, 8704, 1024, bf16, "gelu", backward=True), matmul_case(8192, 8192, 8192, f32),
+            # the residual epilogue (a residual block's output), forward and forward + backward
+            linear_case(4096, 8704, 1024, bf16, "relu", residual=True),
+            linear_case(4096, 8704, 1024, bf16, "relu", backward=True, residual=True),
             # a mixed-precision training step's Linear: fp32 master weights, bf16 autocast
             linear_case(4096, 8704, 1024, bf16, "relu", backward=True, autocast=True),
             # tf32 with B K-major (nn.Linear's weight): the matmul cases above read an N-major B
