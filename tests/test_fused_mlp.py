@@ -220,6 +220,13 @@ def test_layout_views_cover_buffer():
         assert total == lay.numel
 
 
+def _resnet2(x, running):
+    """The fused ResNet of depth 2 on x with a running-statistics buffer of ``running`` values."""
+    layout = fused_mlp.Layout("resnet", 14, 16, 2)
+    return fused_mlp.fused_mlp(layout, x, torch.randn(layout.numel, device=x.device),
+                               torch.zeros(running, device=x.device))
+
+
 @pytest.mark.parametrize("bad,match", [
     (lambda L, x, p, r: fused_mlp.fused_mlp(L, x.double(), p), "x has dtype"),
     (lambda L, x, p, r: fused_mlp.fused_mlp(L, x[:, :13], p), "x has 13 features"),
@@ -229,24 +236,18 @@ def test_layout_views_cover_buffer():
     (lambda L, x, p, r: fused_mlp.fused_mlp(L, x[:0], p), "at least one row"),
     (lambda L, x, p, r: fused_mlp.fused_mlp(L, x, p.to("meta")), "params is on meta"),
     (lambda L, x, p, r: fused_mlp.fused_mlp(L, x.requires_grad_(), p.requires_grad_()), "x requires grad"),
-    (lambda L, x, p, r: fused_mlp.forward(L, x, p, target=torch.randn(3))
-     if fused_mlp.validate(L, x, p, torch.randn(3)) else None, "target has 3 rows"),
+    (lambda L, x, p, r: fused_mlp.forward(L, x, p, target=torch.randn(3, device=x.device))
+     if fused_mlp.validate(L, x, p, torch.randn(3, device=x.device)) else None, "target has 3 rows"),
     (lambda L, x, p, r: fused_mlp.Layout("resnet", 14, 16, 3), "must be even"),
     (lambda L, x, p, r: fused_mlp.Layout("glonet", 14, 24, 3), "width must be one of"),
     (lambda L, x, p, r: fused_mlp.Layout("densenet", 14, 16, 3), "kind must be one of"),
-    (lambda L, x, p, r: fused_mlp.fused_mlp(fused_mlp.Layout("resnet", 14, 16, 2), x,
-                                            torch.randn(fused_mlp.Layout("resnet", 14, 16, 2).numel),
-                                            torch.zeros(3)), "running must be"),
-    (lambda L, x, p, r: fused_mlp.fused_mlp(fused_mlp.Layout("resnet", 14, 16, 2), torch.randn(8192, 14),
-                                            torch.randn(fused_mlp.Layout("resnet", 14, 16, 2).numel),
-                                            torch.zeros(64)), "training-mode batch norm"),
-    (lambda L, x, p, r: fused_mlp.fused_mlp(fused_mlp.Layout("resnet", 14, 16, 2), x[:1],
-                                            torch.randn(fused_mlp.Layout("resnet", 14, 16, 2).numel),
-                                            torch.zeros(64)), "at least 2 rows"),
+    (lambda L, x, p, r: _resnet2(x, 3), "running must be"),
+    (lambda L, x, p, r: _resnet2(torch.randn(8192, 14, device=x.device), 64), "training-mode batch norm"),
+    (lambda L, x, p, r: _resnet2(x[:1], 64), "at least 2 rows"),
 ])
 def test_bad_input_raises_before_launch(bad, match):
     L = fused_mlp.Layout("glonet", 14, 16, 3)
-    x, p = torch.randn(8, 14), torch.randn(L.numel)
+    x, p = torch.randn(8, 14, device=DEVICE), torch.randn(L.numel, device=DEVICE)  # a GPU box meets the checks too
     with pytest.raises(ValueError, match=match):
         bad(L, x, p, None)
 

@@ -189,29 +189,33 @@ def test_mlp_trains():
     assert losses[-1] < 0.9 * losses[0]
 
 
+def _like(t, *shape):
+    return torch.randn(*shape, device=t.device)
+
+
 @pytest.mark.parametrize("bad,match", [
-    (lambda a, b: gemm.gemm(a, torch.randn(7, 3)), "a.shape\\[1\\] must equal"),
+    (lambda a, b: gemm.gemm(a, _like(a, 7, 3)), "a.shape\\[1\\] must equal"),
     (lambda a, b: gemm.gemm(a.double(), b), "a has dtype"),
     (lambda a, b: gemm.gemm(a, b.half()), "b has dtype"),
-    (lambda a, b: gemm.gemm(a, b, bias=torch.randn(3)), "bias has 3 elements"),
-    (lambda a, b: gemm.gemm(a, b, residual=torch.randn(4, 3)), "residual has shape"),
+    (lambda a, b: gemm.gemm(a, b, bias=_like(a, 3)), "bias has 3 elements"),
+    (lambda a, b: gemm.gemm(a, b, residual=_like(a, 4, 3)), "residual has shape"),
     (lambda a, b: gemm.gemm(a, b, activation="tanh"), "activation must be"),
     (lambda a, b: gemm.gemm(a, b, precision="fp8"), "precision must be"),
     (lambda a, b: gemm.gemm(a[0], b), "a must have 2 dims"),
     (lambda a, b: gemm.gemm(a, b.to("meta")), "b is on meta"),
     (lambda a, b: Linear(5, 3, activation="tanh"), "activation must be"),
-    (lambda a, b: gemm.linear(torch.randn(2, 4), torch.randn(3, 5)), "x has 4 features"),
+    (lambda a, b: gemm.linear(_like(a, 2, 4), _like(a, 3, 5)), "x has 4 features"),
     # linear's errors name its own arguments (x / weight / bias / residual), not gemm's a / b
     (lambda a, b: gemm.linear(a.double(), b.t()), "x has dtype torch.float64"),
     (lambda a, b: gemm.linear(a, b.t().half()), "weight has dtype torch.float16 but x has torch.float32"),
-    (lambda a, b: gemm.linear(a, b.t(), bias=torch.randn(4)), "bias has 4 elements"),
-    (lambda a, b: gemm.linear(a, b.t(), bias=torch.randn(6).double()), "bias has dtype"),
-    (lambda a, b: gemm.linear(a, b.t(), residual=torch.randn(4, 5)), "residual has shape \\(4, 5\\), expected"),
+    (lambda a, b: gemm.linear(a, b.t(), bias=_like(a, 4)), "bias has 4 elements"),
+    (lambda a, b: gemm.linear(a, b.t(), bias=_like(a, 6).double()), "bias has dtype"),
+    (lambda a, b: gemm.linear(a, b.t(), residual=_like(a, 4, 5)), "residual has shape \\(4, 5\\), expected"),
     (lambda a, b: gemm.linear(a, b.t()[None]), "weight must have 2 dims"),
     (lambda a, b: gemm.linear(a, b.t(), residual=[1.0]), "residual must be a torch.Tensor"),
 ])
 def test_bad_input_raises_before_launch(bad, match):
-    a, b = torch.randn(4, 5), torch.randn(5, 6)
+    a, b = torch.randn(4, 5, device=DEVICE), torch.randn(5, 6, device=DEVICE)  # a GPU box meets the checks too
     with pytest.raises(ValueError, match=match):
         bad(a, b)
 
