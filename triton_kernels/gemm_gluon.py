@@ -28,6 +28,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .gemm_kernels import _epilogue, _tile_coords
 
+# the TMA load of a tile into shared memory: async_copy_global_to_shared up to Triton 3.6, async_load after it
+# (where the old name only raises)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
 # registers per thread (setmaxnreg) of a consumer warpgroup: the 128 of a 64 x 256 fp32 accumulator, 32 of two
 # register operands, addresses; the producer warp needs few
 CONSUMER_REGS = gl.constexpr(232)
@@ -52,11 +56,9 @@ def _producer(a_desc, b_desc, a_smem, b_smem0, b_smem1, ready, empty, M, N, K, N
             s = it % STAGES
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
             mbarrier.expect(ready.index(s), a_desc.block_type.nbytes + 2 * b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, ki * BLOCK_K], ready.index(s), a_smem.index(s))
-            tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, pid_n * 2 * HALF_N], ready.index(s),
-                                            b_smem0.index(s))
-            tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, pid_n * 2 * HALF_N + HALF_N], ready.index(s),
-                                            b_smem1.index(s))
+            _tma_load(a_desc, [pid_m * BLOCK_M, ki * BLOCK_K], ready.index(s), a_smem.index(s))
+            _tma_load(b_desc, [ki * BLOCK_K, pid_n * 2 * HALF_N], ready.index(s), b_smem0.index(s))
+            _tma_load(b_desc, [ki * BLOCK_K, pid_n * 2 * HALF_N + HALF_N], ready.index(s), b_smem1.index(s))
             it += 1
 
 
