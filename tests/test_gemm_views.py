@@ -376,7 +376,7 @@ def sm90_ptx(sizes, strides_a, strides_b) -> str:
             if ints[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     source = triton.compiler.ASTSource(fn=gemm._gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 128), options=dict(num_warps=4, num_stages=2))
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2))
     return kernel.asm["ptx"]
 
 

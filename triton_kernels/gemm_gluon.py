@@ -28,8 +28,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .gemm_kernels import _epilogue, _tile_coords
 
-# the TMA load of a tile into shared memory: async_copy_global_to_shared up to Triton 3.6, async_load after it
-# (where the old name only raises)
+# the TMA load of a tile into shared memory: async_copy_global_to_shared in Triton 3.6, async_load in later
+# releases (in 3.9 the old name only raises)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 # registers per thread (setmaxnreg) of a consumer warpgroup: the 128 of a 64 x 256 fp32 accumulator, 32 of two
