@@ -297,13 +297,24 @@ def compile_all(specs, workers: int = 2, timeout: float = 900.0) -> dict:
     every spec is compiled, none loaded); returns {"triton": version, "failures": [...], "kernels": [...]}."""
     import tempfile
 
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": cache, "PYTHONPATH": str(REPO)}
-        shares = [specs[i::workers] for i in range(workers)]
-        children = [subprocess.Popen([sys.executable, "-m", "tests.offline_compile"], cwd=REPO, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                    for _ in shares]
-        outputs = [child.communicate(json.dumps(share), timeout=timeout) for child, share in zip(children, shares)]
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": os.path.join(scratch, "cache"),
+               "PYTHONPATH": str(REPO)}
+        children = []
+        for i in range(workers):  # each child reads its share from a file: all of them compile at once
+            share = Path(scratch, f"share{i}.json")
+            share.write_text(json.dumps(specs[i::workers]))
+            with share.open() as stdin:
+                children.append(subprocess.Popen([sys.executable, "-m", "tests.offline_compile"], cwd=REPO, env=env,
+                                                 stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 text=True))
+        try:
+            outputs = [child.communicate(timeout=timeout) for child in children]
+        finally:  # a hung compile: no child outlives the test
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
     result = {"failures": [], "kernels": []}
     for child, (out, err) in zip(children, outputs):
         if child.returncode != 0 or not out.strip():
