@@ -174,8 +174,10 @@ def pytest_unconfigure(config) -> None:
 # ------------------------------------------------------------------------------------ specs the CPU never records
 def gpu_only_specs() -> list[dict]:
     """gemm_gluon's kernel (Hopper only) as gemm.plan_launches launches it: fp32 operands, 16-byte aligned, the
-    output's column strides 1; the first and last of the tuner's configs, with the epilogues between them."""
+    output's column strides 1; the first and last of the tuner's configs, with the epilogues between them (none
+    where this Triton lacks the kernel's API: gemm_gluon.AVAILABLE)."""
     from autotune import spaces
+    from triton_kernels import gemm_gluon
 
     def spec(config, has_bias, has_res, save_z, act):
         args = {}
@@ -194,6 +196,8 @@ def gpu_only_specs() -> list[dict]:
                 "options": {"num_warps": 4}, "gluon": True}
 
     configs = spaces.GEMM_TF32_NMAJOR_CONFIGS
+    if not gemm_gluon.AVAILABLE:
+        return []
     return [spec(configs[0], True, False, False, "relu"), spec(configs[-1], True, True, True, "gelu_tanh")]
 
 
@@ -276,7 +280,8 @@ def _modes_dict(spec: dict) -> dict:
 
 
 def defined_kernels() -> list[str]:
-    """module.name of every ``@triton.jit`` / ``@gluon.jit`` function of triton_kernels named ``*_kernel``."""
+    """module.name of every ``@triton.jit`` / ``@gluon.jit`` function of triton_kernels named ``*_kernel``, but
+    those of a module that says this Triton lacks their API (``AVAILABLE = False``)."""
     import pkgutil
 
     import triton
@@ -285,6 +290,8 @@ def defined_kernels() -> list[str]:
     names = []
     for info in pkgutil.iter_modules(triton_kernels.__path__):
         module = importlib.import_module(f"triton_kernels.{info.name}")
+        if not getattr(module, "AVAILABLE", True):
+            continue
         for name, value in vars(module).items():
             if (name.endswith("_kernel") and isinstance(value, triton.runtime.JITFunction)
                     and value.fn.__module__ == module.__name__):

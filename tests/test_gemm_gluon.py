@@ -77,3 +77,17 @@ def test_gpu_forced_config_on_a_copy_of_a(config, M, N, K):
     a.mul_(-1)
     again = gemm.gemm(a, b, precision="tf32", config=config)
     assert torch.equal(again, -y)
+
+
+def test_offered_only_where_triton_has_its_gluon_api():
+    """gemm_gluon.AVAILABLE: Triton 3.6 or later (3.5 compiles none of the kernel, 3.4 lacks warpgroup_mma);
+    elsewhere no plan offers the kernel, even on Hopper, and the tuner's flags leave its candidates out."""
+    import triton
+
+    from triton_kernels import gemm_gluon
+
+    version = tuple(int(part) for part in triton.__version__.split(".")[:2])
+    assert gemm_gluon.AVAILABLE == (version >= (3, 6))
+    a, b = torch.empty(256, 128, device="meta"), torch.empty(128, 256, device="meta")
+    assert gemm.nmajor_eligible(a, b, "tf32", False, hopper=True) == gemm_gluon.AVAILABLE
+    assert not gemm.nmajor_eligible(a, b, "ieee", False, hopper=True)

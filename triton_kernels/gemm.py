@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import torch
+import triton
 
 from autotune import spaces
 
@@ -40,7 +41,7 @@ from . import double_backward, gemm_backward
 from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
                            _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
                            _transpose_kernel)
-from .gemm_gluon import _gemm_tf32_nmajor_kernel
+from .gemm_gluon import AVAILABLE as GLUON_AVAILABLE, _gemm_tf32_nmajor_kernel
 from .launcher import BoundKernel, bind
 from .tma import _INTERPRETER_SMS, _ensure_allocator, _tma_device, _tma_eligible, tma_descriptor, tma_layout
 from .runtime import (
@@ -146,8 +147,9 @@ def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False, hoppe
     """Whether gemm_gluon's kernel can run this GEMM: tf32 on fp32 operands, A row-major and B N-major (both
     TMA-readable), 32-bit index math, on Hopper itself (its wgmma; not the interpreter). ``copy_a``: it reads a
     row-major copy of A (relayout), whose rows must keep TMA's 16-byte alignment. ``hopper``: whether the device
-    is one (default: asked of a's; the autotune sweep plans on meta tensors)."""
-    if prec != "tf32" or a.dtype != torch.float32 or index_64 or b.stride(1) != 1:
+    is one (default: asked of a's; the autotune sweep plans on meta tensors). Never where Triton lacks its Gluon API
+    (gemm_gluon.AVAILABLE)."""
+    if not GLUON_AVAILABLE or prec != "tf32" or a.dtype != torch.float32 or index_64 or b.stride(1) != 1:
         return False
     if hopper is None:
         hopper = _tma_device(a) and torch.cuda.get_device_capability(a.device)[0] == 9
@@ -338,7 +340,8 @@ def _forced_plan(config: Config, flags: dict, a, b):
         if not nmajor_eligible(a, b, flags["PRECISION"], flags["INDEX_64"], bool(config.kwargs.get("A_RELAYOUT", 0))):
             raise ValueError(f"config {config} asks for the Gluon tf32 kernel, which needs precision='tf32' on fp32 "
                              "operands, a (with A_RELAYOUT: its copy) and b row-major and TMA-readable, 32-bit indices "
-                             "and a Hopper GPU (compute capability 9.x)")
+                             "and a Hopper GPU (compute capability 9.x)"
+                             + ("" if GLUON_AVAILABLE else f"; and Triton 3.6 or later (this is {triton.__version__})"))
         return _bind(config, flags, False, False, False, sm_count(a, default=_INTERPRETER_SMS)), b
     if config.kwargs.get("B_RELAYOUT", 0):  # the copy (see plan_launches) is made here, once
         b = relayout(b)

@@ -21,16 +21,23 @@ registers to C's tile.
 """
 from __future__ import annotations
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
 
 from .gemm_kernels import _epilogue, _tile_coords
 
-# the TMA load of a tile into shared memory: async_copy_global_to_shared in Triton 3.6, async_load in later
-# releases (in 3.9 the old name only raises)
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# Triton releases before 3.6 lack the Gluon API this kernel is written in (an offline sm_90 compile fails with
+# 3.5; 3.4 has no warpgroup_mma): there gemm.nmajor_eligible offers the kernel nowhere, and a tf32 GEMM with an
+# N-major B takes the TMA kernel on a K-major copy of B
+AVAILABLE = tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 6)
+if AVAILABLE:
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+
+    # the TMA load of a tile into shared memory: async_copy_global_to_shared in Triton 3.6, async_load in later
+    # releases (in 3.9 the old name only raises)
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 # registers per thread (setmaxnreg) of a consumer warpgroup: the 128 of a 64 x 256 fp32 accumulator, 32 of two
 # register operands, addresses; the producer warp needs few
