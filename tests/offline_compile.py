@@ -15,7 +15,7 @@ A spec is JSON: the kernel's module and name, its arguments as the JIT specialis
 16-byte alignment, an int's value, which also says whether it is 1 or a multiple of 16, constexpr values, a
 descriptor's block, tuples of these) and the launch options. The compiles run in child processes with
 ``TRITON_INTERPRET=0`` (:func:`compile_all`; ``python -m tests.offline_compile`` reads specs on stdin and
-prints the failures as JSON).
+prints the failures as JSON); every kernel :func:`defined_kernels` lists must have a spec.
 """
 from __future__ import annotations
 
@@ -195,9 +195,9 @@ def gpu_only_specs() -> list[dict]:
         return {"module": "triton_kernels.gemm_gluon", "name": "_gemm_tf32_nmajor_kernel", "args": args,
                 "options": {"num_warps": 4}, "gluon": True}
 
-    configs = spaces.GEMM_TF32_NMAJOR_CONFIGS
     if not gemm_gluon.AVAILABLE:
         return []
+    configs = spaces.GEMM_TF32_NMAJOR_CONFIGS
     return [spec(configs[0], True, False, False, "relu"), spec(configs[-1], True, True, True, "gelu_tanh")]
 
 
@@ -280,28 +280,21 @@ def _modes_dict(spec: dict) -> dict:
 
 
 def defined_kernels() -> list[str]:
-    """module.name of every ``@triton.jit`` / ``@gluon.jit`` function of triton_kernels named ``*_kernel``, but
-    those of a module that says this Triton lacks their API (``AVAILABLE = False``)."""
-    import pkgutil
-
-    import triton
-    import triton_kernels
+    """module.name of every jit function of triton_kernels named ``*_kernel`` (test_code_shape's list), but those
+    of a module that says this Triton lacks their API (``AVAILABLE = False``)."""
+    from .test_code_shape import _jit_functions
 
     names = []
-    for info in pkgutil.iter_modules(triton_kernels.__path__):
-        module = importlib.import_module(f"triton_kernels.{info.name}")
-        if not getattr(module, "AVAILABLE", True):
-            continue
-        for name, value in vars(module).items():
-            if (name.endswith("_kernel") and isinstance(value, triton.runtime.JITFunction)
-                    and value.fn.__module__ == module.__name__):
-                names.append(f"{module.__name__}.{name}")
+    for file, name in _jit_functions():
+        module = f"triton_kernels.{file.removesuffix('.py')}"
+        if name.endswith("_kernel") and getattr(importlib.import_module(module), "AVAILABLE", True):
+            names.append(f"{module}.{name}")
     return sorted(names)
 
 
 def compile_all(specs, workers: int = 2, timeout: float = 900.0) -> dict:
     """Compile the specs in ``workers`` child processes (TRITON_INTERPRET=0, a Triton cache of their own:
-    every spec is compiled, none loaded); returns {"triton": version, "failures": [...], "kernels": [...]}."""
+    every spec is compiled, none loaded); returns {"triton": version, "failures": [...]}."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -322,14 +315,13 @@ def compile_all(specs, workers: int = 2, timeout: float = 900.0) -> dict:
                 if child.poll() is None:
                     child.kill()
                     child.wait()
-    result = {"failures": [], "kernels": []}
+    result = {"failures": []}
     for child, (out, err) in zip(children, outputs):
         if child.returncode != 0 or not out.strip():
             raise RuntimeError(f"the compiling process failed ({child.returncode}): {err[-3000:]}")
         part = json.loads(out.strip().splitlines()[-1])
         result["triton"] = part["triton"]
         result["failures"] += part["failures"]
-        result["kernels"] = part["kernels"]
     return result
 
 
@@ -352,7 +344,7 @@ def main(argv=None) -> int:
     import triton
 
     specs = json.loads(sys.stdin.read())
-    print(json.dumps({"triton": triton.__version__, "failures": compile_specs(specs), "kernels": defined_kernels()}))
+    print(json.dumps({"triton": triton.__version__, "failures": compile_specs(specs)}))
     return 0
 
 

@@ -49,6 +49,7 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
     prec = "tf32" if tf32 else "ieee"
     f = ACT[act]
     held = torch.float32 if autocast else dtype  # the inputs' dtype
+    n_leaves = 4 if residual else 3  # x, W, b (, r): the arguments that get gradients; dy follows them
 
     def inputs(seed, device):
         _set_tf32(tf32)
@@ -65,7 +66,7 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
 
     def forward_of(linear):
         def fn(*args):
-            leaves = args[:4] if residual else args[:3]
+            leaves = args[:n_leaves]
             with torch.autocast(leaves[0].device.type, dtype=dtype, enabled=autocast):
                 y = linear(*leaves)
             if not backward:
@@ -81,7 +82,7 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
         triton_fn = forward_of(lambda x, w, b: gemm.linear(x, w, b, activation=act, precision=prec))
 
     def reference(*args):
-        leaves = args[:4] if residual else args[:3]
+        leaves = args[:n_leaves]
         x, w, b = (t.detach().to(dtype) for t in leaves[:3])  # the operands as computed (autocast's casts)
         leaves64 = [t.detach().to(dtype).double().requires_grad_(backward) for t in leaves]
         with torch.enable_grad():
