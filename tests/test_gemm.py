@@ -466,6 +466,28 @@ def test_gpu_split_k_study_shape(cfg):
     assert_close(c, torch.relu(x.double() @ w.double().t() + bias.double()), torch.bfloat16)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_nmajor", "b_kmajor"])
+@pytest.mark.parametrize("cfg", __import__("autotune.spaces", fromlist=["_"]).GEMM_TMA_CONFIGS,
+                         ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+                         + f"w{c.num_warps}s{c.num_stages}")
+def test_gpu_every_tma_tile_on_an_odd_shape(cfg, b_kmajor):
+    """Every 16-bit tile of the persistent TMA kernel, forced, on a shape no tile divides (M, N and K each end in a
+    partial tile; rows still 16-byte aligned, as TMA needs), with bias, ReLU and residual, against float64. The
+    16-warp tile (kept for the GELU epilogue) runs without the residual: with it, it needs 262 KB of shared memory,
+    more than an SM has, and the tuner skips it (a failed compile) for such calls."""
+    M, N, K = 1000, 520, 776
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = (torch.randn(N, K, device="cuda", dtype=torch.bfloat16).t() if b_kmajor
+         else torch.randn(K, N, device="cuda", dtype=torch.bfloat16)) / K ** 0.5
+    bias = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(M, N, device="cuda", dtype=torch.bfloat16) if cfg.num_warps < 16 else None
+    c, _ = gemm.gemm_forward(a, b, bias, res, activation="relu", config=cfg,
+                             out=poison_(torch.empty(M, N, device="cuda", dtype=torch.bfloat16)))
+    ref = torch.relu(a.double() @ b.double() + bias.double()) + (0 if res is None else res.double())
+    assert_close(c, ref, torch.bfloat16)
+
+
 def test_tf32x3_precision_is_accepted_everywhere():
     """precision="tf32x3" (three tf32 products) through gemm, linear and the Linear module, forward and
     backward, against float64 (the interpreter's dot is exact fp32; the GPU test below checks accuracy)."""
