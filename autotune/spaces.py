@@ -226,8 +226,8 @@ GEMM_TMA_CONFIGS = [
         _gemm_cfg(64, 64, 128, 4, 6), _gemm_cfg(64, 64, 64, 4, 12),
         # outputs of ~128 narrow tiles with K ~ 1000 (bf16 1024^3: 128 tiles of 64 x 128 or 128 x 64 for 132 SMs),
         # 4 stages of a 128-long K step (192 KB), so each tile's 8 K steps are mostly in flight at once: on an
-        # H100 9.4 / 9.7 us against cuBLAS's 9.4 (its 128 x 64 x 64, 8 stages, 2-CTA clusters); the tiles above
-        # took 10.1-11.0 us, and the same tiles with 3 stages or BLOCK_K 64 at 5-8 stages 10.1-10.9
+        # H100 9.4 / 9.7 us against cuBLAS's 9.4 (its 128 x 64 x 64, 8 stages, 2-CTA clusters); the best tile
+        # above took 10.7 us, the same two tiles with 3 stages 10.3, and BLOCK_K 64 at 5-8 stages 10.1-10.9
         _gemm_cfg(64, 128, 128, 4, 4), _gemm_cfg(128, 64, 128, 4, 4))
 ]
 # the same TMA kernel on a copy of B in the other layout: fp32 tiles for tf32 with an N-major B, 16-bit
