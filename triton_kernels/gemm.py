@@ -160,6 +160,21 @@ def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False, hoppe
     return a.stride(1) == 1 and tma_layout(a) == (False, a.stride(0))
 
 
+def relayout_eligible(b, prec: str, K: int, N: int) -> bool:
+    """Whether a re-laid-out copy of B (a TMA-readable GEMM's candidates on it) keeps TMA's 16-byte row alignment:
+    tf32 with an N-major B (the copy K-major), 16-bit with a K-major B (the copy N-major)."""
+    es = b.element_size()
+    return ((prec in ("tf32", "tf32x3") and b.stride(1) == 1 and (K * es) % 16 == 0)
+            or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
+
+
+def nmajor_flags(a, b, prec: str, index_64: bool, hopper: bool | None = None) -> tuple[bool, bool]:
+    """(nmajor, nmajor_copy_a) of a TMA-readable GEMM: whether the Gluon tf32 kernel runs on A, and on a row-major
+    copy of an A that is not row-major (nmajor_eligible; ``hopper`` as there)."""
+    return (nmajor_eligible(a, b, prec, index_64, hopper=hopper),
+            a.stride(1) != 1 and nmajor_eligible(a, b, prec, index_64, copy_a=True, hopper=hopper))
+
+
 def _needs_int64(*ts) -> bool:
     """True when some element offset (sum of index * stride) can reach 2**31."""
     for t in ts:
@@ -194,6 +209,12 @@ class _Plan(NamedTuple):
     block_k: int = 0
     reduce: Optional[BoundKernel] = None
     a_copy: bool = False  # the Gluon kernel reads a row-major copy of A (A_RELAYOUT)
+
+    @property
+    def device_descriptors(self) -> bool:
+        """The kernel builds its TMA descriptors on the device (the Gluon one), in scratch memory from the allocator
+        Triton calls at launch (tma._ensure_allocator)."""
+        return self.kernel.kernel is _gemm_tf32_nmajor_kernel
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -289,8 +310,8 @@ def plan_launches(plan: _Plan, a, b, c, bias, residual, z, M: int, N: int, K: in
         return [(plan.kernel, (progs,), dict(a_desc=tma_descriptor(a, plan.a_t, [plan.block_m, bk]),
                                              b_desc=tma_descriptor(b, plan.b_t, [bk, plan.block_n]), **epilogue,
                                              M=M, N=N, K=K, NUM_PROGS=progs, **strides))]
-    if not INTERPRET:
-        _ensure_allocator()  # the Gluon kernel builds its descriptors on the device
+    if plan.device_descriptors and not INTERPRET:
+        _ensure_allocator()
     return [(plan.kernel, (progs,), dict(a_ptr=a, b_ptr=b, **epilogue, M=M, N=N, K=K, NUM_PROGS=progs,
                                          stride_a=a.stride(0), stride_b=b.stride(0), **strides))]
 
@@ -306,8 +327,7 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
     The arguments are this call's (the tuner times its candidates on them)."""
     prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z, index_64 = key[4:14]
     sms = sm_count(a, default=_INTERPRETER_SMS)
-    nmajor = tma and nmajor_eligible(a, b, prec, index_64)
-    nmajor_copy = tma and not a_unit and nmajor_eligible(a, b, prec, index_64, copy_a=True)
+    nmajor, nmajor_copy = nmajor_flags(a, b, prec, index_64) if tma else (False, False)
 
     def plan_for(cfg: Config) -> _Plan:
         # a B_RELAYOUT config tuned on a shape whose copy of B stays TMA-aligned, met on one of the
@@ -370,9 +390,7 @@ def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: 
     # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
     # alignment: tf32 with N-major B, 16-bit with K-major B
     tma = not is_fake(a, b) and _tma_eligible(a, b, M, N, K)
-    es = a.element_size()
-    relayout = tma and ((prec in ("tf32", "tf32x3") and b_unit and (K * es) % 16 == 0)
-                        or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
+    relayout = tma and relayout_eligible(b, prec, K, N)
     # int(): a traced size may be symbolic; the key wants plain ints
     key = ((int(M) - 1).bit_length(), (int(N) - 1).bit_length(), (int(K) - 1).bit_length(), a.dtype, prec,
            activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_preact, index_64, a.get_device())

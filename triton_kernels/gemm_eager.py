@@ -29,7 +29,6 @@ from torch.compiler import is_compiling
 from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_launch,
                    backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
 from . import gemm_backward
-from .gemm_gluon import _gemm_tf32_nmajor_kernel
 from .tma import _ensure_allocator
 from .launcher import bind
 from .runtime import EagerNode, dependent_launch, remember_call
@@ -68,8 +67,7 @@ class _FixedGemm:
         # a forced B_RELAYOUT config reads a copy of B made with its plan: here, one per call
         self.tma, self.relayout = plan.programs > 0, plan.relayout or b_read is not b
         self.a_copy = plan.a_copy  # the Gluon kernel reads a row-major copy of A, made per call
-        # the Gluon kernel builds its TMA descriptors on the device, in scratch memory from Triton's allocator
-        self.device_descriptors = plan.kernel.kernel is _gemm_tf32_nmajor_kernel
+        self.device_descriptors = plan.device_descriptors
         steps = plan_launches(plan, a, b_read, c, bias, residual, z, M, N, K)
         # chained only when the GEMM is one launch (no split-K reduction; no copy of B that it would read) of a
         # kernel with the PDL flag (not the Gluon one)
