@@ -164,7 +164,7 @@ def _gemm_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
     a, b = _gemm_operands(M, N, K, dtype, variant["layout"], device)
     f = gemm_layout_flags(a, b, variant["precision"], tma_device(device))
     ctx = spaces.context("gemm", M=M, N=N, K=K, dtype=dtype, tma=f["tma"], relayout=f["relayout"], nmajor=f["nmajor"],
-                         nmajor_copy_a=f["nmajor_copy_a"])
+                         nmajor_copy_a=f["nmajor_copy_a"], activation=variant["act"])
     from triton_kernels.gemm import GemmKey
 
     key = GemmKey(m=bucket(M), n=bucket(N), k=bucket(K), dtype=dtype, precision=f["prec"], activation=variant["act"],

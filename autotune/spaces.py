@@ -294,10 +294,10 @@ SPLITK_MIN_K = 1024     # ... and K is at least this long
 
 
 def _gemm_context(M: int, N: int, K: int, dtype: Any = "float32", tma: bool = False, relayout: bool = False,
-                  nmajor: bool = False, nmajor_copy_a: bool = False) -> dict:
+                  nmajor: bool = False, nmajor_copy_a: bool = False, activation: str | None = None) -> dict:
     return {"M": int(M), "N": int(N), "K": int(K), "elem": elem_bytes(dtype), "tma": bool(tma),
             "relayout": bool(tma and relayout), "nmajor": bool(tma and nmajor),
-            "nmajor_copy_a": bool(tma and nmajor_copy_a)}
+            "nmajor_copy_a": bool(tma and nmajor_copy_a), "activation": activation}
 
 
 def _tiles(c: Config) -> tuple[int, int, int]:
@@ -307,6 +307,17 @@ def _tiles(c: Config) -> tuple[int, int, int]:
 def _gemm_smem(c: Config, ctx: dict) -> bool:
     bm, bn, bk = _tiles(c)
     return c.num_stages * (bm * bk + bk * bn) * ctx["elem"] <= SMEM_LIMIT
+
+
+def _gemm_epilogue_smem(c: Config, ctx: dict) -> bool:
+    """16-warp TMA tiles: Triton 3.6 runs the epilogue of one tile beside the next tile's loads, with a
+    BLOCK_M x BLOCK_N scratch of its own, for every epilogue but the erf GELU's (sm_90 compiles of 128 x 256 x 64,
+    4 stages, bf16: 262,176 bytes of shared memory, 196,640 with the erf GELU; an SM has 232,448). An unknown
+    activation (None) keeps the tile."""
+    if not (c.kwargs.get("TMA", 0) and c.num_warps == 16) or ctx.get("activation") in (None, "gelu"):
+        return True
+    bm, bn, bk = _tiles(c)
+    return (c.num_stages * (bm * bk + bk * bn) + bm * bn) * ctx["elem"] <= SMEM_LIMIT
 
 
 def _gemm_not_too_large(c: Config, ctx: dict) -> bool:
@@ -337,8 +348,8 @@ def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
 def _gemm_tuner(ctx: dict) -> list[Config]:
     """gemm.py's ``_prune``: the lists above (TMA ones where TMA can read the operands, re-laid-out ones
     where the copy of B stays TMA-aligned, split-K ones where C has few tiles and K is long), minus what
-    overflows shared memory, tiles far larger than the problem, tiny tiles on a large problem and K
-    slices shorter than two BLOCK_K steps."""
+    overflows shared memory (with the epilogue's scratch where it has one), tiles far larger than the problem,
+    tiny tiles on a large problem and K slices shorter than two BLOCK_K steps."""
     out = []
     pool = (GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
             + (GEMM_SPLITK_CONFIGS if _splitk_wanted(ctx) else [])
@@ -350,7 +361,7 @@ def _gemm_tuner(ctx: dict) -> list[Config]:
                  and (not c.kwargs.get("B_RELAYOUT") or ctx["relayout"])]
     pool = list(dict.fromkeys(pool))
     for c in pool:
-        if (_gemm_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx)
+        if (_gemm_smem(c, ctx) and _gemm_epilogue_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx)
                 and _splitk_slices(c, ctx)):
             out.append(c)
     return out or [GEMM_INTERPRET_CONFIG]
@@ -393,6 +404,8 @@ GEMM = _register(Space(
     ),
     rules=(
         Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (A tile + B tile) bytes <= SMEM_LIMIT"),
+        Rule("epilogue_shared_memory", "hardware", _gemm_epilogue_smem,
+             "16-warp TMA tiles, any epilogue but the erf GELU: the stages plus a C tile <= SMEM_LIMIT"),
         Rule("registers", "hardware", _acc_registers,
              "BLOCK_M x BLOCK_N fp32 accumulators <= MAX_ACC_REGS per thread"),
         _THREADS_RULE, _NOT_TOO_LARGE_RULE, _NOT_TOO_SMALL_RULE,
@@ -403,7 +416,8 @@ GEMM = _register(Space(
     interpret=lambda ctx: GEMM_INTERPRET_CONFIG,
     doc="C = act(A @ B + bias): M, N, K; dtype; tma: TMA can read A and B (Hopper, 16-byte aligned rows); "
         "relayout: the re-laid-out copy of B would stay TMA-aligned; nmajor: tf32, A row-major, B N-major on "
-        "Hopper (the Gluon kernel); nmajor_copy_a: the same on a row-major copy of an M-major A",
+        "Hopper (the Gluon kernel); nmajor_copy_a: the same on a row-major copy of an M-major A; activation: the "
+        "epilogue's (None: any)",
 ))
 
 

@@ -135,6 +135,19 @@ def test_rules_reject_what_cannot_run():
     assert not any(spaces.rejected("gemm", c, M=4096, N=4096, K=4096, dtype="float32") for c in fp32[::50])
 
 
+def test_the_16_warp_tma_tile_is_offered_only_where_its_epilogue_fits():
+    """The 16-warp 128 x 256 TMA tile overflows shared memory with every epilogue but the erf GELU's (its sm_90
+    compiles): the tuner offers it for activation="gelu" or an unknown activation, never for the others."""
+    sixteen = [c for c in spaces.GEMM_TMA_CONFIGS if c.num_warps == 16]
+    assert sixteen
+    shape = dict(M=4096, N=1024, K=8704, dtype="bfloat16", tma=True)
+    for activation, offered in ((None, True), ("gelu", True), ("none", False), ("relu", False), ("gelu_tanh", False)):
+        listed = spaces.candidates("gemm", **shape, activation=activation)
+        assert all((c in listed) == offered for c in sixteen), activation
+        assert all(("epilogue_shared_memory" in spaces.rejected("gemm", c, **shape, activation=activation))
+                   == (not offered) for c in sixteen), activation
+
+
 def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="kernel must be one of"):
         spaces.candidates("matmul", M=1, N=1, K=1)

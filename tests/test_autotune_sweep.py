@@ -164,7 +164,7 @@ def tried_by_the_tuner(M, N, K, dtype_name, layout, precision, cache_dir):
     (trials,) = tuner.trials.values()
     flags = kernels.gemm_layout_flags(a, b, precision, kernels.tma_device(a.device))
     want = spaces.candidates("gemm", M=M, N=N, K=K, dtype=dtype, tma=flags["tma"], relayout=flags["relayout"],
-                             nmajor=flags["nmajor"], nmajor_copy_a=flags["nmajor_copy_a"])
+                             nmajor=flags["nmajor"], nmajor_copy_a=flags["nmajor_copy_a"], activation="none")
     return [t["config"] for t in trials], [c.to_json() for c in want]
 
 

@@ -101,13 +101,14 @@ _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _gemm
 
 
 def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False,
-           nmajor: bool = False, nmajor_copy_a: bool = False) -> list[Config]:
+           nmajor: bool = False, nmajor_copy_a: bool = False, activation: str | None = None) -> list[Config]:
     """The declared GEMM space's candidates for this shape, best guess first: the lists above (TMA ones
     where TMA can read the operands, re-laid-out ones where the copy of B stays TMA-aligned, the Gluon kernel's
     where it can run, on A or on a row-major copy of A: see nmajor_eligible), minus what overflows shared
-    memory, tiles far larger than the problem and tiny tiles on a large problem."""
+    memory (the epilogue's included, which depends on the activation), tiles far larger than the problem and tiny
+    tiles on a large problem."""
     return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout, nmajor=nmajor,
-                             nmajor_copy_a=nmajor_copy_a)
+                             nmajor_copy_a=nmajor_copy_a, activation=activation)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -346,7 +347,7 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
                        has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma,
                        save_preact=save_z)
     es = a.element_size()
-    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor, nmajor_copy),
+    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor, nmajor_copy, activation),
                       tracing=is_fake(a, b), interpret_config=INTERPRET_CONFIG)
     return plan_for(cfg)
 
