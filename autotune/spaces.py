@@ -866,7 +866,7 @@ def _ln_fwd_tuner(ctx: dict) -> list[Config]:
 def _ln_bwd_tuner(ctx: dict) -> list[Config]:
     """layernorm.py's ``_bwd_configs``."""
     bd = ctx["bn"]
-    return [Config({"PER_SM": p}, w, 1) for p in (2, 1, 4, 8) for w in (8, 4, 16, 2)
+    return [Config({"PER_SM": p}, w, 1) for p in (2, 1, 4, 8, 16) for w in (8, 4, 16, 2)
             if w * 32 * 2 <= max(bd, 64) and p * w <= 32] or [Config({"PER_SM": 2}, 4, 1)]
 
 
