@@ -348,8 +348,8 @@ def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
 def _gemm_tuner(ctx: dict) -> list[Config]:
     """gemm.py's ``_prune``: the lists above (TMA ones where TMA can read the operands, re-laid-out ones
     where the copy of B stays TMA-aligned, split-K ones where C has few tiles and K is long), minus what
-    overflows shared memory (with the epilogue's scratch where it has one), tiles far larger than the problem,
-    tiny tiles on a large problem and K slices shorter than two BLOCK_K steps."""
+    overflows shared memory (with the epilogue's scratch where it has one), tiles far larger than the
+    problem, tiny tiles on a large problem and K slices shorter than two BLOCK_K steps."""
     out = []
     pool = (GEMM_CONFIGS + (GEMM_TMA_CONFIGS if ctx["tma"] else []) + (GEMM_TMA_RELAYOUT_CONFIGS if ctx["relayout"] else [])
             + (GEMM_SPLITK_CONFIGS if _splitk_wanted(ctx) else [])
@@ -361,8 +361,8 @@ def _gemm_tuner(ctx: dict) -> list[Config]:
                  and (not c.kwargs.get("B_RELAYOUT") or ctx["relayout"])]
     pool = list(dict.fromkeys(pool))
     for c in pool:
-        if (_gemm_smem(c, ctx) and _gemm_epilogue_smem(c, ctx) and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx)
-                and _splitk_slices(c, ctx)):
+        if (_gemm_smem(c, ctx) and _gemm_epilogue_smem(c, ctx) and _gemm_not_too_large(c, ctx)
+                and _gemm_not_too_small(c, ctx) and _splitk_slices(c, ctx)):
             out.append(c)
     return out or [GEMM_INTERPRET_CONFIG]
 
@@ -866,8 +866,9 @@ def _ln_fwd_tuner(ctx: dict) -> list[Config]:
 def _ln_bwd_tuner(ctx: dict) -> list[Config]:
     """layernorm.py's ``_bwd_configs``."""
     bd = ctx["bn"]
-    return [Config({"PER_SM": p}, w, 1) for p in (2, 1, 4, 8, 16) for w in (8, 4, 16, 2)
-            if w * 32 * 2 <= max(bd, 64) and p * w <= 32] or [Config({"PER_SM": 2}, 4, 1)]
+    configs = [Config({"PER_SM": p}, w, 1) for p in (2, 1, 4, 8, 16) for w in (8, 4, 16, 2)
+               if w * 32 * 2 <= max(bd, 64) and p * w <= 32]
+    return configs or [Config({"PER_SM": 2}, 4, 1)]
 
 
 LAYERNORM_FWD = _register(Space(

@@ -269,8 +269,8 @@ def _launch_forward(plan, x2, w, b, y, mean, rstd, stride_w, stride_b, eps) -> N
 def _sum_plan(D: int, sms: int) -> tuple[BoundKernel, tuple]:
     """The kernel adding the (P, 2 * D) partials of dw / db, and its grid: columns cut so that there are about as
     many programs as SMs (at least 16 columns, at most 256). Each program's loop over P is a chain of dependent
-    loads, so the programs must be many: on an H100, the sum of 1056 x 2048 partials (D = 1024) took 50 us in 16
-    programs of 128 columns and 15 us in 128 programs of 16."""
+    loads, so the programs must be many: on an H100, 128 programs of 16 columns sum the 1056 x 2048 partials of
+    D = 1024 three times as fast as 16 programs of 128."""
     if INTERPRET:
         return bind(_sum_rows_kernel, BLOCK_P=8, BLOCK_N=128, num_warps=4), (cdiv(2 * D, 128),)
     bn = min(256, max(16, next_power_of_2(2 * D // sms + 1) // 2))
