@@ -143,7 +143,7 @@ def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_d
     prec = precision if a.dtype == torch.float32 else "ieee"
     a_unit, b_unit = a.stride(1) == 1, b.stride(1) == 1
     tma = _tma_eligible(a, b, M, N, K, on_tma_device)
-    relayout = tma and gemm.relayout_eligible(b, prec, K, N)
+    relayout = tma and gemm.relayout_eligible(b, prec)
     nmajor, nmajor_copy = gemm.nmajor_flags(a, b, prec, False, hopper=on_tma_device) if tma else (False, False)
     return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout, "nmajor": nmajor,
             "nmajor_copy_a": nmajor_copy}

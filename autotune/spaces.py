@@ -304,9 +304,14 @@ def _tiles(c: Config) -> tuple[int, int, int]:
     return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
 
 
-def _gemm_smem(c: Config, ctx: dict) -> bool:
+def _stage_bytes(c: Config, ctx: dict) -> int:
+    """Shared memory of the pipelined operand tiles: num_stages x (A tile + B tile)."""
     bm, bn, bk = _tiles(c)
-    return c.num_stages * (bm * bk + bk * bn) * ctx["elem"] <= SMEM_LIMIT
+    return c.num_stages * (bm * bk + bk * bn) * ctx["elem"]
+
+
+def _gemm_smem(c: Config, ctx: dict) -> bool:
+    return _stage_bytes(c, ctx) <= SMEM_LIMIT
 
 
 def _gemm_epilogue_smem(c: Config, ctx: dict) -> bool:
@@ -314,10 +319,9 @@ def _gemm_epilogue_smem(c: Config, ctx: dict) -> bool:
     BLOCK_M x BLOCK_N scratch of its own, for every epilogue but the erf GELU's (sm_90 compiles of 128 x 256 x 64,
     4 stages, bf16: 262,176 bytes of shared memory, 196,640 with the erf GELU; an SM has 232,448). An unknown
     activation (None) keeps the tile."""
-    if not (c.kwargs.get("TMA", 0) and c.num_warps == 16) or ctx.get("activation") in (None, "gelu"):
+    if not (c.kwargs.get("TMA", 0) and c.num_warps == 16) or ctx["activation"] in (None, "gelu"):
         return True
-    bm, bn, bk = _tiles(c)
-    return (c.num_stages * (bm * bk + bk * bn) + bm * bn) * ctx["elem"] <= SMEM_LIMIT
+    return _stage_bytes(c, ctx) + c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * ctx["elem"] <= SMEM_LIMIT
 
 
 def _gemm_not_too_large(c: Config, ctx: dict) -> bool:

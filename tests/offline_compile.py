@@ -147,10 +147,9 @@ def reduce_specs(specs) -> list[dict]:
 
 def write_specs(specs, path: Path = SPECS_FILE) -> None:
     """One spec a line (a readable diff when kernels change), written atomically."""
-    text = "[\n" + ",\n".join(json.dumps(s, sort_keys=True) for s in specs) + "\n]\n"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from triton_kernels.runtime import atomic_write_text
+
+    atomic_write_text(path, "[\n" + ",\n".join(json.dumps(s, sort_keys=True) for s in specs) + "\n]\n")
 
 
 # the pytest plugin of --record: active only with RECORD_ENV set

@@ -161,10 +161,10 @@ def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False, hoppe
     return a.stride(1) == 1 and tma_layout(a) == (False, a.stride(0))
 
 
-def relayout_eligible(b, prec: str, K: int, N: int) -> bool:
-    """Whether a re-laid-out copy of B (a TMA-readable GEMM's candidates on it) keeps TMA's 16-byte row alignment:
-    tf32 with an N-major B (the copy K-major), 16-bit with a K-major B (the copy N-major)."""
-    es = b.element_size()
+def relayout_eligible(b, prec: str) -> bool:
+    """Whether a re-laid-out copy of B (K, N) (a TMA-readable GEMM's candidates on it) keeps TMA's 16-byte row
+    alignment: tf32 with an N-major B (the copy K-major), 16-bit with a K-major B (the copy N-major)."""
+    (K, N), es = b.shape, b.element_size()
     return ((prec in ("tf32", "tf32x3") and b.stride(1) == 1 and (K * es) % 16 == 0)
             or (es == 2 and b.stride(0) == 1 and (N * es) % 16 == 0))
 
@@ -391,7 +391,7 @@ def find_plan(a, b, c, bias, residual, z, activation: str, prec: str, index_64: 
     # pointer kernel); candidates on a re-laid-out copy of B where the copy keeps TMA's 16-byte row
     # alignment: tf32 with N-major B, 16-bit with K-major B
     tma = not is_fake(a, b) and _tma_eligible(a, b, M, N, K)
-    relayout = tma and relayout_eligible(b, prec, K, N)
+    relayout = tma and relayout_eligible(b, prec)
     # int(): a traced size may be symbolic; the key wants plain ints
     key = ((int(M) - 1).bit_length(), (int(N) - 1).bit_length(), (int(K) - 1).bit_length(), a.dtype, prec,
            activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_preact, index_64, a.get_device())

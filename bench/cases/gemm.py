@@ -83,8 +83,9 @@ def linear_case(M, K, N, dtype, act="relu", backward=False, tf32=False, name=Non
 
     def reference(*args):
         leaves = args[:n_leaves]
-        x, w, b = (t.detach().to(dtype) for t in leaves[:3])  # the operands as computed (autocast's casts)
-        leaves64 = [t.detach().to(dtype).double().requires_grad_(backward) for t in leaves]
+        computed = [t.detach().to(dtype) for t in leaves]  # the operands as computed (autocast's casts)
+        x, w, b = computed[:3]
+        leaves64 = [t.double().requires_grad_(backward) for t in computed]
         with torch.enable_grad():
             z = functional.linear(*leaves64[:3])
             if act == "relu" and backward:
