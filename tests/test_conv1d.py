@@ -10,7 +10,7 @@ from torch.nn import functional
 from triton_kernels import conv1d
 from triton_kernels import conv1d_gather
 from triton_kernels.runtime import Config
-from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
+from triton_kernels.testing import assert_close, cudnn_tf32, poison_, rel_err, tolerance
 
 from .conftest import DEVICE
 from .view_matrix import Arg, check_case, view_cases
@@ -113,6 +113,25 @@ def test_steady_state_asks_no_tuner(monkeypatch):
         for _ in range(3):
             assert torch.equal(conv1d.conv1d(x, w, b, "relu"), first)
     assert conv1d._conv_tuner.picks - before == 1 and len(conv1d._PLANS) == 1
+
+
+def test_default_precision_is_torchs_conv_precision(monkeypatch):
+    """precision=None (conv1d's default) runs what torch's own conv1d runs, read at each call: "tf32" for fp32
+    while torch lets cuDNN use TF32 for convolutions (its default), "ieee" after
+    torch.backends.cudnn.allow_tf32 = False; the backward's kernels run the forward's precision."""
+    monkeypatch.setattr(conv1d, "_PLANS", {})
+    x = torch.randn(2, 20, 8, device=DEVICE, requires_grad=True)
+    w, b = torch.randn(12, 8, 3, device=DEVICE, requires_grad=True), torch.randn(12, device=DEVICE)
+    for allow, want in ((True, "tf32"), (False, "ieee")):
+        with cudnn_tf32(allow):
+            y = conv1d.conv1d(x, w, b, "relu")
+            y.sum().backward()
+            assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu"), torch.float32,
+                         tf32=allow and x.is_cuda)
+        assert {key[0].precision for key in conv1d._PLANS} == {want}, allow  # forward and dx
+        conv1d._PLANS.clear()
+    with pytest.raises(ValueError, match="precision must be"):
+        conv1d.conv1d(x, w, precision="fp32")
 
 
 def test_packed_weight_layout():
@@ -319,12 +338,12 @@ def gpu_char_cnn_layers(dtype_name: str) -> None:
     """Char-CNN's conv shapes at batch 32 (k = 7 and 3, pool 3, the gather block and block 6) vs float64."""
     dtype = DTYPE_NAMES[dtype_name]
     _check_conv(32, 336, 256, 256, 7, "relu", dtype, device="cuda")
-    _check_conv(16, 110, 256, 256, 3, "relu", dtype, device="cuda")
+    _check_conv(16, 110, 256, 256, 3, "relu", dtype, device="cuda")  # precision="ieee": exact fp32
     x = torch.randn(32, 336, 256, device="cuda", dtype=dtype)
     w = conv1d.pack_weight(torch.randn(256, 256, 7, device="cuda", dtype=dtype) * 0.02)
     b = torch.randn(256, device="cuda", dtype=dtype)
     with torch.no_grad():
-        y = conv1d.conv1d(x, w, b, "relu", pool=3)
+        y = conv1d.conv1d(x, w, b, "relu", pool=3, precision="ieee")
     assert_close(y, ref_conv(x.double(), w.double(), b.double(), "relu", 3), dtype)
     idx = _indices(32, 1014, 70, device="cuda")
     w1 = conv1d.pack_weight(torch.randn(256, 70, 7, device="cuda", dtype=dtype))
@@ -373,6 +392,27 @@ def gpu_tf32_and_compile() -> None:
 @pytest.mark.gpu
 def test_gpu_tf32_and_compile(isolated):
     isolated("tests.test_conv1d:gpu_tf32_and_compile")
+
+
+def gpu_default_precision_follows_torch() -> None:
+    """On the GPU: precision=None gives the tf32 result while cuDNN may use TF32 for convolutions and the ieee
+    one after allow_tf32 = False, as an eager call and under torch.compile (followed after compiling)."""
+    x = torch.randn(8, 100, 64, device="cuda")
+    w = torch.randn(96, 64, 7, device="cuda") / 21
+    with torch.no_grad():
+        by_precision = {p: conv1d.conv1d(x, w, None, "relu", precision=p) for p in ("ieee", "tf32")}
+        assert not torch.equal(by_precision["ieee"], by_precision["tf32"])
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x, w: conv1d.conv1d(x, w, None, "relu"), fullgraph=True)
+        for allow, precision in ((True, "tf32"), (False, "ieee"), (True, "tf32")):
+            with cudnn_tf32(allow):
+                assert torch.equal(conv1d.conv1d(x, w, None, "relu"), by_precision[precision]), allow
+                assert torch.equal(compiled(x, w), by_precision[precision]), allow
+
+
+@pytest.mark.gpu
+def test_gpu_default_precision_follows_torch(isolated):
+    isolated("tests.test_conv1d:gpu_default_precision_follows_torch")
 
 
 def gpu_autotune_picks_a_config() -> None:

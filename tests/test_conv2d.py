@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.nn import functional
 
-from triton_kernels import conv2d
+from triton_kernels import conv2d, runtime
 from triton_kernels.runtime import Config
-from triton_kernels.testing import assert_close, poison_, rel_err, tolerance
+from triton_kernels.testing import assert_close, cudnn_tf32, poison_, rel_err, tolerance
 
 from .conftest import DEVICE
 from .view_matrix import Arg, check_case, view_cases
@@ -247,9 +247,31 @@ def test_fast_path_matches_the_general_path(C, path):
     assert_close(y, ref_conv(x.double(), -w.double(), b.double(), 1, 1, r.double(), "relu"), torch.float32)
     y = conv2d.conv2d(leaves[0].detach().contiguous(), *leaves[1:3], 1, 1, leaves[3], "relu", path=path)
     assert type(y.grad_fn).__name__ != "_NodeBackward"  # NCHW x: another signature, the general path
-    assert conv2d_eager._key(x, w, b, r, 1, 1, "relu", "ieee", path) in conv2d_eager._FAST
+    assert conv2d_eager._key(x, w, b, r, 1, 1, "relu", runtime.torch_conv_precision(x), path) in conv2d_eager._FAST
     with pytest.raises(ValueError, match="x has dtype"):
         conv2d.conv2d(x.int(), w, b, 1, 1, r, "relu", path=path)
+
+
+def test_default_precision_is_torchs_conv_precision():
+    """precision=None (the default of conv2d and conv2d_bn_stats) runs what torch's own conv2d runs, read at each
+    call: "tf32" for fp32 while torch lets cuDNN use TF32 for convolutions (its default), "ieee" after
+    torch.backends.cudnn.allow_tf32 = False or .conv.fp32_precision = "ieee"; 16-bit inputs "ieee". Each eager
+    call signature is remembered with the precision it ran."""
+    from triton_kernels import conv2d_eager
+
+    x, w, _, _ = _inputs(2, 20, 6, 6, 8, 3, 1, 1, False, False, torch.float32, "channels_last")
+    for allow, want in ((True, "tf32"), (False, "ieee")):
+        with cudnn_tf32(allow):
+            assert runtime.torch_conv_precision(x) == want
+            assert runtime.torch_conv_precision(x.half()) == "ieee"
+            y = conv2d.conv2d(x, w, None, 1, 1)
+            assert conv2d_eager._key(x, w, None, None, 1, 1, "none", want, "auto") in conv2d_eager._FAST, allow
+            assert_close(y, ref_conv(x.double(), w.double(), None, 1, 1), torch.float32, tf32=allow and x.is_cuda)
+    with cudnn_tf32(True):
+        torch.backends.cudnn.conv.fp32_precision = "ieee"  # the newer API, conv only
+        assert runtime.torch_conv_precision(x) == "ieee"
+    with pytest.raises(ValueError, match="precision must be"):
+        conv2d.conv2d(x, w, precision="fp32")
 
 
 # ------------------------------------------------------------------------------------------ weight cache
@@ -410,7 +432,7 @@ def test_op_suite_cases_run_through_the_harness():
 
     built = cases.cases(tiny=True)
     assert all(c.flops > 0 and c.bytes > 0 for c in built)
-    assert len(cases.cases(tiny=False)) == 11 + 4 + 1 and len(cases.RESNET18_SHAPES) == 11
+    assert len(cases.cases(tiny=False)) == 11 + 4 + 4 + 1 and len(cases.RESNET18_SHAPES) == 11
     rows = run_cases(built, RunConfig(backends=["eager", "triton"], rounds=1, rep=1), progress=False)
     timed = [r for r in rows if r["metric"] == "time_ms"]
     assert len(timed) == 2 * len(built) and all(r["status"] == "ok" for r in timed), \
@@ -526,6 +548,27 @@ def gpu_tf32_stats_and_compile() -> None:
 @pytest.mark.gpu
 def test_gpu_tf32_stats_and_compile(isolated):
     isolated("tests.test_conv2d:gpu_tf32_stats_and_compile")
+
+
+def gpu_default_precision_follows_torch() -> None:
+    """On the GPU, where tf32 differs from ieee: precision=None gives the tf32 result while cuDNN may use TF32
+    for convolutions and the ieee one after allow_tf32 = False, as an eager call and under torch.compile
+    (read as each compiled call runs, so a setting changed after compiling is followed)."""
+    x, w, _, _ = _inputs(16, 64, 16, 16, 96, 3, 1, 1, False, False, torch.float32, "channels_last", "cuda")
+    with torch.no_grad():
+        by_precision = {p: conv2d.conv2d(x, w, None, 1, 1, precision=p) for p in ("ieee", "tf32")}
+        assert not torch.equal(by_precision["ieee"], by_precision["tf32"])
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x, w: conv2d.conv2d(x, w, None, 1, 1), fullgraph=True)
+        for allow, precision in ((True, "tf32"), (False, "ieee"), (True, "tf32")):
+            with cudnn_tf32(allow):
+                assert torch.equal(conv2d.conv2d(x, w, None, 1, 1), by_precision[precision]), allow
+                assert torch.equal(compiled(x, w), by_precision[precision]), allow
+
+
+@pytest.mark.gpu
+def test_gpu_default_precision_follows_torch(isolated):
+    isolated("tests.test_conv2d:gpu_default_precision_follows_torch")
 
 
 def gpu_resnet18_triton_convs() -> None:

@@ -37,7 +37,7 @@ from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
 from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, is_fake,
-                      launch, num_sms, register_op, register_tuner)
+                      launch, num_sms, register_op, register_tuner, torch_conv_precision)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -274,7 +274,7 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     M = B * LP
     if M == 0 or N == 0:
         return y
-    prec = precision if x.dtype == torch.float32 else "ieee"
+    prec = (precision or torch_conv_precision(x)) if x.dtype == torch.float32 else "ieee"
     has_bias = bias is not None
     key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
                   activation=activation, has_bias=has_bias)
@@ -335,7 +335,7 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
     M = B * L_out
     if M == 0:
         return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
-    prec = precision if dz.dtype == torch.float32 else "ieee"
+    prec = (precision or torch_conv_precision(dz)) if dz.dtype == torch.float32 else "ieee"
     n_sms = num_sms(dz.device, default=2)
     sx = (x.stride(0), x.stride(1), 0) if x_is_index else tuple(x.stride())
 
@@ -449,14 +449,18 @@ def validate_weight(weight, bias, activation, pool, *, dtype=None, device=None, 
 
 
 def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
-           pool: int = 1, precision: str = "ieee") -> torch.Tensor:
+           pool: int = 1, precision: str | None = None) -> torch.Tensor:
     """max_pool1d(act(conv1d(x, weight, bias)), pool) on channels-last x (B, L, C_in) -> (B, L_out // pool,
     C_out), L_out = L - k + 1; weight (C_out, C_in, k) as nn.Conv1d's, any strides. Differentiable in x,
     weight and bias for pool == 1; pool > 1 is an inference epilogue (call it under torch.no_grad()).
-    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores)."""
+    precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
+    conv1d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default; else
+    "ieee"; under torch.compile read as each call runs)."""
     check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     validate_weight(weight, bias, activation, pool, dtype=x.dtype, device=x.device, in_channels=x.shape[2])
-    check_choice("precision", precision, PRECISIONS)
+    check_choice("precision", precision, (*PRECISIONS, None))
+    if precision is None and not torch.compiler.is_compiling():
+        precision = torch_conv_precision(x)
     L_out = x.shape[1] - weight.shape[2] + 1
     if L_out < pool:
         raise ValueError(f"x has length {x.shape[1]}: with kernel size {weight.shape[2]} and pool {pool} the "
@@ -464,7 +468,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if pool > 1 and needs_grad(x, weight, bias):
         raise ValueError("conv1d with pool > 1 is an inference epilogue: call it under torch.no_grad() (or use "
                          "pool=1 followed by max_pool1d to train)")
-    return _conv1d_call(x, weight, bias, activation, int(pool), precision)
+    return _conv1d_call(x, weight, bias, activation, int(pool), precision or "")
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,7 @@ from .tma import _ensure_allocator, _tma_device
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
 from .runtime import (INTERPRET, cdiv, Autotuner, Config, bucket, check_bias, check_choice, check_tensor,
-                      config_from, config_str, is_fake, num_sms, register_op, register_tuner)
+                      config_from, config_str, is_fake, num_sms, register_op, register_tuner, torch_conv_precision)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -250,9 +250,10 @@ def out_size(size: int, k: int, stride: int, pad: int) -> int:
 def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activation: str, precision: str,
              has_bias: bool, has_res: bool, stats: bool, kind: str) -> tuple:
     """The (tuning key, padding, kind, device) a forward's plan is kept under (kind: see :func:`kernel_kind`);
-    precision as the call asks it (the key holds it as the kernel runs it: "ieee" for 16-bit inputs)."""
+    precision as the call asks it (the key holds it as the kernel runs it: "ieee" for 16-bit inputs; "" or None:
+    torch's conv precision now, runtime.torch_conv_precision)."""
     B, C, H, W = x.shape
-    precision = precision if x.dtype == torch.float32 else "ieee"
+    precision = (precision or torch_conv_precision(x)) if x.dtype == torch.float32 else "ieee"
     (sh, sw), (ph, pw) = stride, padding
     M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
     if kind == "transposed":
@@ -513,7 +514,7 @@ def validate(x, weight, bias, stride, padding, residual, activation, precision, 
             raise ValueError(f"residual has shape {tuple(residual.shape)}, expected the output's "
                              f"{(B, C_out, H_out, W_out)}")
     check_choice("activation", activation, ACTIVATIONS)
-    check_choice("precision", precision, PRECISIONS)
+    check_choice("precision", precision, (*PRECISIONS, None))
     check_choice("path", path, PATHS)
     if path == "flat" and KH * KW * C_in > FLAT_K_MAX:
         raise ValueError(f"path='flat' needs KH x KW x C_in <= {FLAT_K_MAX}, got {KH} x {KW} x {C_in}")
@@ -525,7 +526,7 @@ def validate(x, weight, bias, stride, padding, residual, activation, precision, 
 
 
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
-           residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
+           residual: torch.Tensor | None = None, activation: str = "none", *, precision: str | None = None,
            path: str = "auto", config: Config | None = None) -> torch.Tensor:
     """act(conv2d(x, weight, bias, stride, padding) + residual), as functional.conv2d (dilation 1, one
     group) followed by the add and the activation: x (B, C_in, H, W), channels_last preferred (any strides
@@ -535,17 +536,21 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     H_out, W_out); returns y channels_last in x's dtype.
     Differentiable in x, weight, bias and residual (backward behind the ReLU mask: the weight's gradient from
     the flat-K kernel on that path, the rest cuDNN's).
-    precision applies to fp32 inputs: "ieee" (exact fp32) or "tf32" (tensor cores). path: "auto" (the
+    precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
+    conv2d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default, e.g.
+    torch.backends.cudnn.allow_tf32; else "ieee"; under torch.compile read as each call runs). path: "auto" (the
     flat-K kernels for few input channels, the transposed kernel for small maps with many channels, see
     :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
     launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
+    if precision is None and not torch.compiler.is_compiling():
+        precision = torch_conv_precision(x)
     if config is None:
         y = conv2d_eager.fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path)
         if y is not None:
             return y
     (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
-    y = _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
+    y = _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision or "", path,
                      config_str(config) if config is not None else "")
     if config is None and y.numel() > 0:
         conv2d_eager.remember(x, weight, bias, residual, stride, padding, (sh, sw), (ph, pw), activation, precision,
@@ -554,7 +559,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
-                    residual: torch.Tensor | None = None, activation: str = "none", *, precision: str = "ieee",
+                    residual: torch.Tensor | None = None, activation: str = "none", *, precision: str | None = None,
                     path: str = "auto", config: Config | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, var): :func:`conv2d`'s output and the per-channel batch mean and biased variance (fp32) of
@@ -564,7 +569,7 @@ def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path, stats=True)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         raise ValueError("conv2d_bn_stats is not differentiable: call it under torch.no_grad()")
-    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
+    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision or "", path,
                                       config_str(config) if config is not None else "")
     return y, mean, var
 

@@ -221,6 +221,25 @@ def torch_matmul_precision(t: Any) -> str:
     return "tf32" if getattr(t, "dtype", None) == torch.float32 and _cublas_allows_tf32() else "ieee"
 
 
+# the reader behind torch.backends.cudnn.conv.fp32_precision (torch >= 2.9: "tf32", "ieee" or "none", which
+# torch.backends.cudnn.allow_tf32 = False also sets), else the one behind torch.backends.cudnn.allow_tf32
+_fp32_precision_of = getattr(torch._C, "_get_fp32_precision_getter", None)
+
+
+def _cudnn_conv_allows_tf32() -> bool:
+    if _fp32_precision_of is not None:
+        return _fp32_precision_of("cuda", "conv") == "tf32"
+    return torch._C._get_cudnn_allow_tf32()
+
+
+def torch_conv_precision(t: Any) -> str:
+    """The precision torch's own (cuDNN) convolution runs a convolution of ``t``'s dtype at (a conv's
+    precision=None): for fp32, "tf32" where torch lets cuDNN use TF32 for convolutions (torch's default;
+    torch.backends.cudnn.allow_tf32 = True or .conv.fp32_precision = "tf32"), else "ieee"; 16-bit inputs
+    always run "ieee" (tensor cores). Read on every call, as torch reads it."""
+    return "tf32" if getattr(t, "dtype", None) == torch.float32 and _cudnn_conv_allows_tf32() else "ieee"
+
+
 _AUTOCAST_CASTS = frozenset((torch.float32, torch.float16, torch.bfloat16))  # what autocast casts (not float64)
 
 

@@ -5,6 +5,8 @@ reference). The interpreter computes tl.dot exactly in fp32, so "tf32" applies o
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 # key: the precision the computation ran in
@@ -47,6 +49,18 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | str,
     tol = scale * tolerance(dtype, tf32)
     assert err <= tol, f"{name}: relative error {err:.3e} > tolerance {tol:.1e} ({dtype})"
     return err
+
+
+@contextlib.contextmanager
+def cudnn_tf32(allow: bool):
+    """torch.backends.cudnn.allow_tf32 = allow for the block (cuDNN's convolutions, and ours at precision=None),
+    then as it was."""
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:

@@ -35,10 +35,12 @@ def _pool_relu(z, activation, pool):
 
 
 def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool: int = 1,
-                activation: str = "relu", mode: str = "fwd") -> Case:
+                activation: str = "relu", mode: str = "fwd", precision: str = "ieee") -> Case:
     L_out = L - k + 1
+    precision = precision if dtype == torch.float32 else "ieee"
 
     def inputs(seed, device):
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
         g = torch.Generator(device=device).manual_seed(seed)
         x = torch.randn(B, C, L, device=device, generator=g).to(dtype)
         w = (torch.randn(N, C, k, device=device, generator=g) / (C * k) ** 0.5).to(dtype)
@@ -56,7 +58,7 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
 
         def ours(x, w, b, x_cl, w_packed):
             with torch.no_grad():
-                return conv1d.conv1d(x_cl, w_packed, b, activation, pool)
+                return conv1d.conv1d(x_cl, w_packed, b, activation, pool, precision)
 
         def reference(x, w, b, x_cl, w_packed):
             return _pool_relu(functional.conv1d(x.double(), w.double(), b.double()), activation, pool).transpose(1, 2)
@@ -67,7 +69,7 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
             return y.transpose(1, 2), dx.transpose(1, 2), dw, db
 
         def ours(x, w, b, x_cl, w_packed, dy):
-            y = conv1d.conv1d(x_cl, w_packed, b, activation)
+            y = conv1d.conv1d(x_cl, w_packed, b, activation, precision=precision)
             dx, dw, db = torch.autograd.grad(y, (x_cl, w_packed, b), dy.transpose(1, 2))
             return y, dx, dw, db
 
@@ -82,8 +84,10 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
     flops = 2.0 * B * L_out * N * C * k
     fwd_bytes = es * (B * L * C + N * C * k + N + B * (L_out // pool) * N)
     moved = fwd_bytes if mode == "fwd" else 2 * fwd_bytes + es * (B * L_out * N + B * L * C + N * C * k)
-    return Case(suite="ops", name=f"conv1d_{mode}",
-                params={"B": B, "L": L, "C_in": C, "C_out": N, "k": k, "pool": pool}, dtype=dtype, inputs=inputs,
+    params = {"B": B, "L": L, "C_in": C, "C_out": N, "k": k, "pool": pool}
+    if dtype == torch.float32:
+        params["precision"] = precision
+    return Case(suite="ops", name=f"conv1d_{mode}", params=params, dtype=dtype, inputs=inputs,
                 fns={"eager": eager, "triton": ours}, reference=reference,
                 flops=flops if mode == "fwd" else 3 * flops, bytes=float(moved), backward=mode != "fwd",
                 graph_ok=mode == "fwd")
@@ -152,5 +156,6 @@ def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list
                 gather_case(512, 1014, 70, 256, 7, bf16),           # conv1 alone (output stored)
                 conv1d_case(128, 336, 256, 256, 7, bf16, mode="fwdbwd"),
                 conv1d_case(128, 110, 256, 256, 3, bf16, mode="fwdbwd"),
+                conv1d_case(512, 336, 256, 256, 7, f32, pool=3, precision="tf32"),  # cuDNN's fp32 default
                 conv1d_case(512, 336, 256, 256, 7, f32, pool=3)]
     return keep_dtypes(out, dtypes)

@@ -13,7 +13,8 @@ conv2d_fwdbwd:            y = conv2d(x, w) and the weight's gradient dw (x needs
                           reads the data), at the shapes that take the flat-K kernels (few input channels)
                           FLOPs = twice the forward's
                           bytes = the forward's + read x + dy + w, write dw
-cuDNN runs with ``torch.backends.cudnn.benchmark`` on (set by the cases), as in bench.resnet.
+cuDNN runs with ``torch.backends.cudnn.benchmark`` on (set by the cases), as in bench.resnet. An fp32 case
+names its precision ("ieee" or "tf32"): cuDNN's TF32 is set to match, and ours is called with it.
 Both backends get the same x (channels_last) and the same weight (channels_last, as
 ``model.to(memory_format=torch.channels_last)`` leaves a conv's weight). The Triton call packs the weight
 to (KH, KW, C_in, C_out) once and reuses the copy while the weight is unchanged, so these rows time the
@@ -50,14 +51,16 @@ def _es(dtype) -> int:
 
 
 def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dtype: torch.dtype,
-                fused: bool = False, backward: bool = False) -> Case:
+                fused: bool = False, backward: bool = False, precision: str = "ieee") -> Case:
     pad = k // 2
+    precision = precision if dtype == torch.float32 else "ieee"
     H_out, W_out = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
 
     def inputs(seed, device):
         # cuDNN picks its algorithm by timing the candidates, as in bench.resnet (its heuristic choice
         # took 0.20 ms for the 1x1 stride-2 64 -> 128 layer on an H100)
         torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
         g = torch.Generator(device=device).manual_seed(seed)
         cl = torch.channels_last
         x = torch.randn(B, C, H, W, device=device, generator=g).to(dtype).contiguous(memory_format=cl)
@@ -81,10 +84,11 @@ def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dty
 
     def ours(x, w, b=None, res=None):
         if backward:  # the third input is dy
-            y = conv2d.conv2d(x, w, None, stride, pad)
+            y = conv2d.conv2d(x, w, None, stride, pad, precision=precision)
             return (y, *torch.autograd.grad(y, w, b))
         with torch.no_grad():
-            return conv2d.conv2d(x, w, b, stride, pad, residual=res, activation="relu" if fused else "none")
+            return conv2d.conv2d(x, w, b, stride, pad, residual=res, activation="relu" if fused else "none",
+                                 precision=precision)
 
     def reference(x, w, b=None, res=None):
         if backward:
@@ -102,9 +106,11 @@ def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dty
     if backward:
         moved += es * (B * C * H * W + out + 2 * N * C * k * k)
     name = "conv2d_fwdbwd" if backward else "conv2d_bias_add_relu_fwd" if fused else "conv2d_fwd"
-    return Case(suite="ops", name=name,
-                params={"B": B, "C_in": C, "H": H, "W": W, "C_out": N, "k": k, "stride": stride, "pad": pad,
-                        "layout": "channels_last"},
+    params = {"B": B, "C_in": C, "H": H, "W": W, "C_out": N, "k": k, "stride": stride, "pad": pad,
+              "layout": "channels_last"}
+    if dtype == torch.float32:
+        params["precision"] = precision
+    return Case(suite="ops", name=name, params=params,
                 dtype=dtype, inputs=inputs, fns={"eager": eager, "triton": ours}, reference=reference,
                 flops=flops, bytes=float(moved), backward=backward)
 
@@ -126,6 +132,8 @@ def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list
     if not quick:  # the block's second conv with its epilogue (bias, shortcut, ReLU) fused, per stage
         out += [conv2d_case(512, C, H, W, N, k, s, bf16, fused=True)
                 for C, H, W, N, k, s in RESNET18_SHAPES if k == 3 and s == 1 and C == N]
+        # fp32, as a user who does not ask for bf16 calls it: cuDNN's default (TF32) and exact fp32
+        out += [conv2d_case(512, *RESNET18_SHAPES[i], f32, precision=p) for i in (1, 7) for p in ("tf32", "ieee")]
     # forward + weight gradient where the flat-K kernels serve the layer (the stem)
     out += [conv2d_case(512, C, H, W, N, k, s, bf16, backward=True)
             for C, H, W, N, k, s in chosen if conv2d.uses_flat(C, k, k)]
