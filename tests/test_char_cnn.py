@@ -11,7 +11,7 @@ import torch
 from torch.nn import functional
 
 from models.char_cnn import ALPHABET, LENGTH, PAD, CharCNN, encode, layer_lengths, one_hot
-from triton_kernels.testing import assert_close
+from triton_kernels.testing import assert_close, cudnn_tf32
 
 from .conftest import DEVICE
 
@@ -278,8 +278,8 @@ def test_gpu_full_model_bf16(isolated):
 
 def gpu_training_step_and_compile() -> None:
     """One Triton-backend training step on the full model matches a float64 eager step's gradients, and
-    the compile backend runs. (Not eager fp32: with cuDNN's default tf32 convolutions its own gradients
-    are 1e-2 to 6e-2 away from float64 on this case.)"""
+    the compile backend runs. (cuDNN's TF32 off, which the triton model's convolutions follow as nn.Conv1d's
+    do: with TF32 either one's gradients are 1e-2 to 7e-2 away from float64 on this case.)"""
     torch.manual_seed(0)
     m = CharCNN(dropout=0.0, backend="triton").cuda()
     ref = CharCNN(dropout=0.0).cuda()
@@ -288,7 +288,8 @@ def gpu_training_step_and_compile() -> None:
     ref64.load_state_dict(m.state_dict())
     x = _random_indices(16, LENGTH, device="cuda")
     y = torch.randint(0, 4, (16,), device="cuda")
-    functional.cross_entropy(m(x), y).backward()
+    with cudnn_tf32(False):
+        functional.cross_entropy(m(x), y).backward()
     functional.cross_entropy(ref64(x), y).backward()
     for (name, p), q in zip(m.named_parameters(), ref64.parameters()):
         assert_close(p.grad, q.grad, torch.float32, tf32=True, name=name, scale=10)
