@@ -274,7 +274,7 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     M = B * LP
     if M == 0 or N == 0:
         return y
-    prec = (precision or torch_conv_precision(x)) if x.dtype == torch.float32 else "ieee"
+    prec = precision if x.dtype == torch.float32 else "ieee"
     has_bias = bias is not None
     key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
                   activation=activation, has_bias=has_bias)
@@ -335,7 +335,7 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
     M = B * L_out
     if M == 0:
         return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
-    prec = (precision or torch_conv_precision(dz)) if dz.dtype == torch.float32 else "ieee"
+    prec = precision if dz.dtype == torch.float32 else "ieee"
     n_sms = num_sms(dz.device, default=2)
     sx = (x.stride(0), x.stride(1), 0) if x_is_index else tuple(x.stride())
 
@@ -455,11 +455,11 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     weight and bias for pool == 1; pool > 1 is an inference epilogue (call it under torch.no_grad()).
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
     conv1d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default; else
-    "ieee"; under torch.compile read as each call runs)."""
+    "ieee"; see runtime.torch_conv_precision)."""
     check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     validate_weight(weight, bias, activation, pool, dtype=x.dtype, device=x.device, in_channels=x.shape[2])
     check_choice("precision", precision, (*PRECISIONS, None))
-    if precision is None and not torch.compiler.is_compiling():
+    if precision is None:
         precision = torch_conv_precision(x)
     L_out = x.shape[1] - weight.shape[2] + 1
     if L_out < pool:
@@ -468,7 +468,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if pool > 1 and needs_grad(x, weight, bias):
         raise ValueError("conv1d with pool > 1 is an inference epilogue: call it under torch.no_grad() (or use "
                          "pool=1 followed by max_pool1d to train)")
-    return _conv1d_call(x, weight, bias, activation, int(pool), precision or "")
+    return _conv1d_call(x, weight, bias, activation, int(pool), precision)
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:

@@ -250,10 +250,9 @@ def out_size(size: int, k: int, stride: int, pad: int) -> int:
 def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activation: str, precision: str,
              has_bias: bool, has_res: bool, stats: bool, kind: str) -> tuple:
     """The (tuning key, padding, kind, device) a forward's plan is kept under (kind: see :func:`kernel_kind`);
-    precision as the call asks it (the key holds it as the kernel runs it: "ieee" for 16-bit inputs; "" or None:
-    torch's conv precision now, runtime.torch_conv_precision)."""
+    precision as the call asks it (the key holds it as the kernel runs it: "ieee" for 16-bit inputs)."""
     B, C, H, W = x.shape
-    precision = (precision or torch_conv_precision(x)) if x.dtype == torch.float32 else "ieee"
+    precision = precision if x.dtype == torch.float32 else "ieee"
     (sh, sw), (ph, pw) = stride, padding
     M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
     if kind == "transposed":
@@ -538,19 +537,19 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     the flat-K kernel on that path, the rest cuDNN's).
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
     conv2d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default, e.g.
-    torch.backends.cudnn.allow_tf32; else "ieee"; under torch.compile read as each call runs). path: "auto" (the
+    torch.backends.cudnn.allow_tf32; else "ieee"; see runtime.torch_conv_precision). path: "auto" (the
     flat-K kernels for few input channels, the transposed kernel for small maps with many channels, see
     :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
     launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
-    if precision is None and not torch.compiler.is_compiling():
+    if precision is None:
         precision = torch_conv_precision(x)
     if config is None:
         y = conv2d_eager.fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path)
         if y is not None:
             return y
     (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path)
-    y = _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision or "", path,
+    y = _conv2d_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
                      config_str(config) if config is not None else "")
     if config is None and y.numel() > 0:
         conv2d_eager.remember(x, weight, bias, residual, stride, padding, (sh, sw), (ph, pw), activation, precision,
@@ -567,9 +566,10 @@ def conv2d_bn_stats(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     STATS variant) -- what a training BatchNorm2d of y needs, without a reduction pass over y. Not
     differentiable (call it under torch.no_grad()); not yet used by the ResNet model."""
     (sh, sw), (ph, pw) = validate(x, weight, bias, stride, padding, residual, activation, precision, path, stats=True)
+    precision = torch_conv_precision(x) if precision is None else precision
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         raise ValueError("conv2d_bn_stats is not differentiable: call it under torch.no_grad()")
-    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision or "", path,
+    y, mean, var = _conv2d_stats_call(x, weight, bias, residual, sh, sw, ph, pw, activation, precision, path,
                                       config_str(config) if config is not None else "")
     return y, mean, var
 

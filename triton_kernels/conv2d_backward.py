@@ -14,8 +14,7 @@ from autotune import spaces
 
 from .conv2d_kernels import _conv2d_flat_dw_kernel, _flat_columns, _pixels, _sum_partials_kernel, _taps, flat_k_pad
 from .launcher import BoundKernel, bind
-from .runtime import (Autotuner, Config, bucket, cdiv, is_fake, num_sms, register_op, register_tuner,
-                      torch_conv_precision)
+from .runtime import Autotuner, Config, bucket, cdiv, is_fake, num_sms, register_op, register_tuner
 
 _flat_dw_tuner = register_tuner(Autotuner("conv2d_flat_dw", [_conv2d_flat_dw_kernel, _flat_columns, _pixels, _taps],
                                           spaces.CONV2D_FLAT_DW_CONFIGS,
@@ -53,8 +52,7 @@ def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precis
     """The gradient of ``weight`` (C_out, C_in, KH, KW), shaped, laid out and typed like it, for the conv of
     x (B, C_in, H, W) whose pre-activation gradient is dz (B, C_out, H_out, W_out), both by strides: the
     flat-K kernel (see `_conv2d_flat_dw_kernel`) accumulates fp32 partials, `_sum_partials_kernel` sums them
-    into the weight's layout. precision "" or None: torch's conv precision now. config: force the
-    weight-gradient kernel's (tests)."""
+    into the weight's layout. config: force the weight-gradient kernel's (tests)."""
     B, C, H, W = x.shape
     N, H_out, W_out = dz.shape[1], dz.shape[2], dz.shape[3]
     KH, KW = weight.shape[2], weight.shape[3]
@@ -63,7 +61,7 @@ def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precis
     dw = torch.empty_like(weight)
     if M == 0:
         return dw.zero_()
-    prec = (precision or torch_conv_precision(dz)) if dz.dtype == torch.float32 else "ieee"
+    prec = precision if dz.dtype == torch.float32 else "ieee"
     k_pad = flat_k_pad(K)
     key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
                               precision=prec)

@@ -236,8 +236,15 @@ def torch_conv_precision(t: Any) -> str:
     """The precision torch's own (cuDNN) convolution runs a convolution of ``t``'s dtype at (a conv's
     precision=None): for fp32, "tf32" where torch lets cuDNN use TF32 for convolutions (torch's default;
     torch.backends.cudnn.allow_tf32 = True or .conv.fp32_precision = "tf32"), else "ieee"; 16-bit inputs
-    always run "ieee" (tensor cores). Read on every call, as torch reads it."""
-    return "tf32" if getattr(t, "dtype", None) == torch.float32 and _cudnn_conv_allows_tf32() else "ieee"
+    always run "ieee" (tensor cores). Read on every call, as torch reads it. While torch.compile traces, read
+    through torch.backends.cudnn.allow_tf32, which dynamo guards (a compiled call is traced again when the
+    setting changes: the traced kernels hold their precision) and which raises where conv's and RNN's TF32
+    settings were set apart through the newer API."""
+    if getattr(t, "dtype", None) != torch.float32:
+        return "ieee"
+    if torch.compiler.is_compiling():
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    return "tf32" if _cudnn_conv_allows_tf32() else "ieee"
 
 
 _AUTOCAST_CASTS = frozenset((torch.float32, torch.float16, torch.bfloat16))  # what autocast casts (not float64)

@@ -112,7 +112,7 @@ def conv2d_case(B: int, C: int, H: int, W: int, N: int, k: int, stride: int, dty
         params["precision"] = precision
     return Case(suite="ops", name=name, params=params,
                 dtype=dtype, inputs=inputs, fns={"eager": eager, "triton": ours}, reference=reference,
-                flops=flops, bytes=float(moved), backward=backward)
+                flops=flops, bytes=float(moved), backward=backward, tf32=precision == "tf32")
 
 
 def cases(quick: bool = False, dtypes=None, shapes=None, tiny=None, **_) -> list[Case]:
