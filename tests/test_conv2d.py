@@ -276,7 +276,8 @@ def test_default_precision_is_torchs_conv_precision():
 
 # ------------------------------------------------------------------------------------------ weight cache
 def test_packed_weight_is_cached_until_the_weight_changes():
-    """One pack per weight version: repeated calls reuse it; an optimizer step (in place: a new version)
+    """One pack per weight version: repeated calls reuse it (ieee calls: fp32 at tf32 reads the transposed
+    layout); an optimizer step (in place: a new version)
     repacks; a write through .data is not seen until clear_packed_weights(); a freed weight's entry goes;
     an inference tensor is packed on every call."""
     conv = torch.nn.Conv2d(4, 6, 3, padding=1, device=DEVICE)
@@ -284,12 +285,12 @@ def test_packed_weight_is_cached_until_the_weight_changes():
     assert conv2d.packed_weight(conv.weight) is first
     assert torch.equal(first, conv.weight.detach().permute(2, 3, 1, 0)) and first.is_contiguous()
     x = torch.randn(2, 4, 5, 5, device=DEVICE).contiguous(memory_format=CL)
-    conv2d.conv2d(x, conv.weight, conv.bias, 1, 1).square().sum().backward()
+    conv2d.conv2d(x, conv.weight, conv.bias, 1, 1, precision="ieee").square().sum().backward()
     torch.optim.SGD(conv.parameters(), lr=0.5).step()
     second = conv2d.packed_weight(conv.weight)
     assert second is not first and torch.equal(second, conv.weight.detach().permute(2, 3, 1, 0))
     with torch.no_grad():
-        assert_close(conv2d.conv2d(x, conv.weight, conv.bias, 1, 1),
+        assert_close(conv2d.conv2d(x, conv.weight, conv.bias, 1, 1, precision="ieee"),
                      ref_conv(x.double(), conv.weight.double(), conv.bias.double(), 1, 1), torch.float32)
     conv.weight.data.mul_(2)  # .data has a version counter of its own: the cache cannot see this write
     assert conv2d.packed_weight(conv.weight) is second

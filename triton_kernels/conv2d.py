@@ -235,6 +235,18 @@ def packed_weight(weight: torch.Tensor, dtype: torch.dtype | None = None, transp
     return packed
 
 
+def forward_weight(weight: torch.Tensor, dtype: torch.dtype, transposed: bool, precision: str) -> torch.Tensor:
+    """The packed weight a forward kernel reads (every kernel reads it by its strides): the transposed kernel's
+    (C_out, KH, KW, C_in); for fp32 at tf32 that same memory seen as (KH, KW, C_in, C_out), so that each B tile
+    is K-major, the order in which Hopper's tf32 tensor-core products read their B operand; else
+    (KH, KW, C_in, C_out) contiguous."""
+    if transposed:
+        return packed_weight(weight, dtype, transposed=True)
+    if dtype == torch.float32 and precision == "tf32":
+        return packed_weight(weight, dtype, transposed=True).permute(1, 2, 3, 0)
+    return packed_weight(weight, dtype)
+
+
 def clear_packed_weights() -> None:
     """Forget every cached packed weight (after writes the version counter does not see: ``w.data``)."""
     _PACKED.clear()
@@ -442,17 +454,17 @@ def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         transposed = kernel_kind(x, weight.shape[2], weight.shape[3], weight.shape[0], (stride_h, stride_w),
                                  (pad_h, pad_w), path, residual is not None) == "transposed"
     if transposed:
-        return conv2d_transposed_forward(x, packed_weight(weight, x.dtype, transposed=True), bias, activation,
+        return conv2d_transposed_forward(x, forward_weight(weight, x.dtype, True, precision), bias, activation,
                                          precision, config=cfg)
-    return conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
-                          activation, precision, path=path, config=cfg)
+    return conv2d_forward(x, forward_weight(weight, x.dtype, False, precision), bias, residual, (stride_h, stride_w),
+                          (pad_h, pad_w), activation, precision, path=path, config=cfg)
 
 
 def _conv2d_stats_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      residual: Optional[torch.Tensor], stride_h: int, stride_w: int, pad_h: int, pad_w: int,
                      activation: str, precision: str, path: str, config: str) -> list[torch.Tensor]:
-    y, part = conv2d_forward(x, packed_weight(weight, x.dtype), bias, residual, (stride_h, stride_w), (pad_h, pad_w),
-                             activation, precision, stats=True, path=path, config=config_from(config))
+    y, part = conv2d_forward(x, forward_weight(weight, x.dtype, False, precision), bias, residual, (stride_h, stride_w),
+                             (pad_h, pad_w), activation, precision, stats=True, path=path, config=config_from(config))
     mean, var = merge_tile_stats(part, y.shape[0] * y.shape[2] * y.shape[3])
     return [y, mean, var]
 

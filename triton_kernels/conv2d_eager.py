@@ -18,8 +18,8 @@ from typing import Optional
 
 import torch
 
-from .conv2d import (_PLANS, _TransposedPlan, backward_spec, input_grads, kernel_kind, launch_args, out_size,
-                     packed_weight, plan_key)
+from .conv2d import (_PLANS, _TransposedPlan, backward_spec, forward_weight, input_grads, kernel_kind, launch_args,
+                     out_size, plan_key)
 from .tma import _ensure_allocator
 from .runtime import INTERPRET, EagerNode, remember_call
 
@@ -57,10 +57,11 @@ class _FastConv:
         self.relu = activation == "relu"
         self.transposed = isinstance(plan, _TransposedPlan)  # its weight layout, and TMA descriptors
         self.spec = backward_spec(weight, bias, residual, stride, padding, precision, path)
+        self.precision = precision
         self.launch = None
 
     def run(self, x, weight, bias, residual) -> torch.Tensor:
-        w = packed_weight(weight, x.dtype, self.transposed)
+        w = forward_weight(weight, x.dtype, self.transposed, self.precision)
         if self.transposed and not INTERPRET:
             _ensure_allocator()
         y = x.new_empty_strided(self.shape, self.strides)
