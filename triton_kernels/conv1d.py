@@ -275,6 +275,10 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     if M == 0 or N == 0:
         return y
     prec = precision if x.dtype == torch.float32 else "ieee"
+    if prec == "tf32" and weight.stride(c_dim) != 1:
+        # Hopper's tf32 tensor-core products read their B operand K-major (here: along the weight's input
+        # channels); an N-major B tile halved conv2d's tf32 rate. One copy with those channels innermost.
+        weight = weight.movedim(c_dim, -1).contiguous().movedim(-1, c_dim)
     has_bias = bias is not None
     key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
                   activation=activation, has_bias=has_bias)
