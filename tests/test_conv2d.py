@@ -275,6 +275,19 @@ def test_default_precision_is_torchs_conv_precision():
 
 
 # ------------------------------------------------------------------------------------------ weight cache
+def test_forward_weight_layouts():
+    """The weight each forward kernel reads: (KH, KW, C_in, C_out) with C_out innermost (B tiles N-major) for
+    16-bit and exact fp32; at tf32 the same shape with C_in innermost (K-major B tiles, what tf32 tensor-core
+    products read), over the transposed kernel's (C_out, KH, KW, C_in) pack; the values are the weight's."""
+    w = torch.randn(6, 4, 3, 2, device=DEVICE)
+    want = w.permute(2, 3, 1, 0)
+    for dtype, precision, inner in ((torch.float32, "ieee", 3), (torch.float32, "tf32", 2), (torch.float16, "tf32", 3)):
+        got = conv2d.forward_weight(w, dtype, False, precision)
+        assert got.shape == want.shape and got.stride(inner) == 1 and torch.equal(got.float(), want.to(dtype).float())
+    transposed = conv2d.forward_weight(w, torch.float32, True, "tf32")
+    assert transposed.is_contiguous() and torch.equal(transposed, w.permute(0, 2, 3, 1))
+
+
 def test_packed_weight_is_cached_until_the_weight_changes():
     """One pack per weight version: repeated calls reuse it (ieee calls: fp32 at tf32 reads the transposed
     layout); an optimizer step (in place: a new version)
