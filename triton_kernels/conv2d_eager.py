@@ -57,11 +57,10 @@ class _FastConv:
         self.relu = activation == "relu"
         self.transposed = isinstance(plan, _TransposedPlan)  # its weight layout, and TMA descriptors
         self.spec = backward_spec(weight, bias, residual, stride, padding, precision, path)
-        self.precision = precision
         self.launch = None
 
     def run(self, x, weight, bias, residual) -> torch.Tensor:
-        w = forward_weight(weight, x.dtype, self.transposed, self.precision)
+        w = forward_weight(weight, x.dtype, self.transposed, self.spec.precision)
         if self.transposed and not INTERPRET:
             _ensure_allocator()
         y = x.new_empty_strided(self.shape, self.strides)
