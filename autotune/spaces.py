@@ -518,6 +518,10 @@ CONV2D_CONFIGS = [
     _gemm_cfg(32, 32, 32, 4, 3), _gemm_cfg(32, 32, 16, 4, 3), _gemm_cfg(32, 16, 16, 4, 2),
 ]
 CONV2D_SMALLEST = CONV2D_CONFIGS[-1]  # valid for every shape: the tuner's list when nothing else fits
+# fp32 (tf32 and ieee) also tries BLOCK_K 32 on wide tiles, where 64 leaves no room for the stages: at tf32 the
+# best tiles of the strided and residual layers (results/NVIDIA_H200/runs/2026-11-28_c80b032_conv-tf32-transposed-probe)
+CONV2D_4BYTE_CONFIGS = [_gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 32, 8, 4), _gemm_cfg(256, 128, 32, 8, 3)]
+CONV2D_TUNER_CONFIGS = CONV2D_CONFIGS + CONV2D_4BYTE_CONFIGS  # the list the tuner's cache file is keyed by
 CONV2D_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
 
 
@@ -537,7 +541,8 @@ def _conv2d_fits_channels(c: Config, ctx: dict) -> bool:
 def _conv2d_tuner(ctx: dict) -> list[Config]:
     """conv2d.py's ``_prune``: shared memory, registers, tiles not far larger than the problem, no tile under
     64 x 64 on a large one, and fitting the channels."""
-    out = [c for c in CONV2D_CONFIGS if _gemm_smem(c, ctx) and _acc_registers(c, ctx)
+    listed = CONV2D_CONFIGS + (CONV2D_4BYTE_CONFIGS if ctx["elem"] == 4 else [])
+    out = [c for c in listed if _gemm_smem(c, ctx) and _acc_registers(c, ctx)
            and _gemm_not_too_large(c, ctx) and _gemm_not_too_small(c, ctx) and _conv2d_fits_channels(c, ctx)]
     return out or [CONV2D_SMALLEST]
 
@@ -662,6 +667,16 @@ CONV2D_TRANSPOSED_CONFIGS = [
     _transposed_cfg(256, 128, 8, 3), _transposed_cfg(256, 128, 8, 4), _transposed_cfg(128, 256, 8, 3),
     _transposed_cfg(128, 128, 8, 4), _transposed_cfg(128, 128, 4, 4), _transposed_cfg(64, 64, 4, 3, bk=32),
 ]
+# fp32 at tf32, best first as measured at 64-512 channels on 32 x 32 to 4 x 4 maps, batch 512, on an H200
+# (results/NVIDIA_H200/runs/2026-11-28_c80b032_conv-tf32-transposed-probe): BLOCK_K 32, where 64 leaves no room
+# for the stages
+CONV2D_TRANSPOSED_4BYTE_CONFIGS = [
+    _transposed_cfg(256, 128, 8, 4, bk=32), _transposed_cfg(256, 128, 8, 3, bk=32),
+    _transposed_cfg(256, 64, 8, 4, bk=32), _transposed_cfg(256, 64, 4, 4, bk=32),
+    _transposed_cfg(128, 128, 4, 4, bk=32), _transposed_cfg(128, 256, 8, 4, bk=32),
+    _transposed_cfg(128, 64, 4, 4, bk=32),
+]
+CONV2D_TRANSPOSED_TUNER_CONFIGS = CONV2D_TRANSPOSED_CONFIGS + CONV2D_TRANSPOSED_4BYTE_CONFIGS  # its cache key
 CONV2D_TRANSPOSED_INTERPRET_CONFIG = _transposed_cfg(16, 32, 4, 1, bk=16)
 
 
@@ -699,7 +714,8 @@ def _transposed_fits(c: Config, ctx: dict) -> bool:
 
 
 def _transposed_tuner(ctx: dict) -> list[Config]:
-    return [c for c in CONV2D_TRANSPOSED_CONFIGS
+    listed = CONV2D_TRANSPOSED_4BYTE_CONFIGS if ctx["elem"] == 4 else CONV2D_TRANSPOSED_CONFIGS
+    return [c for c in listed
             if _transposed_smem(c, ctx) and _transposed_registers(c, ctx) and _transposed_fits(c, ctx)]
 
 

@@ -42,22 +42,29 @@ def test_conv1d_candidates_are_the_tuners():
 def test_conv2d_candidates_are_the_tuners():
     """conv2d's tuner draws from the declared space; at every ResNet-18 CIFAR layer (batch 512, bf16) the
     first candidate (the untuned choice) fits the layer's channels."""
+    from bench.cases.conv2d import RESNET18_SHAPES
+
     prune = _kernel_list(conv2d, "_prune")
     for M, N, C, taps in itertools.product(DIMS, (3, 16, 64, 100, 512), (3, 16, 64, 256), (1, 9)):
         for es in (2, 4):
             assert spaces.candidates("conv2d", M=M, N=N, C=C, taps=taps, dtype=es) == prune(M, N, C, taps, es)
-    assert ALL_TUNERS["conv2d"].configs == spaces.CONV2D_CONFIGS
+    assert ALL_TUNERS["conv2d"].configs == spaces.CONV2D_TUNER_CONFIGS  # the lists their cache files are keyed by
     assert ALL_TUNERS["conv2d_flat"].configs == spaces.CONV2D_FLAT_CONFIGS
     assert ALL_TUNERS["conv2d_flat_dw"].configs == spaces.CONV2D_FLAT_DW_CONFIGS
-    assert ALL_TUNERS["conv2d_transposed"].configs == spaces.CONV2D_TRANSPOSED_CONFIGS
+    assert ALL_TUNERS["conv2d_transposed"].configs == spaces.CONV2D_TRANSPOSED_TUNER_CONFIGS
     assert spaces.candidates("conv2d_transposed", M=512 * 16, N=512, C=512, H=4, W=4, dtype=2)[0] == \
         spaces.CONV2D_TRANSPOSED_CONFIGS[0]  # ResNet-18 CIFAR's 512-channel 4 x 4 layers: the measured best first
+    # fp32 (tf32): the 4-byte lists, BLOCK_K 32; every stride-1 3 x 3 ResNet-18 CIFAR layer has candidates
+    for C, H, W, N, k, s in RESNET18_SHAPES:
+        if k == 3 and s == 1 and C == N and C >= conv2d.TRANSPOSED_TF32_MIN_C:
+            listed = spaces.candidates("conv2d_transposed", M=512 * H * W, N=N, C=C, H=H, W=W, dtype=4)
+            assert listed and all(c in spaces.CONV2D_TRANSPOSED_4BYTE_CONFIGS for c in listed), (C, H)
+    assert any(c in spaces.CONV2D_4BYTE_CONFIGS for c in prune(512 * 64, 256, 256, 9, 4))
+    assert not any(c in spaces.CONV2D_4BYTE_CONFIGS for c in prune(512 * 64, 256, 256, 9, 2))
     # the ResNet stem (3 -> 64 channels, 3 x 3, batch 512): the first flat candidates are the listed guesses
     stem = dict(M=512 * 32 * 32, N=64, K=27, dtype=2)
     assert spaces.candidates("conv2d_flat", **stem)[0] == spaces.CONV2D_FLAT_CONFIGS[0]
     assert spaces.candidates("conv2d_flat_dw", **stem)[0] == spaces.CONV2D_FLAT_DW_CONFIGS[0]
-    from bench.cases.conv2d import RESNET18_SHAPES
-
     for C, H, W, N, k, s in RESNET18_SHAPES:
         first = prune(512 * (H // s) * (W // s), N, C, k * k, 2)[0].kwargs
         assert first["BLOCK_N"] <= N and first["BLOCK_K"] <= max(16, C) and first["BLOCK_M"] >= 128, (C, N, first)

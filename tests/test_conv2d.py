@@ -89,15 +89,38 @@ def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activat
 ])
 def test_transposed_kernel(B, C, H, W, N, k, bias, activation, dtype):
     """The transposed kernel (TMA boxes of whole rows, zero-filled out of the map: the padding) forward and
-    every gradient against float64; "auto" runs it only for 16-bit inputs of >= 512 channels on <= 16 pixels."""
+    every gradient against float64; "auto" runs it for 16-bit inputs of >= 512 channels on <= 16 pixels and for
+    fp32 at tf32 from 64 channels on."""
     x = torch.randn(B, C, H, W, device=DEVICE).to(dtype).contiguous(memory_format=CL)
-    assert conv2d.kernel_kind(x, k, k, N, (1, 1), (k // 2, k // 2), "transposed") == "transposed"
-    assert conv2d.kernel_kind(x, k, k, N, (1, 1), (k // 2, k // 2)) == "tiled"
+    same = (1, 1), (k // 2, k // 2)
+    assert conv2d.kernel_kind(x, k, k, N, *same, "ieee", "transposed") == "transposed"
+    assert conv2d.kernel_kind(x, k, k, N, *same, "ieee") == "tiled"
+    assert conv2d.kernel_kind(x, k, k, N, *same, "tf32") == "tiled"  # under 64 channels
     _check(B, C, H, W, N, k, 1, k // 2, bias, False, activation, dtype, path="transposed")
     wide = torch.empty(2, 512, 4, 4, device=DEVICE, dtype=torch.float16).contiguous(memory_format=CL)
-    assert conv2d.kernel_kind(wide, 3, 3, 512, (1, 1), (1, 1)) == "transposed"
-    assert conv2d.kernel_kind(wide.float(), 3, 3, 512, (1, 1), (1, 1)) == "tiled"
-    assert conv2d.kernel_kind(wide, 3, 3, 512, (2, 2), (1, 1)) == "tiled"
+    assert conv2d.kernel_kind(wide, 3, 3, 512, (1, 1), (1, 1), "ieee") == "transposed"
+    assert conv2d.kernel_kind(wide.float(), 3, 3, 512, (1, 1), (1, 1), "ieee") == "tiled"
+    assert conv2d.kernel_kind(wide.float(), 3, 3, 512, (1, 1), (1, 1), "tf32") == "transposed"
+    assert conv2d.kernel_kind(wide, 3, 3, 512, (2, 2), (1, 1), "ieee") == "tiled"
+    fp32 = torch.empty(2, 64, 8, 8, device=DEVICE).contiguous(memory_format=CL)
+    assert conv2d.kernel_kind(fp32, 3, 3, 64, (1, 1), (1, 1), "tf32") == "transposed"
+    assert conv2d.kernel_kind(fp32, 3, 3, 64, (1, 1), (1, 1), "tf32", has_res=True) == "tiled"
+    assert conv2d.kernel_kind(fp32, 3, 3, 64, (1, 1), (1, 1), "tf32", stats=True) == "tiled"
+    assert conv2d.kernel_kind(fp32, 3, 3, 64, (2, 2), (1, 1), "tf32") == "tiled"
+    narrow = torch.empty(2, 48, 8, 8, device=DEVICE).contiguous(memory_format=CL)
+    assert conv2d.kernel_kind(narrow, 3, 3, 64, (1, 1), (1, 1), "tf32") == "tiled"
+
+
+@pytest.mark.parametrize("C,H,N,bias,activation", [(64, 8, 64, True, "relu"), (128, 4, 96, False, "none")])
+def test_tf32_runs_the_transposed_kernel(C, H, N, bias, activation):
+    """fp32 at tf32 from 64 input channels ("auto"): the transposed kernel, forward and every gradient against
+    float64 within TF32's tolerance; the plan is the transposed kernel's, tuned at tf32."""
+    x = torch.empty(2, C, H, H, device=DEVICE).contiguous(memory_format=CL)
+    assert conv2d.kernel_kind(x, 3, 3, N, (1, 1), (1, 1), "tf32") == "transposed"
+    plans = set(conv2d._PLANS)
+    _check(2, C, H, H, N, 3, 1, 1, bias, False, activation, torch.float32, precision="tf32", tf32=True)
+    new = [k for k in set(conv2d._PLANS) - plans]
+    assert [(k[3], k[0].precision, k[0].c) for k in new] == [("transposed", "tf32", C)]
 
 
 def test_transposed_weight_layout_and_poisoned_output():
@@ -416,10 +439,11 @@ def test_resnet_triton_convs_under_autocast():
         assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
 
 
-def test_resnet_512_channel_layer_runs_the_transposed_kernel_on_small_maps_only():
+def test_resnet_512_channel_layer_runs_the_transposed_kernel_where_it_wins():
     """A 512-channel 3x3 layer on the Triton convs (TRITON_CONV_SHAPES lists it for the transposed kernel):
-    under 16-bit autocast on a map of <= 16 pixels it runs the transposed kernel, right against float64;
-    on a larger map, or in fp32, it runs cuDNN's (where the transposed kernel was not measured to win)."""
+    under 16-bit autocast on a map of <= 16 pixels it runs the transposed kernel, right against float64, and
+    in fp32 at torch's default TF32 too; on a larger 16-bit map, or in exact fp32, it runs cuDNN's (where the
+    transposed kernel was not measured to win)."""
     from models.resnet import Conv2d
 
     conv = Conv2d(512, 512, 3, padding=1, bias=False).to(DEVICE).to(memory_format=CL)
@@ -435,8 +459,14 @@ def test_resnet_512_channel_layer_runs_the_transposed_kernel_on_small_maps_only(
     big = torch.randn(1, 512, 8, 8, device=DEVICE).contiguous(memory_format=CL)
     with torch.autocast(torch.device(DEVICE).type, dtype=torch.float16):
         conv(big)
-    conv(x)  # fp32
+    with cudnn_tf32(False):
+        conv(x)  # exact fp32
     assert set(conv2d._PLANS) == plans
+    with cudnn_tf32(True):
+        y = conv(x)
+    new = [k for k in set(conv2d._PLANS) - plans if k[3] == "transposed"]
+    assert len(new) == 1 and new[0][0].precision == "tf32"
+    assert_close(y, ref_conv(x.double(), conv.weight.double(), padding=1), torch.float32, tf32=True)
 
 
 def test_op_suite_cases_run_through_the_harness():

@@ -23,9 +23,9 @@ BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight
 Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
 instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
 `_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). Small maps with many channels
-(16-bit, C_in >= 512, at most 16 pixels: ResNet's last stage on CIFAR) take the transposed kernel, stride 1
-and "same" padding only: out^T = W . X^T with the weight as (C_out, KH, KW, C_in) and both operands through
-TMA (see the comment above `_conv2d_transposed_kernel`).
+(16-bit, C_in >= 512, at most 16 pixels: ResNet's last stage on CIFAR) and fp32 at tf32 with C_in >= 64
+take the transposed kernel, stride 1 and "same" padding only: out^T = W . X^T with the weight as
+(C_out, KH, KW, C_in) and both operands through TMA (see the comment above `_conv2d_transposed_kernel`).
 
 Backward (conv2d_backward.py): dx from cuDNN's ``aten.convolution_backward``, dw too except on the flat-K path.
 
@@ -113,13 +113,13 @@ class _TransposedPlan(NamedTuple):
 _PLANS: dict[tuple, "_Conv2dPlan | _TransposedPlan"] = {}
 
 _tuner = register_tuner(Autotuner("conv2d", [_conv2d_kernel, _pixels, _conv2d_epilogue, _tile_coords, _apply_act],
-                                  spaces.CONV2D_CONFIGS, interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
+                                  spaces.CONV2D_TUNER_CONFIGS, interpret_config=spaces.CONV2D_INTERPRET_CONFIG))
 _flat_tuner = register_tuner(Autotuner("conv2d_flat", [_conv2d_flat_kernel, _flat_columns, _pixels, _taps,
                                                        _conv2d_epilogue, _tile_coords, _apply_act],
                                        spaces.CONV2D_FLAT_CONFIGS,
                                        interpret_config=spaces.CONV2D_FLAT_INTERPRET_CONFIG))
 _transposed_tuner = register_tuner(Autotuner("conv2d_transposed", [_conv2d_transposed_kernel, _tile_coords, _apply_act],
-                                             spaces.CONV2D_TRANSPOSED_CONFIGS,
+                                             spaces.CONV2D_TRANSPOSED_TUNER_CONFIGS,
                                              interpret_config=spaces.CONV2D_TRANSPOSED_INTERPRET_CONFIG))
 
 # The flat-K kernels serve layers with C_in under the tiled kernel's smallest K step and K = KH x KW x C_in
@@ -129,9 +129,12 @@ FLAT_K_MAX = 128
 PATHS = ("auto", "flat", "tiled", "transposed")
 # The transposed kernel runs ("auto") where it was measured ahead of cuDNN's forward: 16-bit, C_in >= 512 on maps
 # of at most 16 pixels (results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_3d22218_conv-transposed-probe: 1.33x at
-# 512 channels 4 x 4; 0.95-1.00x at 64-256 channels on 8 x 8 to 32 x 32 maps, where the tiled kernel is used)
+# 512 channels 4 x 4; 0.95-1.00x at 64-256 channels on 8 x 8 to 32 x 32 maps, where the tiled kernel is used);
+# fp32 at tf32 from C_in = 64 on (results/NVIDIA_H200/runs/2026-11-28_c80b032_conv-tf32-transposed-probe: 1.00-1.07x
+# cuDNN's TF32 at 64-512 channels on 32 x 32 to 4 x 4 maps, where the tiled kernel's best is 0.65-0.76x)
 TRANSPOSED_MIN_C = 512
 TRANSPOSED_MAX_PIXELS = 16
+TRANSPOSED_TF32_MIN_C = 64
 
 
 def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
@@ -141,9 +144,12 @@ def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
     return path == "flat"
 
 
-def transposed_wins(x) -> bool:
-    """Whether x is of the inputs the transposed kernel was measured ahead of cuDNN on: 16-bit, at least
-    TRANSPOSED_MIN_C channels, at most TRANSPOSED_MAX_PIXELS pixels per map."""
+def transposed_wins(x, precision: str) -> bool:
+    """Whether x (computed at ``precision``, which applies to fp32) is of the inputs the transposed kernel was
+    measured ahead of cuDNN on: 16-bit with at least TRANSPOSED_MIN_C channels on at most TRANSPOSED_MAX_PIXELS
+    pixels per map; fp32 at tf32 with at least TRANSPOSED_TF32_MIN_C channels."""
+    if x.dtype == torch.float32:
+        return precision == "tf32" and x.shape[1] >= TRANSPOSED_TF32_MIN_C
     return (x.element_size() == 2 and x.shape[1] >= TRANSPOSED_MIN_C
             and x.shape[-2] * x.shape[-1] <= TRANSPOSED_MAX_PIXELS)
 
@@ -178,15 +184,15 @@ def _transposed_configs(M: int, N: int, C: int, H: int, W: int, taps: int, elem:
     return spaces.candidates("conv2d_transposed", M=M, N=N, C=C, H=H, W=W, taps=taps, dtype=elem)
 
 
-def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, path: str = "auto",
+def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, precision: str, path: str = "auto",
                 has_res: bool = False, stats: bool = False) -> str:
-    """"flat", "tiled" or "transposed": the kernel a forward runs (``path`` "auto": the flat-K kernels for
-    few input channels, the transposed one where it was measured to win, else the tiled one)."""
+    """"flat", "tiled" or "transposed": the kernel a forward at ``precision`` runs (``path`` "auto": the flat-K
+    kernels for few input channels, the transposed one where it was measured to win, else the tiled one)."""
     if path != "auto":
         return path
     if uses_flat(x.shape[1], KH, KW):
         return "flat"
-    if transposed_wins(x) and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None:
+    if transposed_wins(x, precision) and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None:
         return "transposed"
     return "tiled"
 
@@ -452,7 +458,7 @@ def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         transposed = "BLOCK_P" in cfg.kwargs
     else:
         transposed = kernel_kind(x, weight.shape[2], weight.shape[3], weight.shape[0], (stride_h, stride_w),
-                                 (pad_h, pad_w), path, residual is not None) == "transposed"
+                                 (pad_h, pad_w), precision, path, residual is not None) == "transposed"
     if transposed:
         return conv2d_transposed_forward(x, forward_weight(weight, x.dtype, True, precision), bias, activation,
                                          precision, config=cfg)
@@ -550,8 +556,8 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
     conv2d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default, e.g.
     torch.backends.cudnn.allow_tf32; else "ieee"; see runtime.torch_conv_precision). path: "auto" (the
-    flat-K kernels for few input channels, the transposed kernel for small maps with many channels, see
-    :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
+    flat-K kernels for few input channels, the transposed kernel for small maps with many channels and for
+    fp32 at tf32, see :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
     launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
     if precision is None:
