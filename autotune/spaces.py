@@ -662,10 +662,14 @@ def _transposed_cfg(bp, bn, warps, stages, bk=64, per_sm=1):
 
 
 # best first, as measured at 512 channels 4 x 4, batch 512, bf16 on an H100
-# (results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_3d22218_conv-transposed-probe): 54.6, 54.9, 57.1, 63.7 us
+# (results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_3d22218_conv-transposed-probe): 54.6, 54.9, 57.1, 63.7 us; then
+# 64-channel tiles, the best at 64 channels on 32 x 32 and 16 x 16 maps (results/NVIDIA_H200/runs/
+# 2026-11-28_39c6ac2_conv-auto-probe: 256 x 64 on 8 or 4 warps, 98.6-99.3 us; 128 x 64 two per SM, 31.3-31.5 us)
 CONV2D_TRANSPOSED_CONFIGS = [
     _transposed_cfg(256, 128, 8, 3), _transposed_cfg(256, 128, 8, 4), _transposed_cfg(128, 256, 8, 3),
     _transposed_cfg(128, 128, 8, 4), _transposed_cfg(128, 128, 4, 4), _transposed_cfg(64, 64, 4, 3, bk=32),
+    _transposed_cfg(256, 64, 8, 4), _transposed_cfg(256, 64, 4, 4), _transposed_cfg(128, 64, 8, 4, per_sm=2),
+    _transposed_cfg(128, 64, 4, 3, per_sm=2),
 ]
 # fp32 at tf32, best first as measured at 64-512 channels on 32 x 32 to 4 x 4 maps, batch 512, on an H200
 # (results/NVIDIA_H200/runs/2026-11-28_c80b032_conv-tf32-transposed-probe): BLOCK_K 32, where 64 leaves no room

@@ -31,7 +31,6 @@ from torch import nn
 from triton_kernels import batchnorm
 from triton_kernels import conv2d as _conv2d
 from triton_kernels import foreach_cast
-from triton_kernels.runtime import torch_conv_precision
 from triton_kernels import pool_head as _pool_head
 
 BACKENDS = ("eager", "compile", "triton", "triton+compile")
@@ -66,7 +65,7 @@ def _conv_triton(conv: nn.Conv2d, x: torch.Tensor, stride=None) -> torch.Tensor:
         dtype = torch.get_autocast_dtype(x.device.type)
         x = x.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
-    if conv.in_channels >= _conv2d.TRANSPOSED_MIN_C and not _conv2d.transposed_wins(x, torch_conv_precision(x)):
+    if conv.in_channels >= _conv2d.TRANSPOSED_MIN_C and not _conv2d.transposed_wins(x):
         return _conv_cudnn(conv, x, stride)  # a layer listed for the transposed kernel, off the inputs it wins on
     return _conv2d.conv2d(x, _weight(conv), bias, conv.stride if stride is None else stride, conv.padding)
 

@@ -54,9 +54,11 @@ def test_conv2d_candidates_are_the_tuners():
     assert ALL_TUNERS["conv2d_transposed"].configs == spaces.CONV2D_TRANSPOSED_TUNER_CONFIGS
     assert spaces.candidates("conv2d_transposed", M=512 * 16, N=512, C=512, H=4, W=4, dtype=2)[0] == \
         spaces.CONV2D_TRANSPOSED_CONFIGS[0]  # ResNet-18 CIFAR's 512-channel 4 x 4 layers: the measured best first
-    # fp32 (tf32): the 4-byte lists, BLOCK_K 32; every stride-1 3 x 3 ResNet-18 CIFAR layer has candidates
+    # every stride-1 3 x 3 ResNet-18 CIFAR layer "auto" gives the transposed kernel has candidates; fp32 (tf32)
+    # from the 4-byte list (BLOCK_K 32)
     for C, H, W, N, k, s in RESNET18_SHAPES:
-        if k == 3 and s == 1 and C == N and C >= conv2d.TRANSPOSED_TF32_MIN_C:
+        if k == 3 and s == 1 and C >= conv2d.TRANSPOSED_AUTO_MIN_C:
+            assert spaces.candidates("conv2d_transposed", M=512 * H * W, N=N, C=C, H=H, W=W, dtype=2), (C, H)
             listed = spaces.candidates("conv2d_transposed", M=512 * H * W, N=N, C=C, H=H, W=W, dtype=4)
             assert listed and all(c in spaces.CONV2D_TRANSPOSED_4BYTE_CONFIGS for c in listed), (C, H)
     assert any(c in spaces.CONV2D_4BYTE_CONFIGS for c in prune(512 * 64, 256, 256, 9, 4))

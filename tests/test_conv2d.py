@@ -89,38 +89,44 @@ def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activat
 ])
 def test_transposed_kernel(B, C, H, W, N, k, bias, activation, dtype):
     """The transposed kernel (TMA boxes of whole rows, zero-filled out of the map: the padding) forward and
-    every gradient against float64; "auto" runs it for 16-bit inputs of >= 512 channels on <= 16 pixels and for
-    fp32 at tf32 from 64 channels on."""
+    every gradient against float64 (its path forced: these maps are under what "auto" gives it)."""
     x = torch.randn(B, C, H, W, device=DEVICE).to(dtype).contiguous(memory_format=CL)
     same = (1, 1), (k // 2, k // 2)
     assert conv2d.kernel_kind(x, k, k, N, *same, "ieee", "transposed") == "transposed"
     assert conv2d.kernel_kind(x, k, k, N, *same, "ieee") == "tiled"
-    assert conv2d.kernel_kind(x, k, k, N, *same, "tf32") == "tiled"  # under 64 channels
     _check(B, C, H, W, N, k, 1, k // 2, bias, False, activation, dtype, path="transposed")
-    wide = torch.empty(2, 512, 4, 4, device=DEVICE, dtype=torch.float16).contiguous(memory_format=CL)
-    assert conv2d.kernel_kind(wide, 3, 3, 512, (1, 1), (1, 1), "ieee") == "transposed"
-    assert conv2d.kernel_kind(wide.float(), 3, 3, 512, (1, 1), (1, 1), "ieee") == "tiled"
-    assert conv2d.kernel_kind(wide.float(), 3, 3, 512, (1, 1), (1, 1), "tf32") == "transposed"
-    assert conv2d.kernel_kind(wide, 3, 3, 512, (2, 2), (1, 1), "ieee") == "tiled"
-    fp32 = torch.empty(2, 64, 8, 8, device=DEVICE).contiguous(memory_format=CL)
-    assert conv2d.kernel_kind(fp32, 3, 3, 64, (1, 1), (1, 1), "tf32") == "transposed"
-    assert conv2d.kernel_kind(fp32, 3, 3, 64, (1, 1), (1, 1), "tf32", has_res=True) == "tiled"
-    assert conv2d.kernel_kind(fp32, 3, 3, 64, (1, 1), (1, 1), "tf32", stats=True) == "tiled"
-    assert conv2d.kernel_kind(fp32, 3, 3, 64, (2, 2), (1, 1), "tf32") == "tiled"
-    narrow = torch.empty(2, 48, 8, 8, device=DEVICE).contiguous(memory_format=CL)
-    assert conv2d.kernel_kind(narrow, 3, 3, 64, (1, 1), (1, 1), "tf32") == "tiled"
 
 
 @pytest.mark.parametrize("C,H,N,bias,activation", [(64, 8, 64, True, "relu"), (128, 4, 96, False, "none")])
-def test_tf32_runs_the_transposed_kernel(C, H, N, bias, activation):
-    """fp32 at tf32 from 64 input channels ("auto"): the transposed kernel, forward and every gradient against
-    float64 within TF32's tolerance; the plan is the transposed kernel's, tuned at tf32."""
-    x = torch.empty(2, C, H, H, device=DEVICE).contiguous(memory_format=CL)
-    assert conv2d.kernel_kind(x, 3, 3, N, (1, 1), (1, 1), "tf32") == "transposed"
+def test_transposed_kernel_at_tf32(C, H, N, bias, activation):
+    """fp32 at tf32 through the transposed kernel: forward and every gradient against float64 within TF32's
+    tolerance; its plan is tuned at tf32."""
     plans = set(conv2d._PLANS)
-    _check(2, C, H, H, N, 3, 1, 1, bias, False, activation, torch.float32, precision="tf32", tf32=True)
+    _check(2, C, H, H, N, 3, 1, 1, bias, False, activation, torch.float32, precision="tf32", tf32=True,
+           path="transposed")
     new = [k for k in set(conv2d._PLANS) - plans]
     assert [(k[3], k[0].precision, k[0].c) for k in new] == [("transposed", "tf32", C)]
+
+
+def test_auto_picks_the_transposed_kernel_where_it_wins():
+    """"auto": the transposed kernel for 16-bit or tf32 inputs of >= 64 channels on >= 16384 output pixels, and
+    for 16-bit inputs of >= 512 channels on maps of <= 16 pixels (ahead of cuDNN); the tiled one otherwise
+    (exact fp32, fewer channels or pixels, stride 2, a residual or statistics epilogue)."""
+    def kind(shape, dtype=torch.bfloat16, precision="ieee", stride=(1, 1), **epilogue):
+        x = torch.empty(shape, device=DEVICE, dtype=dtype).contiguous(memory_format=CL)
+        return conv2d.kernel_kind(x, 3, 3, shape[1], stride, (1, 1), precision, **epilogue)
+
+    layer1 = (64, 64, 16, 16)  # 16384 output pixels (maps the interpreter's transposed tile fits)
+    assert kind(layer1) == "transposed" and kind(layer1, torch.float16) == "transposed"
+    assert kind(layer1, torch.float32, "tf32") == "transposed"
+    assert kind(layer1, torch.float32, "ieee") == "tiled"
+    assert kind((63, 64, 16, 16)) == "tiled" and kind((64, 48, 16, 16)) == "tiled"
+    assert kind(layer1, stride=(2, 2)) == "tiled"
+    assert kind(layer1, has_res=True) == "tiled" and kind(layer1, stats=True) == "tiled"
+    wide = (2, 512, 4, 4)  # 32 output pixels: ahead of cuDNN in 16-bit only
+    assert kind(wide) == "transposed"
+    assert kind(wide, torch.float32, "tf32") == "tiled"
+    assert kind(layer1, path="tiled") == "tiled"
 
 
 def test_transposed_weight_layout_and_poisoned_output():
@@ -439,11 +445,10 @@ def test_resnet_triton_convs_under_autocast():
         assert rel_err(po.grad, p32.grad) <= max(2 * rel_err(pe.grad, p32.grad), 2e-2), name
 
 
-def test_resnet_512_channel_layer_runs_the_transposed_kernel_where_it_wins():
+def test_resnet_512_channel_layer_runs_the_transposed_kernel_on_small_maps_only():
     """A 512-channel 3x3 layer on the Triton convs (TRITON_CONV_SHAPES lists it for the transposed kernel):
-    under 16-bit autocast on a map of <= 16 pixels it runs the transposed kernel, right against float64, and
-    in fp32 at torch's default TF32 too; on a larger 16-bit map, or in exact fp32, it runs cuDNN's (where the
-    transposed kernel was not measured to win)."""
+    under 16-bit autocast on a map of <= 16 pixels it runs the transposed kernel, right against float64;
+    on a larger map, or in fp32, it runs cuDNN's (where the transposed kernel was not measured to win)."""
     from models.resnet import Conv2d
 
     conv = Conv2d(512, 512, 3, padding=1, bias=False).to(DEVICE).to(memory_format=CL)
@@ -459,14 +464,8 @@ def test_resnet_512_channel_layer_runs_the_transposed_kernel_where_it_wins():
     big = torch.randn(1, 512, 8, 8, device=DEVICE).contiguous(memory_format=CL)
     with torch.autocast(torch.device(DEVICE).type, dtype=torch.float16):
         conv(big)
-    with cudnn_tf32(False):
-        conv(x)  # exact fp32
+    conv(x)  # fp32
     assert set(conv2d._PLANS) == plans
-    with cudnn_tf32(True):
-        y = conv(x)
-    new = [k for k in set(conv2d._PLANS) - plans if k[3] == "transposed"]
-    assert len(new) == 1 and new[0][0].precision == "tf32"
-    assert_close(y, ref_conv(x.double(), conv.weight.double(), padding=1), torch.float32, tf32=True)
 
 
 def test_op_suite_cases_run_through_the_harness():
@@ -538,26 +537,36 @@ def test_gpu_views(case, dtype_name, isolated):
 
 def gpu_resnet_shapes(batch: int, backward: bool, dtype_name: str = "bfloat16", device: str = "cuda") -> None:
     """Every ResNet-18 CIFAR conv shape (bench/cases/conv2d.py) vs float64: forward at ``batch`` (and
-    every gradient when ``backward``); the fused epilogue (bias, residual, ReLU) at each stage's 3x3."""
+    every gradient when ``backward``); the fused epilogue (bias, residual, ReLU) at each stage's 3x3. fp32
+    runs at torch's default conv precision (TF32). At batch 512 every 3x3 stride-1 layer from 64 channels
+    on runs the transposed kernel ("auto"), the others the tiled or flat-K one."""
     from bench.cases.conv2d import RESNET18_SHAPES
 
     dtype = DTYPE_NAMES[dtype_name]
+    tf32 = dtype == torch.float32
     for C, H, W, N, k, s in RESNET18_SHAPES:
         if backward:
-            _check(batch, C, H, W, N, k, s, k // 2, False, False, "none", dtype, device=device)
+            _check(batch, C, H, W, N, k, s, k // 2, False, False, "none", dtype, device=device, precision=None,
+                   tf32=tf32)
             if k == 3 and s == 1 and C == N:
-                _check(batch, C, H, W, N, k, s, 1, True, True, "relu", dtype, device=device)
+                _check(batch, C, H, W, N, k, s, 1, True, True, "relu", dtype, device=device, precision=None,
+                       tf32=tf32)
             continue
         x, w, _, _ = _inputs(batch, C, H, W, N, k, s, k // 2, False, False, dtype, "channels_last", device)
+        kind = conv2d.kernel_kind(x, k, k, N, (s, s), (k // 2, k // 2), "tf32" if tf32 else "ieee")
+        if batch == 512:
+            assert (kind == "transposed") == (k == 3 and s == 1 and C >= 64), (C, H, N, k, s, kind)
         with torch.no_grad():
             y = conv2d.conv2d(x, w, None, s, k // 2)
-        assert_close(y, ref_conv(x.double(), w.double(), None, s, k // 2), dtype, name=str((C, H, W, N, k, s)))
+        assert_close(y, ref_conv(x.double(), w.double(), None, s, k // 2), dtype, tf32=tf32,
+                     name=str((C, H, W, N, k, s)))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("batch,backward", [(512, False), (32, True)])
-def test_gpu_resnet18_shapes_bf16(batch, backward, isolated):
-    isolated("tests.test_conv2d:gpu_resnet_shapes", batch, backward)
+@pytest.mark.parametrize("batch,backward,dtype_name", [(512, False, "bfloat16"), (32, True, "bfloat16"),
+                                                       (512, False, "float32"), (32, True, "float32")])
+def test_gpu_resnet18_shapes(batch, backward, dtype_name, isolated):
+    isolated("tests.test_conv2d:gpu_resnet_shapes", batch, backward, dtype_name)
 
 
 def gpu_tf32_stats_and_compile() -> None:

@@ -22,10 +22,10 @@ BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight
 
 Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
 instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
-`_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). Small maps with many channels
-(16-bit, C_in >= 512, at most 16 pixels: ResNet's last stage on CIFAR) and fp32 at tf32 with C_in >= 64
-take the transposed kernel, stride 1 and "same" padding only: out^T = W . X^T with the weight as
-(C_out, KH, KW, C_in) and both operands through TMA (see the comment above `_conv2d_transposed_kernel`).
+`_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). 16-bit or tf32 layers with
+many channels (C_in >= 64 on >= 16384 output pixels, or 16-bit C_in >= 512 on maps of <= 16 pixels) take the
+transposed kernel, stride 1 and "same" padding only: out^T = W . X^T with the weight as (C_out, KH, KW, C_in)
+and both operands through TMA (see the comment above `_conv2d_transposed_kernel`).
 
 Backward (conv2d_backward.py): dx from cuDNN's ``aten.convolution_backward``, dw too except on the flat-K path.
 
@@ -127,14 +127,18 @@ _transposed_tuner = register_tuner(Autotuner("conv2d_transposed", [_conv2d_trans
 FLAT_C_MAX = 16
 FLAT_K_MAX = 128
 PATHS = ("auto", "flat", "tiled", "transposed")
-# The transposed kernel runs ("auto") where it was measured ahead of cuDNN's forward: 16-bit, C_in >= 512 on maps
-# of at most 16 pixels (results/NVIDIA_H100_80GB_HBM3/runs/2026-11-27_3d22218_conv-transposed-probe: 1.33x at
-# 512 channels 4 x 4; 0.95-1.00x at 64-256 channels on 8 x 8 to 32 x 32 maps, where the tiled kernel is used);
-# fp32 at tf32 from C_in = 64 on (results/NVIDIA_H200/runs/2026-11-28_c80b032_conv-tf32-transposed-probe: 1.00-1.07x
-# cuDNN's TF32 at 64-512 channels on 32 x 32 to 4 x 4 maps, where the tiled kernel's best is 0.65-0.76x)
+# Where the transposed kernel was measured ahead of cuDNN's forward (the ResNet model's routing, `transposed_wins`):
+# 16-bit, C_in >= 512 on maps of at most 16 pixels (results/NVIDIA_H100_80GB_HBM3/runs/
+# 2026-11-27_3d22218_conv-transposed-probe: 1.33x at 512 channels 4 x 4).
 TRANSPOSED_MIN_C = 512
 TRANSPOSED_MAX_PIXELS = 16
-TRANSPOSED_TF32_MIN_C = 64
+# Where "auto" runs it rather than the tiled kernel (`transposed_beats_tiled`): 16-bit, or fp32 at tf32, with at
+# least 64 input channels and 16384 output pixels (B x H x W). Measured on an H200, kernel times
+# (results/NVIDIA_H200/runs/2026-11-28_39c6ac2_conv-auto-probe): at ResNet-18's 3 x 3 layers, batch 512, the
+# transposed kernel takes 0.66-0.82x the tiled one's time in bf16 and 0.60-0.70x at tf32 (0.95-1.13x cuDNN's
+# speed); at 16 samples of 8 x 8 (1024 pixels) the tiled kernel is 2-5 % ahead.
+TRANSPOSED_AUTO_MIN_C = 64
+TRANSPOSED_AUTO_MIN_PIXELS = 16384
 
 
 def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
@@ -144,14 +148,23 @@ def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
     return path == "flat"
 
 
-def transposed_wins(x, precision: str) -> bool:
-    """Whether x (computed at ``precision``, which applies to fp32) is of the inputs the transposed kernel was
-    measured ahead of cuDNN on: 16-bit with at least TRANSPOSED_MIN_C channels on at most TRANSPOSED_MAX_PIXELS
-    pixels per map; fp32 at tf32 with at least TRANSPOSED_TF32_MIN_C channels."""
-    if x.dtype == torch.float32:
-        return precision == "tf32" and x.shape[1] >= TRANSPOSED_TF32_MIN_C
+def transposed_wins(x) -> bool:
+    """Whether x is of the inputs the transposed kernel was measured ahead of cuDNN on: 16-bit, at least
+    TRANSPOSED_MIN_C channels, at most TRANSPOSED_MAX_PIXELS pixels per map."""
     return (x.element_size() == 2 and x.shape[1] >= TRANSPOSED_MIN_C
             and x.shape[-2] * x.shape[-1] <= TRANSPOSED_MAX_PIXELS)
+
+
+def transposed_beats_tiled(x, precision: str) -> bool:
+    """Whether "auto" prefers the transposed kernel to the tiled one for x (computed at ``precision``, which
+    applies to fp32): where it beats cuDNN (:func:`transposed_wins`), and for 16-bit or fp32 at tf32 from
+    TRANSPOSED_AUTO_MIN_C input channels and TRANSPOSED_AUTO_MIN_PIXELS output pixels (stride 1) on."""
+    if transposed_wins(x):
+        return True
+    if x.dtype == torch.float32 and precision != "tf32":
+        return False
+    B, C, H, W = x.shape
+    return C >= TRANSPOSED_AUTO_MIN_C and B * H * W >= TRANSPOSED_AUTO_MIN_PIXELS
 
 
 def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, has_res: bool,
@@ -192,7 +205,8 @@ def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, prec
         return path
     if uses_flat(x.shape[1], KH, KW):
         return "flat"
-    if transposed_wins(x, precision) and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None:
+    if (transposed_beats_tiled(x, precision)
+            and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None):
         return "transposed"
     return "tiled"
 
@@ -556,8 +570,8 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
     conv2d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default, e.g.
     torch.backends.cudnn.allow_tf32; else "ieee"; see runtime.torch_conv_precision). path: "auto" (the
-    flat-K kernels for few input channels, the transposed kernel for small maps with many channels and for
-    fp32 at tf32, see :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
+    flat-K kernels for few input channels, the transposed kernel for stride-1 "same" convolutions of 16-bit
+    or tf32 inputs with many channels, see :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
     launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
     if precision is None:
