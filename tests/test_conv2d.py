@@ -109,18 +109,19 @@ def test_transposed_kernel_at_tf32(C, H, N, bias, activation):
 
 
 def test_auto_picks_the_transposed_kernel_where_it_wins():
-    """"auto": the transposed kernel for 16-bit or tf32 inputs of >= 64 channels on >= 16384 output pixels, and
+    """"auto": the transposed kernel for 16-bit or tf32 inputs of >= 64 channels on >= 8192 output pixels, and
     for 16-bit inputs of >= 512 channels on maps of <= 16 pixels (ahead of cuDNN); the tiled one otherwise
     (exact fp32, fewer channels or pixels, stride 2, a residual or statistics epilogue)."""
     def kind(shape, dtype=torch.bfloat16, precision="ieee", stride=(1, 1), **epilogue):
         x = torch.empty(shape, device=DEVICE, dtype=dtype).contiguous(memory_format=CL)
         return conv2d.kernel_kind(x, 3, 3, shape[1], stride, (1, 1), precision, **epilogue)
 
-    layer1 = (64, 64, 16, 16)  # 16384 output pixels (maps the interpreter's transposed tile fits)
+    layer1 = (32, 64, 16, 16)  # 8192 output pixels (maps the interpreter's transposed tile fits)
     assert kind(layer1) == "transposed" and kind(layer1, torch.float16) == "transposed"
     assert kind(layer1, torch.float32, "tf32") == "transposed"
     assert kind(layer1, torch.float32, "ieee") == "tiled"
-    assert kind((63, 64, 16, 16)) == "tiled" and kind((64, 48, 16, 16)) == "tiled"
+    assert kind((31, 64, 16, 16)) == "tiled" and kind((32, 48, 16, 16)) == "tiled"
+    assert kind((512, 512, 4, 4), torch.float32, "tf32") == "transposed"
     assert kind(layer1, stride=(2, 2)) == "tiled"
     assert kind(layer1, has_res=True) == "tiled" and kind(layer1, stats=True) == "tiled"
     wide = (2, 512, 4, 4)  # 32 output pixels: ahead of cuDNN in 16-bit only
@@ -654,10 +655,11 @@ def gpu_autotune_picks_a_config() -> None:
     os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "1"
     try:
         x, w, _, _ = _inputs(128, 128, 16, 16, 128, 3, 1, 1, False, False, torch.bfloat16, "channels_last", "cuda")
-        with torch.no_grad():
-            y = conv2d.conv2d(x, w, None, 1, 1)
-        assert_close(y, ref_conv(x.double(), w.double(), None, 1, 1), torch.bfloat16)
-        assert any(what in ("tuned", "hit") for _, what in conv2d._tuner.events)
+        for path, tuner in (("tiled", conv2d._tuner), ("auto", conv2d._transposed_tuner)):
+            with torch.no_grad():
+                y = conv2d.conv2d(x, w, None, 1, 1, path=path)
+            assert_close(y, ref_conv(x.double(), w.double(), None, 1, 1), torch.bfloat16, name=path)
+            assert any(what in ("tuned", "hit") for _, what in tuner.events), path
     finally:
         os.environ["TRITON_PLAYGROUND_AUTOTUNE"] = "0"
 

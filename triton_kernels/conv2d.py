@@ -23,7 +23,7 @@ BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight
 Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
 instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
 `_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). 16-bit or tf32 layers with
-many channels (C_in >= 64 on >= 16384 output pixels, or 16-bit C_in >= 512 on maps of <= 16 pixels) take the
+many channels (C_in >= 64 on >= 8192 output pixels, or 16-bit C_in >= 512 on maps of <= 16 pixels) take the
 transposed kernel, stride 1 and "same" padding only: out^T = W . X^T with the weight as (C_out, KH, KW, C_in)
 and both operands through TMA (see the comment above `_conv2d_transposed_kernel`).
 
@@ -133,12 +133,12 @@ PATHS = ("auto", "flat", "tiled", "transposed")
 TRANSPOSED_MIN_C = 512
 TRANSPOSED_MAX_PIXELS = 16
 # Where "auto" runs it rather than the tiled kernel (`transposed_beats_tiled`): 16-bit, or fp32 at tf32, with at
-# least 64 input channels and 16384 output pixels (B x H x W). Measured on an H200, kernel times
-# (results/NVIDIA_H200/runs/2026-11-28_39c6ac2_conv-auto-probe): at ResNet-18's 3 x 3 layers, batch 512, the
-# transposed kernel takes 0.66-0.82x the tiled one's time in bf16 and 0.60-0.70x at tf32 (0.95-1.13x cuDNN's
-# speed); at 16 samples of 8 x 8 (1024 pixels) the tiled kernel is 2-5 % ahead.
+# least 64 input channels and 8192 output pixels (B x H x W). Measured on an H200, kernel times
+# (results/NVIDIA_H200/runs/2026-11-28_39c6ac2_conv-auto-probe): at ResNet-18's 3 x 3 layers, batch 512 (8192 to
+# 524288 pixels), the transposed kernel takes 0.66-0.82x the tiled one's time in bf16 and 0.60-0.70x at tf32
+# (0.95-1.13x cuDNN's speed); at 16 samples of 8 x 8 (1024 pixels) the tiled kernel is 2-5 % ahead.
 TRANSPOSED_AUTO_MIN_C = 64
-TRANSPOSED_AUTO_MIN_PIXELS = 16384
+TRANSPOSED_AUTO_MIN_PIXELS = 8192
 
 
 def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
