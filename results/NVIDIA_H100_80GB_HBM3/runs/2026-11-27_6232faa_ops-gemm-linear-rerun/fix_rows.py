@@ -1,7 +1,8 @@
 """Rows of a GPU op-suite run made outside gpu_run.sh: the git_commit column set to the commit the tree was at
 (the box had no .git), and the pct_roofline rows the box could not compute (no ceilings.json there)
-added from each time_ms median and results/<device>/ceilings.json. Usage: fix_rows.py ops.csv commit [merge_dir]"""
-import json, sys
+added from each time_ms median and results/<device>/ceilings.json ($CEILINGS, else the H100's). Usage: fix_rows.py
+ops.csv commit [merge_dir]"""
+import json, os, sys
 sys.path.insert(0, "/work/main")
 import pandas as pd
 from bench.ops import build
@@ -10,7 +11,7 @@ from bench.results import write_rows
 src, commit = sys.argv[1], sys.argv[2]
 df = pd.read_csv(src, keep_default_na=False, na_values=[""])
 df["git_commit"] = commit
-ceil = json.load(open("/work/main/results/NVIDIA_H100_80GB_HBM3/ceilings.json"))
+ceil = json.load(open(os.environ.get("CEILINGS", "/work/main/results/NVIDIA_H100_80GB_HBM3/ceilings.json")))
 by_key = {}
 for c in build(quick=False, tiny=False) + build(quick=True, tiny=False):
     by_key[(c.name, json.dumps(c.params, sort_keys=True), str(c.dtype).replace("torch.", ""))] = c
