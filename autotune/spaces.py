@@ -519,7 +519,9 @@ CONV2D_CONFIGS = [
 ]
 CONV2D_SMALLEST = CONV2D_CONFIGS[-1]  # valid for every shape: the tuner's list when nothing else fits
 # fp32 (tf32 and ieee) also tries BLOCK_K 32 on wide tiles, where 64 leaves no room for the stages: at tf32 the
-# best tiles of the strided and residual layers (results/NVIDIA_H200/runs/2026-11-28_c80b032_conv-tf32-transposed-probe)
+# best tiles of the stride-2 layers, which keep this kernel (results/NVIDIA_H200/runs/
+# 2026-11-28_c80b032_conv-tf32-transposed-probe: 0.66x / 0.75x cuDNN's TF32; the list's best probed before them,
+# 0.56x / 0.57x)
 CONV2D_4BYTE_CONFIGS = [_gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 32, 8, 4), _gemm_cfg(256, 128, 32, 8, 3)]
 CONV2D_TUNER_CONFIGS = CONV2D_CONFIGS + CONV2D_4BYTE_CONFIGS  # the list the tuner's cache file is keyed by
 CONV2D_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
