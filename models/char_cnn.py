@@ -260,26 +260,32 @@ class CharCNN(nn.Module):
                 ("fc2", fc(self.fc2, True)), ("fc3", fc(self.fc3, False))]
 
     def packed_parameters(self) -> dict[str, Any]:
-        """Inference copies of the conv weights laid out (k, C_in, C_out) and the LayerNorm parameters laid
-        out (L, C) in memory (same shapes and values as the parameters), and the first layer's moment tables
-        (its LayerNorm statistics), rebuilt when a parameter changes (its version counter or storage). The
-        state_dict never holds them. While torch.compile traces, they are built in the graph (a few copies per
-        call): a traced data pointer cannot be compared with the cached one."""
+        """Inference copies of the conv weights laid out for conv1d's kernel at the precision its fp32 calls run
+        (`conv1d.pack_weight`: (k, C_in, C_out) in memory, or (C_out, k, C_in) at tf32; the gather layer's
+        always the first) and of the LayerNorm parameters laid out (L, C) (same shapes and values as the
+        parameters), and the first layer's moment tables (its LayerNorm statistics), rebuilt when a parameter
+        changes (its version counter or storage) or the precision does. The state_dict never holds them.
+        While torch.compile traces, they are built in the graph (a few copies per call): a traced data pointer
+        cannot be compared with the cached one."""
+        from triton_kernels.runtime import torch_conv_precision
+
+        precision = torch_conv_precision(self.conv2.weight)
         if torch.compiler.is_compiling():
-            return self._pack()
+            return self._pack(precision)
         params = [m.weight for m in self.convs()] + [self.conv1.bias, self.ln1.weight, self.ln1.bias, self.ln6.weight,
                                                      self.ln6.bias]
-        key = tuple((t.data_ptr(), t._version, t.dtype) for t in params)
+        key = tuple((t.data_ptr(), t._version, t.dtype) for t in params) + (precision,)
         if key != self._packed_key:
-            self._packed, self._packed_key = self._pack(), key
+            self._packed, self._packed_key = self._pack(precision), key
         return self._packed
 
-    def _pack(self) -> dict[str, Any]:
+    def _pack(self, precision: str) -> dict[str, Any]:
         from triton_kernels.conv1d import pack_weight
         from triton_kernels.conv1d_gather import gather_moment_tables
 
         with torch.no_grad():
-            packed = {f"conv{i + 1}": pack_weight(m.weight) for i, m in enumerate(self.convs())}
+            packed = {f"conv{i + 1}": pack_weight(m.weight, precision if i else "ieee")
+                      for i, m in enumerate(self.convs())}
             packed["conv1.moments"] = gather_moment_tables(self.conv1.weight, self.conv1.bias)
             for name in ("ln1", "ln6"):
                 ln = getattr(self, name)

@@ -69,8 +69,12 @@ def test_state_dict_identical_across_backends():
     for backend in ("compile", "triton", "triton-per-op", "eager"):
         m.backend = backend
         if backend.startswith("triton"):
-            packed = m.packed_parameters()  # the inference copies the Triton paths read
-            assert packed["conv2"].permute(2, 1, 0).is_contiguous() and torch.equal(packed["conv2"], m.conv2.weight)
+            for allow, layout in ((False, (2, 1, 0)), (True, (0, 2, 1))):  # as conv1d's fp32 calls run: tf32 or not
+                with cudnn_tf32(allow):
+                    packed = m.packed_parameters()  # the inference copies the Triton paths read
+                assert packed["conv2"].permute(*layout).is_contiguous(), allow
+                assert torch.equal(packed["conv2"], m.conv2.weight)
+                assert packed["conv1"].permute(2, 1, 0).is_contiguous()  # the gather layer's, at any precision
         sd = m.state_dict()
         assert sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in ref), backend
     m2 = _tiny(backend="triton")  # the eager model's state_dict loads into a Triton-backend model as is

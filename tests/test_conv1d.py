@@ -134,16 +134,22 @@ def test_default_precision_is_torchs_conv_precision(monkeypatch):
         conv1d.conv1d(x, w, precision="fp32")
 
 
-def test_packed_weight_layout():
-    """pack_weight keeps shape and values, lays the weight out as (k, C_in, C_out), and its gradient reaches
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_packed_weight_layout(precision):
+    """pack_weight keeps shape and values, lays the weight out as (k, C_in, C_out) (an fp32 weight at tf32: as
+    (C_out, k, C_in), input channels innermost; 16-bit: the first at any precision), and its gradient reaches
     the original weight."""
     w = torch.randn(6, 4, 3, device=DEVICE, requires_grad=True)
-    p = conv1d.pack_weight(w)
-    assert p.shape == w.shape and torch.equal(p, w) and p.permute(2, 1, 0).is_contiguous()
+    p = conv1d.pack_weight(w, precision)
+    layout = (0, 2, 1) if precision == "tf32" else (2, 1, 0)
+    assert p.shape == w.shape and torch.equal(p, w) and p.permute(*layout).is_contiguous()
+    assert conv1d.pack_weight(w.detach().half(), precision).permute(2, 1, 0).is_contiguous()
     x = torch.randn(2, 8, 4, device=DEVICE)
-    conv1d.conv1d(x, p).sum().backward()
+    y = conv1d.conv1d(x, p, precision=precision)
+    assert_close(y, ref_conv(x.double(), w.detach().double()), torch.float32, tf32=precision == "tf32")
+    y.sum().backward()
     ref = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), w.shape, torch.ones(2, 6, 6, dtype=torch.float64))
-    assert_close(w.grad, ref, torch.float32)
+    assert_close(w.grad, ref, torch.float32, tf32=precision == "tf32")
 
 
 # ------------------------------------------------------------------------------------------ view matrix

@@ -475,10 +475,15 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _conv1d_call(x, weight, bias, activation, int(pool), precision)
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """A copy of the (C_out, C_in, k) weight laid out in memory as (k, C_in, C_out) (the same shape and
-    values): each tap's (C_in, C_out) slice is a row-major matrix, the kernel's B tiles read it coalesced.
-    Differentiable (the gradient flows back to ``weight``)."""
+def pack_weight(weight: torch.Tensor, precision: str = "ieee") -> torch.Tensor:
+    """A copy of the (C_out, C_in, k) weight laid out for the forward kernel's B tiles (the same shape and
+    values): in memory as (k, C_in, C_out), each tap's (C_in, C_out) slice a row-major matrix the tiles read
+    coalesced; an fp32 weight at precision "tf32" as (C_out, k, C_in), input channels innermost, the K-major B
+    Hopper's tf32 tensor-core products read (`conv1d_forward` copies any other layout to that one at every tf32
+    call; the input gradient reads the first layout as it is). Differentiable (the gradient flows back to
+    ``weight``)."""
+    if precision == "tf32" and weight.dtype == torch.float32:
+        return weight.permute(0, 2, 1).contiguous().permute(0, 2, 1)
     return weight.permute(2, 1, 0).contiguous().permute(2, 1, 0)
 
 

@@ -12,7 +12,8 @@ gather_ln_relu_pool: the fused first block, relu(max_pool1d(layer_norm(conv1(x))
                    normalise-pool passes both recompute the gather; the conv output never reaches memory)
                                                                 bytes = read indices + w + LayerNorm params, write y
 Every backend gets the same data in its own layout (eager: channels-first x and the one-hot; Triton:
-channels-last x, uint8 indices, weights laid out (k, C_in, C_out)); outputs are compared channels-last.
+channels-last x, uint8 indices, weights laid out (k, C_in, C_out), or (C_out, k, C_in) for an fp32 forward at
+tf32, as `conv1d.pack_weight` and the Char-CNN model pack them); outputs are compared channels-last.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
         x = torch.randn(B, C, L, device=device, generator=g).to(dtype)
         w = (torch.randn(N, C, k, device=device, generator=g) / (C * k) ** 0.5).to(dtype)
         b = torch.randn(N, device=device, generator=g).to(dtype)
-        x_cl, w_packed = x.transpose(1, 2).contiguous(), conv1d.pack_weight(w)
+        # the forward's weight packed as the model's inference path packs it, at the case's precision
+        x_cl, w_packed = x.transpose(1, 2).contiguous(), conv1d.pack_weight(w, precision if mode == "fwd" else "ieee")
         if mode == "fwd":
             return x, w, b, x_cl, w_packed
         dy = torch.randn(B, N, L_out, device=device, generator=g).to(dtype)
