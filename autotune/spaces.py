@@ -687,7 +687,7 @@ CONV2D_TRANSPOSED_INTERPRET_CONFIG = _transposed_cfg(16, 32, 4, 1, bk=16)
 
 
 def _transposed_context(M: int, N: int, C: int, H: int, W: int, taps: int = 9, dtype: Any = "float32") -> dict:
-    """M = batch x output pixels, N = output channels, C = input channels, H x W the (output = input) feature map."""
+    """M = batch x output pixels, N = output channels, C = input channels, H x W the output feature map."""
     return {"M": int(M), "N": int(N), "C": int(C), "H": int(H), "W": int(W), "taps": int(taps),
             "elem": elem_bytes(dtype)}
 
@@ -739,8 +739,8 @@ CONV2D_TRANSPOSED = _register(Space(
         Rule("fits", "shape", _transposed_fits, "BLOCK_K divides C_in, BLOCK_N <= bucket(C_out), whole-row pixel tiles"),
     ),
     context=_transposed_context, tuner=_transposed_tuner, interpret=lambda ctx: CONV2D_TRANSPOSED_INTERPRET_CONFIG,
-    doc="y = act(conv2d(x, w) + bias), stride 1, same padding, computed as out^T = W . X^T: M = B x H x W, "
-        "N = C_out, C = C_in, H, W, taps; dtype",
+    doc="y = act(conv2d(x, w) + bias), stride 1 or 2, computed as out^T = W . X^T: M = B x H x W, "
+        "N = C_out, C = C_in, H x W the output map, taps; dtype",
 ))
 
 

@@ -80,21 +80,39 @@ def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activat
     _check(B, C, H, W, N, k, stride, pad, bias, residual, activation, dtype, layout, path=path)
 
 
-@pytest.mark.parametrize("B,C,H,W,N,k,bias,activation,dtype", [
-    (2, 32, 4, 4, 48, 3, True, "relu", torch.float32),   # one tile per sample, a ragged channel block
-    (3, 16, 8, 4, 32, 3, False, "none", torch.float16),  # two tiles per sample
-    (3, 16, 2, 4, 16, 3, True, "none", torch.float32),   # two samples per tile, a ragged last tile
-    (2, 16, 2, 8, 20, 5, False, "relu", torch.float32),  # a 5 x 5 kernel, padding 2 on a 2-row map
-    (1, 16, 4, 16, 64, 1, True, "relu", torch.float32),  # 1 x 1
+@pytest.mark.parametrize("B,C,H,W,N,k,stride,bias,activation,dtype", [
+    (2, 32, 4, 4, 48, 3, 1, True, "relu", torch.float32),   # one tile per sample, a ragged channel block
+    (3, 16, 8, 4, 32, 3, 1, False, "none", torch.float16),  # two tiles per sample
+    (3, 16, 2, 4, 16, 3, 1, True, "none", torch.float32),   # two samples per tile, a ragged last tile
+    (2, 16, 2, 8, 20, 5, 1, False, "relu", torch.float32),  # a 5 x 5 kernel, padding 2 on a 2-row map
+    (1, 16, 4, 16, 64, 1, 1, True, "relu", torch.float32),  # 1 x 1
+    (2, 32, 8, 8, 48, 3, 2, True, "relu", torch.float32),   # stride 2: a 4 x 4 output, one tile per sample
+    (3, 16, 4, 16, 32, 3, 2, False, "none", torch.float16),  # stride 2: a 2 x 8 output
+    (2, 16, 8, 8, 20, 5, 2, False, "relu", torch.float32),  # stride 2, 5 x 5, padding 2
+    (1, 16, 8, 8, 64, 1, 2, True, "none", torch.float32),   # 1 x 1 stride 2 (a ResNet shortcut)
 ])
-def test_transposed_kernel(B, C, H, W, N, k, bias, activation, dtype):
-    """The transposed kernel (TMA boxes of whole rows, zero-filled out of the map: the padding) forward and
-    every gradient against float64 (its path forced: these maps are under what "auto" gives it)."""
+def test_transposed_kernel(B, C, H, W, N, k, stride, bias, activation, dtype):
+    """The transposed kernel (TMA boxes of whole output rows, the stride's phases as dimensions of their own,
+    zero-filled out of the map: the padding) forward and every gradient against float64 (its path forced:
+    these maps are under what "auto" gives it, and "auto" keeps stride 2 on the tiled kernel)."""
     x = torch.randn(B, C, H, W, device=DEVICE).to(dtype).contiguous(memory_format=CL)
-    same = (1, 1), (k // 2, k // 2)
-    assert conv2d.kernel_kind(x, k, k, N, *same, "ieee", "transposed") == "transposed"
-    assert conv2d.kernel_kind(x, k, k, N, *same, "ieee") == "tiled"
-    _check(B, C, H, W, N, k, 1, k // 2, bias, False, activation, dtype, path="transposed")
+    geometry = (stride, stride), (k // 2, k // 2)
+    assert conv2d.kernel_kind(x, k, k, N, *geometry, "ieee", "transposed") == "transposed"
+    assert conv2d.kernel_kind(x, k, k, N, *geometry, "ieee") == "tiled"
+    _check(B, C, H, W, N, k, stride, k // 2, bias, False, activation, dtype, path="transposed")
+
+
+@pytest.mark.parametrize("H,W,k,stride,pad", [(8, 8, 3, 2, 0), (7, 8, 3, 2, 1), (8, 8, 3, 3, 1), (8, 8, 2, 1, 1)])
+def test_transposed_kernel_refuses_other_geometries(H, W, k, stride, pad):
+    """Stride 1 or 2 only, on a map the stride divides, with the padding that gives an (H / stride) x
+    (W / stride) output: anything else is refused by name before a launch, and "auto" runs the tiled kernel."""
+    x = torch.randn(1, 16, H, W, device=DEVICE).contiguous(memory_format=CL)
+    w = torch.randn(16, 16, k, k, device=DEVICE)
+    with pytest.raises(ValueError, match="path='transposed' cannot run this call: it needs stride 1 or 2"):
+        conv2d.conv2d(x, w, None, stride, pad, path="transposed")
+    with pytest.raises(ValueError, match="it needs stride 1 or 2"):
+        conv2d.conv2d_transposed_forward(x, conv2d.pack_weight(w, transposed=True), stride=stride, padding=pad)
+    assert conv2d.kernel_kind(x, k, k, 16, (stride, stride), (pad, pad), "ieee") == "tiled"
 
 
 @pytest.mark.parametrize("C,H,N,bias,activation", [(64, 8, 64, True, "relu"), (128, 4, 96, False, "none")])
@@ -504,7 +522,7 @@ def test_op_suite_cases_run_through_the_harness():
     (lambda x, w: conv2d.conv2d(x.repeat(1, 2, 1, 1), w.repeat(1, 2, 1, 1), padding=1, path="transposed"),
      "C_in a multiple of 16"),
     (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), stride=2, path="transposed"),
-     "stride 1 and 'same' padding"),
+     "stride 1 or 2 in both dimensions, a map the stride divides and the padding"),
     (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), padding=1, path="transposed"),
      "dense channels_last"),
     (lambda x, w: conv2d.conv2d_bn_stats(x.repeat(1, 4, 1, 1).contiguous(memory_format=CL), w.repeat(1, 4, 1, 1),

@@ -23,9 +23,9 @@ BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight
 Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
 instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
 `_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). 16-bit or tf32 layers with
-many channels (C_in >= 64 on >= 8192 output pixels, or 16-bit C_in >= 512 on maps of <= 16 pixels) take the
-transposed kernel, stride 1 and "same" padding only: out^T = W . X^T with the weight as (C_out, KH, KW, C_in)
-and both operands through TMA (see the comment above `_conv2d_transposed_kernel`).
+many channels (C_in >= 64 on >= 8192 output pixels, or 16-bit C_in >= 512 on maps of <= 16 pixels), stride 1 and "same"
+padding, take the transposed kernel: out^T = W . X^T with the weight as (C_out, KH, KW, C_in) and both operands
+through TMA (see the comment above `_conv2d_transposed_kernel`); it also computes stride 2 (path "transposed").
 
 Backward (conv2d_backward.py): dx from cuDNN's ``aten.convolution_backward``, dw too except on the flat-K path.
 
@@ -79,14 +79,16 @@ class Conv2dKey(NamedTuple):
 
 
 class Conv2dTransposedKey(NamedTuple):
-    """What a tuned config of the transposed kernel depends on: its tiles are whole rows of the H x W map."""
-    m: int  # output pixels B x H x W, bucketed
+    """What a tuned config of the transposed kernel depends on: its tiles are whole rows of the H x W input map
+    seen at the stride."""
+    m: int  # output pixels B x H_out x W_out, bucketed
     n: int
     c: int
     h: int
     w: int
     kh: int
     kw: int
+    stride: int
     dtype: torch.dtype
     precision: str
     activation: str
@@ -171,8 +173,10 @@ def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tupl
                        stats: bool) -> str | None:
     """Why the transposed kernel cannot compute this call, or None when it can."""
     B, C, H, W = x.shape
-    if KH % 2 == 0 or KW % 2 == 0 or tuple(stride) != (1, 1) or tuple(padding) != (KH // 2, KW // 2):
-        return "it needs an odd kernel, stride 1 and 'same' padding (KH // 2, KW // 2)"
+    sh, sw = stride
+    problem = _transposed_geometry(H, W, KH, KW, stride, padding)
+    if problem is not None:
+        return problem
     if has_res or stats:
         return "it has no residual or batch-norm statistics epilogue"
     if is_fake(x) or torch.compiler.is_compiling():
@@ -181,15 +185,26 @@ def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tupl
         return f"it needs C_in a multiple of 16, got {C}"
     if not INTERPRET and not _tma_device(x):
         return "it reads its operands through TMA: a GPU of compute capability 9 or more"
-    if not _transposed_configs(B * H * W, N, C, H, W, KH * KW, x.element_size()):
-        return f"none of its tiles (whole rows of a power-of-two W) tiles the {H} x {W} map"
+    if not _transposed_configs(B * H * W // sh // sw, N, C, H // sh, W // sw, KH * KW, x.element_size()):
+        return f"none of its tiles (whole rows of a power-of-two W_out) tiles the {H // sh} x {W // sw} output map"
     if not x.is_contiguous(memory_format=torch.channels_last) or x.data_ptr() % 16:
         return "it reads x through TMA: a dense channels_last x, 16-byte aligned"
     return None
 
 
+def _transposed_geometry(H: int, W: int, KH: int, KW: int, stride: tuple, padding: tuple) -> str | None:
+    """Why the transposed kernel's indexing cannot serve this stride and padding on an H x W map, or None."""
+    (sh, sw), (ph, pw) = stride, padding
+    if sh != sw or sh not in (1, 2) or H % sh or W % sw or (out_size(H, KH, sh, ph), out_size(W, KW, sw, pw)) != (
+            H // sh, W // sw):
+        return ("it needs stride 1 or 2 in both dimensions, a map the stride divides and the padding that gives an "
+                "(H / stride) x (W / stride) output ('same' padding at stride 1)")
+    return None
+
+
 def _transposed_configs(M: int, N: int, C: int, H: int, W: int, taps: int, elem: int) -> list[Config]:
-    """The transposed kernel's candidates for this shape (the interpreter: its one config, if it fits)."""
+    """The transposed kernel's candidates for an H x W output map (the interpreter: its one config, if it
+    fits)."""
     if INTERPRET:
         cfg = spaces.CONV2D_TRANSPOSED_INTERPRET_CONFIG
         ok = C % cfg.kwargs["BLOCK_K"] == 0 and spaces.transposed_rows(cfg.kwargs["BLOCK_P"], H, W) is not None
@@ -205,7 +220,7 @@ def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, prec
         return path
     if uses_flat(x.shape[1], KH, KW):
         return "flat"
-    if (transposed_beats_tiled(x, precision)
+    if (transposed_beats_tiled(x, precision) and tuple(stride) == (1, 1)
             and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None):
         return "transposed"
     return "tiled"
@@ -288,8 +303,8 @@ def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activat
     (sh, sw), (ph, pw) = stride, padding
     M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
     if kind == "transposed":
-        key = Conv2dTransposedKey(m=bucket(M), n=N, c=C, h=H, w=W, kh=KH, kw=KW, dtype=x.dtype, precision=precision,
-                                  activation=activation, has_bias=has_bias)
+        key = Conv2dTransposedKey(m=bucket(M), n=N, c=C, h=H, w=W, kh=KH, kw=KW, stride=sh, dtype=x.dtype,
+                                  precision=precision, activation=activation, has_bias=has_bias)
     else:
         key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype,
                         precision=precision, activation=activation, has_bias=has_bias, has_residual=has_res,
@@ -361,30 +376,40 @@ def _output(x, shape: tuple, out):
     return out
 
 
-def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", precision="ieee", *, out=None,
-                              config: Config | None = None):
-    """y (B, C_out, H, W) channels_last in x's dtype from the transposed kernel (stride 1, "same" padding; see
-    :func:`transposed_problem` for what it needs): x dense channels_last, w_transposed the weight as
-    (C_out, KH, KW, C_in) contiguous (``packed_weight(w, dtype, transposed=True)``). out, config: as
-    :func:`conv2d_forward`'s (a config names BLOCK_P, BLOCK_N, BLOCK_K, GROUP_M and PER_SM)."""
+def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", precision="ieee", *, stride=1,
+                              padding=None, out=None, config: Config | None = None):
+    """y (B, C_out, H / stride, W / stride) channels_last in x's dtype from the transposed kernel (stride 1 or 2;
+    padding: default (KH // 2, KW // 2), it must give that output size; see :func:`transposed_problem` for what
+    it needs): x dense channels_last, w_transposed the weight as (C_out, KH, KW, C_in) contiguous
+    (``packed_weight(w, dtype, transposed=True)``). out, config: as :func:`conv2d_forward`'s (a config names
+    BLOCK_P, BLOCK_N, BLOCK_K, GROUP_M and PER_SM)."""
     B, C, H, W = x.shape
     N, KH, KW, _ = w_transposed.shape
-    y = _output(x, (B, N, H, W), out)
-    M = B * H * W
-    key = plan_key(x, KH, KW, N, (1, 1), (KH // 2, KW // 2), activation, precision, bias is not None, False, False,
+    stride = _pair("stride", stride, 1)
+    padding = _pair("padding", (KH // 2, KW // 2) if padding is None else padding, 0)
+    problem = _transposed_geometry(H, W, KH, KW, stride, padding)
+    if problem is not None:
+        raise ValueError(f"the transposed kernel cannot compute stride {stride}, padding {padding} on a {H} x {W} "
+                         f"map: {problem}")
+    (sh, _), (ph, pw) = stride, padding
+    H_out, W_out = H // sh, W // sh
+    y = _output(x, (B, N, H_out, W_out), out)
+    M = B * H_out * W_out
+    key = plan_key(x, KH, KW, N, (sh, sh), (ph, pw), activation, precision, bias is not None, False, False,
                    "transposed")
     fake = is_fake(x, w_transposed)
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
-        flags = dict(W=W, C=C, KH=KH, KW=KW, HAS_BIAS=bias is not None, ACT=activation, PRECISION=key[0].precision)
+        flags = dict(W=W, C=C, KH=KH, KW=KW, STRIDE=sh, PAD_H=ph, PAD_W=pw, HAS_BIAS=bias is not None,
+                     ACT=activation, PRECISION=key[0].precision)
 
         def bound(cfg: Config) -> _TransposedPlan:
             kw = dict(cfg.kwargs)
             per_sm, block_p = kw.pop("PER_SM", 1), kw.pop("BLOCK_P")
-            rows = spaces.transposed_rows(block_p, H, W)
+            rows = spaces.transposed_rows(block_p, H_out, W_out)
             if rows is None or C % kw["BLOCK_K"]:
                 raise ValueError(f"config {cfg} does not fit this call: BLOCK_P must be whole rows tiling the "
-                                 f"{H} x {W} map and BLOCK_K must divide C_in = {C}")
+                                 f"{H_out} x {W_out} output map and BLOCK_K must divide C_in = {C}")
             kernel = bind(_conv2d_transposed_kernel, **flags, BLOCK_B=rows[0], BLOCK_H=rows[1], **kw,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return _TransposedPlan(kernel, block_p, kw["BLOCK_N"], per_sm)
@@ -392,7 +417,7 @@ def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", pre
         if config is None:
             config = _transposed_tuner.pick(
                 key[0], lambda cfg: _launch_transposed(bound(cfg), x, w_transposed, bias, y, M),
-                lambda: _transposed_configs(M, N, C, H, W, KH * KW, x.element_size()), tracing=fake)
+                lambda: _transposed_configs(M, N, C, H_out, W_out, KH * KW, x.element_size()), tracing=fake)
             plan = bound(config)
             if not fake:
                 _PLANS[key] = plan
@@ -475,7 +500,7 @@ def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
                                  (pad_h, pad_w), precision, path, residual is not None) == "transposed"
     if transposed:
         return conv2d_transposed_forward(x, forward_weight(weight, x.dtype, True, precision), bias, activation,
-                                         precision, config=cfg)
+                                         precision, stride=(stride_h, stride_w), padding=(pad_h, pad_w), config=cfg)
     return conv2d_forward(x, forward_weight(weight, x.dtype, False, precision), bias, residual, (stride_h, stride_w),
                           (pad_h, pad_w), activation, precision, path=path, config=cfg)
 

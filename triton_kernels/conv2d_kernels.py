@@ -126,36 +126,45 @@ def _conv2d_kernel(
 
 
 
-# Small feature maps with many channels (ResNet's 512-channel 4 x 4 layers), stride 1, "same" padding. The
-# tiled kernel's tile is 128 output pixels x BLOCK_N channels; here the tile is computed transposed,
+# Layers with many channels, stride S = 1 or 2 with the padding that gives an (H / S) x (W / S) output (for
+# S = 1 "same" padding). The tiled kernel's tile is 128 output pixels x BLOCK_N channels; here the tile is
+# computed transposed,
 #
 #     acc[n, p] += W[n-block, (tap, c-block)] @ X_tap[p-block, c-block]^T     (BLOCK_N x BLOCK_K) . (BLOCK_K x BLOCK_P)
 #     y[p, n] = act(acc^T + bias)
 #
 # so the BLOCK_P output pixels are the tensor cores' wide dimension (up to 256 per instruction) and the weight
 # rows their 64-row one: each weight tile serves BLOCK_P pixels. Both operands come through TMA: the weight as
-# the (C_out, KH * KW * C_in) matrix of its (C_out, KH, KW, C_in) layout, X_tap as a box of the NHWC input,
-# [BLOCK_B samples, BLOCK_H rows, all W columns, BLOCK_K channels], offset by the tap (kh - KH // 2,
-# kw - KW // 2): the descriptor fills rows and columns outside the map with zeros, which is the padding. A
-# tile is whole image rows (BLOCK_P = BLOCK_B * BLOCK_H * W, a power of two), so pixel p of the tile is
-# (b0 + p // (BLOCK_H * W), h0 + p // W % BLOCK_H, p % W). NUM_PROGRAMS persistent programs walk the tiles in
-# grouped order (`_tile_coords`, pixel blocks as its rows).
+# the (C_out, KH * KW * C_in) matrix of its (C_out, KH, KW, C_in) layout, X_tap as a box of the NHWC input seen
+# as [B, H / S, S, W / S, S * C] (input row ih = S * r + s_h, column iw = S * q + s_w: the stride's phases as
+# dimensions of their own), [BLOCK_B samples, BLOCK_H rows, one row phase, all W / S columns, BLOCK_K channels]:
+# for tap (kh, kw) the input pixel of output (oh, ow) is ih = S * oh - PAD_H + kh, i.e. row r = oh + dh with
+# (dh, s_h) = divmod(kh - PAD_H, S), and likewise (dw, s_w) for the columns, the column phase selecting the
+# channel block s_w * C + c0 of the last dimension. Rows and columns outside the map are filled with zeros by
+# the descriptor, which is the padding. A tile is whole output rows (BLOCK_P = BLOCK_B * BLOCK_H * W / S, a
+# power of two), so pixel p of the tile is (b0 + p // (BLOCK_H * W_OUT), h0 + p // W_OUT % BLOCK_H,
+# p % W_OUT). NUM_PROGRAMS persistent programs walk the tiles in grouped order (`_tile_coords`, pixel blocks
+# as its rows).
 @triton.jit
 def _conv2d_transposed_kernel(
     x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, part_ptr,
     B, H, N, stride_bias, NUM_PROGRAMS,
-    W: tl.constexpr, C: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    W: tl.constexpr, C: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
+    PAD_H: tl.constexpr, PAD_W: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """y (dense channels_last, B x H x W pixels x N channels) = act(conv2d(x, w) + bias). x: dense
-    channels_last (B, C, H, W); w: (N, KH, KW, C) contiguous; C a multiple of BLOCK_K. res_ptr and part_ptr
-    are unused (the other conv2d kernels' argument order)."""
-    BLOCK_P: tl.constexpr = BLOCK_B * BLOCK_H * W
-    M = B * H * W
-    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[B, H, W, C], strides=[H * W * C, W * C, C, 1],
-                                       block_shape=[BLOCK_B, BLOCK_H, W, BLOCK_K])
+    """y (dense channels_last, B x H / STRIDE x W / STRIDE pixels x N channels) = act(conv2d(x, w) + bias).
+    x: dense channels_last (B, C, H, W), H and W multiples of STRIDE; w: (N, KH, KW, C) contiguous; C a
+    multiple of BLOCK_K. res_ptr and part_ptr are unused (the other conv2d kernels' argument order)."""
+    W_OUT: tl.constexpr = W // STRIDE
+    BLOCK_P: tl.constexpr = BLOCK_B * BLOCK_H * W_OUT
+    H_OUT = H // STRIDE
+    M = B * H_OUT * W_OUT
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[B, H_OUT, STRIDE, W_OUT, STRIDE * C],
+                                       strides=[H * W * C, STRIDE * W * C, W * C, STRIDE * C, 1],
+                                       block_shape=[BLOCK_B, BLOCK_H, 1, W_OUT, BLOCK_K])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, KH * KW * C], strides=[KH * KW * C, 1],
                                        block_shape=[BLOCK_N, BLOCK_K])
     CB: tl.constexpr = C // BLOCK_K
@@ -164,16 +173,19 @@ def _conv2d_transposed_kernel(
         pid_p, pid_n = _tile_coords(tile, M, N, BLOCK_P, BLOCK_N, GROUP_M)
         p0 = pid_p * BLOCK_P
         n0 = pid_n * BLOCK_N
-        b0 = p0 // (H * W)
-        h0 = (p0 - b0 * H * W) // W
+        b0 = p0 // (H_OUT * W_OUT)
+        h0 = (p0 - b0 * H_OUT * W_OUT) // W_OUT
         acc = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
         for kk in range(KH * KW * CB):
             tap = kk // CB
             c0 = (kk - tap * CB) * BLOCK_K
             kh = tap // KW
             kw = tap - kh * KW
+            th = kh + (STRIDE - 1) * PAD_H  # kh - PAD_H + STRIDE * PAD_H >= 0: its // and % are floor's
+            tw = kw + (STRIDE - 1) * PAD_W
             w = w_desc.load([n0, tap * C + c0])
-            x = x_desc.load([b0, h0 + kh - KH // 2, kw - KW // 2, c0]).reshape(BLOCK_P, BLOCK_K)
+            x = x_desc.load([b0, h0 + th // STRIDE - PAD_H, th % STRIDE, tw // STRIDE - PAD_W,
+                             (tw % STRIDE) * C + c0]).reshape(BLOCK_P, BLOCK_K)
             acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
         offs_n = n0 + tl.arange(0, BLOCK_N)
         offs_p = p0 + tl.arange(0, BLOCK_P)
