@@ -135,9 +135,10 @@ def _conv2d_kernel(
 #
 # so the BLOCK_P output pixels are the tensor cores' wide dimension (up to 256 per instruction) and the weight
 # rows their 64-row one: each weight tile serves BLOCK_P pixels. Both operands come through TMA: the weight as
-# the (C_out, KH * KW * C_in) matrix of its (C_out, KH, KW, C_in) layout, X_tap as a box of the NHWC input seen
-# as [B, H / S, S, W / S, S * C] (input row ih = S * r + s_h, column iw = S * q + s_w: the stride's phases as
-# dimensions of their own), [BLOCK_B samples, BLOCK_H rows, one row phase, all W / S columns, BLOCK_K channels]:
+# the (C_out, KH * KW * C_in) matrix of its (C_out, KH, KW, C_in) layout, X_tap as a box of the NHWC input (at
+# S = 1 the map itself, [BLOCK_B samples, BLOCK_H rows, all W columns, BLOCK_K channels]; at S = 2 the input seen
+# as [B, H / S, S, W / S, S * C], input row ih = S * r + s_h, column iw = S * q + s_w: the stride's phases as
+# dimensions of their own, and the box [BLOCK_B, BLOCK_H, one row phase, all W / S columns, BLOCK_K channels]):
 # for tap (kh, kw) the input pixel of output (oh, ow) is ih = S * oh - PAD_H + kh, i.e. row r = oh + dh with
 # (dh, s_h) = divmod(kh - PAD_H, S), and likewise (dw, s_w) for the columns, the column phase selecting the
 # channel block s_w * C + c0 of the last dimension. Rows and columns outside the map are filled with zeros by
@@ -162,9 +163,13 @@ def _conv2d_transposed_kernel(
     BLOCK_P: tl.constexpr = BLOCK_B * BLOCK_H * W_OUT
     H_OUT = H // STRIDE
     M = B * H_OUT * W_OUT
-    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[B, H_OUT, STRIDE, W_OUT, STRIDE * C],
-                                       strides=[H * W * C, STRIDE * W * C, W * C, STRIDE * C, 1],
-                                       block_shape=[BLOCK_B, BLOCK_H, 1, W_OUT, BLOCK_K])
+    if STRIDE == 1:  # the map itself, [B, H, W, C]
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[B, H, W, C], strides=[H * W * C, W * C, C, 1],
+                                           block_shape=[BLOCK_B, BLOCK_H, W, BLOCK_K])
+    else:
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[B, H_OUT, STRIDE, W_OUT, STRIDE * C],
+                                           strides=[H * W * C, STRIDE * W * C, W * C, STRIDE * C, 1],
+                                           block_shape=[BLOCK_B, BLOCK_H, 1, W_OUT, BLOCK_K])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, KH * KW * C], strides=[KH * KW * C, 1],
                                        block_shape=[BLOCK_N, BLOCK_K])
     CB: tl.constexpr = C // BLOCK_K
@@ -181,11 +186,14 @@ def _conv2d_transposed_kernel(
             c0 = (kk - tap * CB) * BLOCK_K
             kh = tap // KW
             kw = tap - kh * KW
-            th = kh + (STRIDE - 1) * PAD_H  # kh - PAD_H + STRIDE * PAD_H >= 0: its // and % are floor's
-            tw = kw + (STRIDE - 1) * PAD_W
             w = w_desc.load([n0, tap * C + c0])
-            x = x_desc.load([b0, h0 + th // STRIDE - PAD_H, th % STRIDE, tw // STRIDE - PAD_W,
-                             (tw % STRIDE) * C + c0]).reshape(BLOCK_P, BLOCK_K)
+            if STRIDE == 1:
+                x = x_desc.load([b0, h0 + kh - PAD_H, kw - PAD_W, c0]).reshape(BLOCK_P, BLOCK_K)
+            else:
+                th = kh + (STRIDE - 1) * PAD_H  # kh - PAD_H + STRIDE * PAD_H >= 0: its // and % are floor's
+                tw = kw + (STRIDE - 1) * PAD_W
+                x = x_desc.load([b0, h0 + th // STRIDE - PAD_H, th % STRIDE, tw // STRIDE - PAD_W,
+                                 (tw % STRIDE) * C + c0]).reshape(BLOCK_P, BLOCK_K)
             acc = tl.dot(w, tl.trans(x), acc, input_precision=PRECISION)
         offs_n = n0 + tl.arange(0, BLOCK_N)
         offs_p = p0 + tl.arange(0, BLOCK_P)
