@@ -581,6 +581,23 @@ def gpu_resnet_shapes(batch: int, backward: bool, dtype_name: str = "bfloat16", 
                      name=str((C, H, W, N, k, s)))
 
 
+def gpu_transposed_stride2() -> None:
+    """The transposed kernel at ResNet-18 CIFAR's stride-2 layers (3 x 3 and 1 x 1, its path forced), bf16 and
+    fp32 at tf32, batch 64: forward and every gradient against float64."""
+    from bench.cases.conv2d import RESNET18_SHAPES
+
+    for dtype, precision in ((torch.bfloat16, "ieee"), (torch.float32, "tf32")):
+        for C, H, W, N, k, s in RESNET18_SHAPES:
+            if s == 2:
+                _check(64, C, H, W, N, k, s, k // 2, True, False, "relu", dtype, device="cuda", precision=precision,
+                       tf32=dtype == torch.float32, path="transposed")
+
+
+@pytest.mark.gpu
+def test_gpu_transposed_stride2(isolated):
+    isolated("tests.test_conv2d:gpu_transposed_stride2")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch,backward,dtype_name", [(512, False, "bfloat16"), (32, True, "bfloat16"),
                                                        (512, False, "float32"), (32, True, "float32")])
