@@ -278,7 +278,7 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     if prec == "tf32" and weight.stride(c_dim) != 1:
         # Hopper's tf32 tensor-core products read their B operand K-major (here: along the weight's input
         # channels); an N-major B tile halved conv2d's tf32 rate. One copy with those channels innermost.
-        weight = weight.movedim(c_dim, -1).contiguous().movedim(-1, c_dim)
+        weight = _input_channels_innermost(weight, c_dim)
     has_bias = bias is not None
     key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
                   activation=activation, has_bias=has_bias)
@@ -483,8 +483,14 @@ def pack_weight(weight: torch.Tensor, precision: str = "ieee") -> torch.Tensor:
     call; the input gradient reads the first layout as it is). Differentiable (the gradient flows back to
     ``weight``)."""
     if precision == "tf32" and weight.dtype == torch.float32:
-        return weight.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+        return _input_channels_innermost(weight, 1)
     return weight.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+
+
+def _input_channels_innermost(weight: torch.Tensor, c_dim: int) -> torch.Tensor:
+    """A copy of the weight (same shape and values) whose dimension c_dim (the input channels of the product
+    that reads it) is innermost in memory: the K-major B of a tf32 tensor-core product."""
+    return weight.movedim(c_dim, -1).contiguous().movedim(-1, c_dim)
 
 
 def max_pool1d_cl(x: torch.Tensor, pool: int = 3) -> torch.Tensor:

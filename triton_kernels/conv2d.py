@@ -157,10 +157,13 @@ def transposed_wins(x) -> bool:
             and x.shape[-2] * x.shape[-1] <= TRANSPOSED_MAX_PIXELS)
 
 
-def transposed_beats_tiled(x, precision: str) -> bool:
+def transposed_beats_tiled(x, stride: tuple, precision: str) -> bool:
     """Whether "auto" prefers the transposed kernel to the tiled one for x (computed at ``precision``, which
-    applies to fp32): where it beats cuDNN (:func:`transposed_wins`), and for 16-bit or fp32 at tf32 from
-    TRANSPOSED_AUTO_MIN_C input channels and TRANSPOSED_AUTO_MIN_PIXELS output pixels (stride 1) on."""
+    applies to fp32), at stride 1, where both were measured: where it beats cuDNN (:func:`transposed_wins`), and
+    for 16-bit or fp32 at tf32 from TRANSPOSED_AUTO_MIN_C input channels and TRANSPOSED_AUTO_MIN_PIXELS output
+    pixels on."""
+    if tuple(stride) != (1, 1):
+        return False
     if transposed_wins(x):
         return True
     if x.dtype == torch.float32 and precision != "tf32":
@@ -220,7 +223,7 @@ def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, prec
         return path
     if uses_flat(x.shape[1], KH, KW):
         return "flat"
-    if (transposed_beats_tiled(x, precision) and tuple(stride) == (1, 1)
+    if (transposed_beats_tiled(x, stride, precision)
             and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None):
         return "transposed"
     return "tiled"
@@ -391,11 +394,11 @@ def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", pre
     if problem is not None:
         raise ValueError(f"the transposed kernel cannot compute stride {stride}, padding {padding} on a {H} x {W} "
                          f"map: {problem}")
-    (sh, _), (ph, pw) = stride, padding
-    H_out, W_out = H // sh, W // sh
+    (sh, sw), (ph, pw) = stride, padding
+    H_out, W_out = H // sh, W // sw
     y = _output(x, (B, N, H_out, W_out), out)
     M = B * H_out * W_out
-    key = plan_key(x, KH, KW, N, (sh, sh), (ph, pw), activation, precision, bias is not None, False, False,
+    key = plan_key(x, KH, KW, N, stride, padding, activation, precision, bias is not None, False, False,
                    "transposed")
     fake = is_fake(x, w_transposed)
     plan = _PLANS.get(key) if config is None else None
