@@ -37,6 +37,8 @@ def _inputs(B, C, H, W, N, k, stride, pad, bias, residual, dtype, layout, device
     b = torch.randn(N, device=device).to(dtype) if bias else None
     H_out, W_out = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
     r = torch.randn(B, N, H_out, W_out, device=device).to(dtype) if residual else None
+    if r is not None and layout == "channels_last":
+        r = r.contiguous(memory_format=CL)
     return x, w, b, r
 
 
@@ -94,12 +96,30 @@ def test_forward_backward(B, C, H, W, N, k, stride, pad, bias, residual, activat
 def test_transposed_kernel(B, C, H, W, N, k, stride, bias, activation, dtype):
     """The transposed kernel (TMA boxes of whole output rows, the stride's phases as dimensions of their own,
     zero-filled out of the map: the padding) forward and every gradient against float64 (its path forced:
-    these maps are under what "auto" gives it, and "auto" keeps stride 2 on the tiled kernel)."""
+    these maps are under the pixels "auto" gives it)."""
     x = torch.randn(B, C, H, W, device=DEVICE).to(dtype).contiguous(memory_format=CL)
     geometry = (stride, stride), (k // 2, k // 2)
     assert conv2d.kernel_kind(x, k, k, N, *geometry, "ieee", "transposed") == "transposed"
     assert conv2d.kernel_kind(x, k, k, N, *geometry, "ieee") == "tiled"
     _check(B, C, H, W, N, k, stride, k // 2, bias, False, activation, dtype, path="transposed")
+
+
+@pytest.mark.parametrize("k,stride,bias,activation,dtype", [
+    (3, 1, True, "relu", torch.float32), (3, 2, False, "relu", torch.float16), (1, 2, True, "none", torch.float32),
+])
+def test_transposed_kernel_residual(k, stride, bias, activation, dtype):
+    """The transposed kernel's residual epilogue, act(conv + bias + residual) with a channels_last residual:
+    forward and every gradient (the residual's included) against float64; a residual of another layout is
+    refused by name on the forced path, and "auto" then runs the tiled kernel."""
+    _check(2, 16, 8, 8, 24, k, stride, k // 2, bias, True, activation, dtype, path="transposed")
+    x, w, _, r = _inputs(2, 16, 8, 8, 24, k, stride, k // 2, False, True, dtype, "channels_last")
+    nchw = r.contiguous()
+    with pytest.raises(ValueError, match="cannot run this call: it reads the residual as a dense channels_last"):
+        conv2d.conv2d(x, w, None, stride, k // 2, residual=nchw, path="transposed")
+    with pytest.raises(ValueError, match="residual must be a dense channels_last tensor"):
+        conv2d.conv2d_transposed_forward(x, conv2d.pack_weight(w, transposed=True), residual=nchw, stride=stride)
+    geometry = (stride, stride), (k // 2, k // 2)
+    assert conv2d.kernel_kind(x, k, k, 24, *geometry, "ieee", "transposed", residual=r) == "transposed"
 
 
 @pytest.mark.parametrize("H,W,k,stride,pad", [(8, 8, 3, 2, 0), (7, 8, 3, 2, 1), (8, 8, 3, 3, 1), (8, 8, 2, 1, 1)])
@@ -127,12 +147,13 @@ def test_transposed_kernel_at_tf32(C, H, N, bias, activation):
 
 
 def test_auto_picks_the_transposed_kernel_where_it_wins():
-    """"auto": the transposed kernel for 16-bit or tf32 inputs of >= 64 channels on >= 8192 output pixels, and
-    for 16-bit inputs of >= 512 channels on maps of <= 16 pixels (ahead of cuDNN); the tiled one otherwise
-    (exact fp32, fewer channels or pixels, stride 2, a residual or statistics epilogue)."""
-    def kind(shape, dtype=torch.bfloat16, precision="ieee", stride=(1, 1), **epilogue):
+    """"auto": the transposed kernel for 16-bit or tf32 inputs of >= 64 channels on >= 8192 output pixels (at
+    stride 2 in 16-bit also >= 2**32 multiply-adds), and for 16-bit inputs of >= 512 channels on maps of <= 16
+    pixels at stride 1 (ahead of cuDNN); the tiled one otherwise (exact fp32, fewer channels, pixels or
+    multiply-adds, a residual not channels_last, the statistics epilogue)."""
+    def kind(shape, dtype=torch.bfloat16, precision="ieee", stride=(1, 1), k=3, **epilogue):
         x = torch.empty(shape, device=DEVICE, dtype=dtype).contiguous(memory_format=CL)
-        return conv2d.kernel_kind(x, 3, 3, shape[1], stride, (1, 1), precision, **epilogue)
+        return conv2d.kernel_kind(x, k, k, shape[1], stride, (k // 2, k // 2), precision, **epilogue)
 
     layer1 = (32, 64, 16, 16)  # 8192 output pixels (maps the interpreter's transposed tile fits)
     assert kind(layer1) == "transposed" and kind(layer1, torch.float16) == "transposed"
@@ -140,8 +161,17 @@ def test_auto_picks_the_transposed_kernel_where_it_wins():
     assert kind(layer1, torch.float32, "ieee") == "tiled"
     assert kind((31, 64, 16, 16)) == "tiled" and kind((32, 48, 16, 16)) == "tiled"
     assert kind((512, 512, 4, 4), torch.float32, "tf32") == "transposed"
-    assert kind(layer1, stride=(2, 2)) == "tiled"
-    assert kind(layer1, has_res=True) == "tiled" and kind(layer1, stats=True) == "tiled"
+    assert kind(layer1, stride=(2, 2)) == "tiled"  # 2048 output pixels
+    stride2 = (128, 64, 32, 32)  # 32768 output pixels, 1.2 G multiply-adds at 3 x 3
+    assert kind(stride2, stride=(2, 2)) == "tiled"
+    assert kind(stride2, torch.float32, "tf32", stride=(2, 2)) == "transposed"
+    assert kind(stride2, torch.float32, "tf32", stride=(2, 2), k=1) == "transposed"
+    assert kind((512, 128, 16, 16), stride=(2, 2)) == "transposed"  # 4.8 G
+    assert kind((512, 128, 16, 16), stride=(2, 2), k=1) == "tiled"  # 0.5 G
+    assert kind((2, 512, 8, 8), stride=(2, 2)) == "tiled"  # cuDNN's rule is stride 1's
+    residual = torch.empty(32, 64, 16, 16, device=DEVICE, dtype=torch.bfloat16)
+    assert kind(layer1, residual=residual.contiguous(memory_format=CL)) == "transposed"
+    assert kind(layer1, residual=residual) == "tiled" and kind(layer1, stats=True) == "tiled"
     wide = (2, 512, 4, 4)  # 32 output pixels: ahead of cuDNN in 16-bit only
     assert kind(wide) == "transposed"
     assert kind(wide, torch.float32, "tf32") == "tiled"
@@ -526,7 +556,7 @@ def test_op_suite_cases_run_through_the_harness():
     (lambda x, w: conv2d.conv2d(x.repeat(1, 4, 1, 1), w.repeat(1, 4, 1, 1), padding=1, path="transposed"),
      "dense channels_last"),
     (lambda x, w: conv2d.conv2d_bn_stats(x.repeat(1, 4, 1, 1).contiguous(memory_format=CL), w.repeat(1, 4, 1, 1),
-                                         padding=1, path="transposed"), "no residual or batch-norm statistics"),
+                                         padding=1, path="transposed"), "no batch-norm statistics epilogue"),
     (lambda x, w: conv2d.conv2d_forward(x, conv2d.pack_weight(w), path="transposed"), "conv2d_transposed_forward"),
     (lambda x, w: conv2d.conv2d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
     (lambda x, w: conv2d.conv2d(x, w.to("meta")), "weight is on meta"),
@@ -558,7 +588,8 @@ def gpu_resnet_shapes(batch: int, backward: bool, dtype_name: str = "bfloat16", 
     """Every ResNet-18 CIFAR conv shape (bench/cases/conv2d.py) vs float64: forward at ``batch`` (and
     every gradient when ``backward``); the fused epilogue (bias, residual, ReLU) at each stage's 3x3. fp32
     runs at torch's default conv precision (TF32). At batch 512 every 3x3 stride-1 layer from 64 channels
-    on runs the transposed kernel ("auto"), the others the tiled or flat-K one."""
+    on runs the transposed kernel ("auto"), and so do the stride-2 3x3 layers and, at tf32, the stride-2 1x1 ones;
+    the others the tiled or flat-K one."""
     from bench.cases.conv2d import RESNET18_SHAPES
 
     dtype = DTYPE_NAMES[dtype_name]
@@ -574,7 +605,7 @@ def gpu_resnet_shapes(batch: int, backward: bool, dtype_name: str = "bfloat16", 
         x, w, _, _ = _inputs(batch, C, H, W, N, k, s, k // 2, False, False, dtype, "channels_last", device)
         kind = conv2d.kernel_kind(x, k, k, N, (s, s), (k // 2, k // 2), "tf32" if tf32 else "ieee")
         if batch == 512:
-            assert (kind == "transposed") == (k == 3 and s == 1 and C >= 64), (C, H, N, k, s, kind)
+            assert (kind == "transposed") == (C >= 64 and (k == 3 or tf32)), (C, H, N, k, s, kind)
         with torch.no_grad():
             y = conv2d.conv2d(x, w, None, s, k // 2)
         assert_close(y, ref_conv(x.double(), w.double(), None, s, k // 2), dtype, tf32=tf32,

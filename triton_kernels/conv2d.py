@@ -23,9 +23,9 @@ BLOCK_K contiguous channels); the B tile is rows (kh, kw, c-block) of the weight
 Few input channels (C_in < 16, K = KH * KW * C_in <= 128: a network's stem) take the flat-K kernels
 instead: K flattened into one gathered tile, forward and weight gradient (see the comment above
 `_flat_columns` in conv2d_kernels.py, where every kernel of this file lives). 16-bit or tf32 layers with
-many channels (C_in >= 64 on >= 8192 output pixels, or 16-bit C_in >= 512 on maps of <= 16 pixels), stride 1 and "same"
-padding, take the transposed kernel: out^T = W . X^T with the weight as (C_out, KH, KW, C_in) and both operands
-through TMA (see the comment above `_conv2d_transposed_kernel`); it also computes stride 2 (path "transposed").
+many channels (see :func:`transposed_beats_tiled`), stride 1 with "same" padding or stride 2 with the padding
+that halves the map, take the transposed kernel: out^T = W . X^T with the weight as (C_out, KH, KW, C_in) and
+both operands through TMA (see the comment above `_conv2d_transposed_kernel`).
 
 Backward (conv2d_backward.py): dx from cuDNN's ``aten.convolution_backward``, dw too except on the flat-K path.
 
@@ -93,6 +93,7 @@ class Conv2dTransposedKey(NamedTuple):
     precision: str
     activation: str
     has_bias: bool
+    has_residual: bool
 
 
 class _Conv2dPlan(NamedTuple):
@@ -139,8 +140,14 @@ TRANSPOSED_MAX_PIXELS = 16
 # (results/NVIDIA_H200/runs/2026-11-28_39c6ac2_conv-auto-probe): at ResNet-18's 3 x 3 layers, batch 512 (8192 to
 # 524288 pixels), the transposed kernel takes 0.66-0.82x the tiled one's time in bf16 and 0.60-0.70x at tf32
 # (0.95-1.13x cuDNN's speed); at 16 samples of 8 x 8 (1024 pixels) the tiled kernel is 2-5 % ahead.
+# At stride 2 (results/NVIDIA_H200/runs/2026-11-28_4059e14_conv-stride2-probe, ResNet-18's stride-2 layers): at
+# tf32 the same rule holds (0.69-0.86x the tiled kernel's time from 16384 pixels on, 1.13x at 1024); in 16-bit
+# the transposed kernel wins the 3 x 3 layers at batch 512 (0.74-0.87x; 9.7 G multiply-adds each) and loses at
+# batch 64 (1.09x, 1.2 G) and on the 1 x 1 ones where they differ most (1.12x at 256 -> 512, 1.1 G): it needs
+# TRANSPOSED_AUTO_MIN_MACS_16BIT multiply-adds there.
 TRANSPOSED_AUTO_MIN_C = 64
 TRANSPOSED_AUTO_MIN_PIXELS = 8192
+TRANSPOSED_AUTO_MIN_MACS_16BIT = 2 ** 32
 
 
 def uses_flat(C: int, KH: int, KW: int, path: str = "auto") -> bool:
@@ -157,31 +164,38 @@ def transposed_wins(x) -> bool:
             and x.shape[-2] * x.shape[-1] <= TRANSPOSED_MAX_PIXELS)
 
 
-def transposed_beats_tiled(x, stride: tuple, precision: str) -> bool:
-    """Whether "auto" prefers the transposed kernel to the tiled one for x (computed at ``precision``, which
-    applies to fp32), at stride 1, where both were measured: where it beats cuDNN (:func:`transposed_wins`), and
-    for 16-bit or fp32 at tf32 from TRANSPOSED_AUTO_MIN_C input channels and TRANSPOSED_AUTO_MIN_PIXELS output
-    pixels on."""
-    if tuple(stride) != (1, 1):
+def transposed_beats_tiled(x, KH: int, KW: int, N: int, stride: tuple, precision: str) -> bool:
+    """Whether "auto" prefers the transposed kernel to the tiled one for x and a KH x KW x N weight (computed
+    at ``precision``, which applies to fp32), as measured (see TRANSPOSED_AUTO_MIN_C): at stride 1, where it
+    beats cuDNN (:func:`transposed_wins`); for 16-bit or fp32 at tf32, from TRANSPOSED_AUTO_MIN_C input channels
+    and TRANSPOSED_AUTO_MIN_PIXELS output pixels on, and at stride 2 in 16-bit also from
+    TRANSPOSED_AUTO_MIN_MACS_16BIT multiply-adds on."""
+    stride = tuple(stride)
+    if stride not in ((1, 1), (2, 2)):
         return False
-    if transposed_wins(x):
+    if stride == (1, 1) and transposed_wins(x):
         return True
     if x.dtype == torch.float32 and precision != "tf32":
         return False
     B, C, H, W = x.shape
-    return C >= TRANSPOSED_AUTO_MIN_C and B * H * W >= TRANSPOSED_AUTO_MIN_PIXELS
+    pixels = B * (H // stride[0]) * (W // stride[1])
+    if C < TRANSPOSED_AUTO_MIN_C or pixels < TRANSPOSED_AUTO_MIN_PIXELS:
+        return False
+    return stride == (1, 1) or x.dtype == torch.float32 or pixels * C * KH * KW * N >= TRANSPOSED_AUTO_MIN_MACS_16BIT
 
 
-def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, has_res: bool,
-                       stats: bool) -> str | None:
-    """Why the transposed kernel cannot compute this call, or None when it can."""
+def transposed_problem(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, residual, stats: bool) -> str | None:
+    """Why the transposed kernel cannot compute this call (``residual``: the tensor or None), or None when it
+    can."""
     B, C, H, W = x.shape
     sh, sw = stride
     problem = _transposed_geometry(H, W, KH, KW, stride, padding)
     if problem is not None:
         return problem
-    if has_res or stats:
-        return "it has no residual or batch-norm statistics epilogue"
+    if stats:
+        return "it has no batch-norm statistics epilogue"
+    if residual is not None and not residual.is_contiguous(memory_format=torch.channels_last):
+        return "it reads the residual as a dense channels_last tensor"
     if is_fake(x) or torch.compiler.is_compiling():
         return "torch.compile is tracing it (compiled graphs run the tiled kernel, as the GEMM's run its pointer kernel)"
     if C % 16:
@@ -216,15 +230,16 @@ def _transposed_configs(M: int, N: int, C: int, H: int, W: int, taps: int, elem:
 
 
 def kernel_kind(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, precision: str, path: str = "auto",
-                has_res: bool = False, stats: bool = False) -> str:
-    """"flat", "tiled" or "transposed": the kernel a forward at ``precision`` runs (``path`` "auto": the flat-K
-    kernels for few input channels, the transposed one where it was measured to win, else the tiled one)."""
+                residual=None, stats: bool = False) -> str:
+    """"flat", "tiled" or "transposed": the kernel a forward at ``precision`` (with ``residual``, a tensor or
+    None) runs (``path`` "auto": the flat-K kernels for few input channels, the transposed one where it was
+    measured to win, else the tiled one)."""
     if path != "auto":
         return path
     if uses_flat(x.shape[1], KH, KW):
         return "flat"
-    if (transposed_beats_tiled(x, stride, precision)
-            and transposed_problem(x, KH, KW, N, stride, padding, has_res, stats) is None):
+    if (transposed_beats_tiled(x, KH, KW, N, stride, precision)
+            and transposed_problem(x, KH, KW, N, stride, padding, residual, stats) is None):
         return "transposed"
     return "tiled"
 
@@ -307,7 +322,8 @@ def plan_key(x, KH: int, KW: int, N: int, stride: tuple, padding: tuple, activat
     M = B * out_size(H, KH, sh, ph) * out_size(W, KW, sw, pw)
     if kind == "transposed":
         key = Conv2dTransposedKey(m=bucket(M), n=N, c=C, h=H, w=W, kh=KH, kw=KW, stride=sh, dtype=x.dtype,
-                                  precision=precision, activation=activation, has_bias=has_bias)
+                                  precision=precision, activation=activation, has_bias=has_bias,
+                                  has_residual=has_res)
     else:
         key = Conv2dKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=x.dtype,
                         precision=precision, activation=activation, has_bias=has_bias, has_residual=has_res,
@@ -379,13 +395,14 @@ def _output(x, shape: tuple, out):
     return out
 
 
-def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", precision="ieee", *, stride=1,
-                              padding=None, out=None, config: Config | None = None):
-    """y (B, C_out, H / stride, W / stride) channels_last in x's dtype from the transposed kernel (stride 1 or 2;
-    padding: default (KH // 2, KW // 2), it must give that output size; see :func:`transposed_problem` for what
-    it needs): x dense channels_last, w_transposed the weight as (C_out, KH, KW, C_in) contiguous
-    (``packed_weight(w, dtype, transposed=True)``). out, config: as :func:`conv2d_forward`'s (a config names
-    BLOCK_P, BLOCK_N, BLOCK_K, GROUP_M and PER_SM)."""
+def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", precision="ieee", *, residual=None,
+                              stride=1, padding=None, out=None, config: Config | None = None):
+    """y = act(conv2d + bias + residual), (B, C_out, H / stride, W / stride) channels_last in x's dtype, from the
+    transposed kernel (stride 1 or 2; padding: default (KH // 2, KW // 2), it must give that output size; see
+    :func:`transposed_problem` for what it needs): x dense channels_last, w_transposed the weight as (C_out, KH,
+    KW, C_in) contiguous (``packed_weight(w, dtype, transposed=True)``), residual (optional) dense channels_last
+    of y's shape. out, config: as :func:`conv2d_forward`'s (a config names BLOCK_P, BLOCK_N, BLOCK_K, GROUP_M and
+    PER_SM)."""
     B, C, H, W = x.shape
     N, KH, KW, _ = w_transposed.shape
     stride = _pair("stride", stride, 1)
@@ -396,15 +413,19 @@ def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", pre
                          f"map: {problem}")
     (sh, sw), (ph, pw) = stride, padding
     H_out, W_out = H // sh, W // sw
+    if residual is not None and (tuple(residual.shape) != (B, N, H_out, W_out) or residual.device != x.device
+                                 or not residual.is_contiguous(memory_format=torch.channels_last)):
+        raise ValueError(f"residual must be a dense channels_last tensor of the output's shape {(B, N, H_out, W_out)} "
+                         f"on {x.device}, got shape {tuple(residual.shape)}, strides {residual.stride()}")
     y = _output(x, (B, N, H_out, W_out), out)
     M = B * H_out * W_out
-    key = plan_key(x, KH, KW, N, stride, padding, activation, precision, bias is not None, False, False,
-                   "transposed")
+    key = plan_key(x, KH, KW, N, stride, padding, activation, precision, bias is not None, residual is not None,
+                   False, "transposed")
     fake = is_fake(x, w_transposed)
     plan = _PLANS.get(key) if config is None else None
     if plan is None:
         flags = dict(W=W, C=C, KH=KH, KW=KW, STRIDE=sh, PAD_H=ph, PAD_W=pw, HAS_BIAS=bias is not None,
-                     ACT=activation, PRECISION=key[0].precision)
+                     HAS_RES=residual is not None, ACT=activation, PRECISION=key[0].precision)
 
         def bound(cfg: Config) -> _TransposedPlan:
             kw = dict(cfg.kwargs)
@@ -419,21 +440,21 @@ def conv2d_transposed_forward(x, w_transposed, bias=None, activation="none", pre
 
         if config is None:
             config = _transposed_tuner.pick(
-                key[0], lambda cfg: _launch_transposed(bound(cfg), x, w_transposed, bias, y, M),
+                key[0], lambda cfg: _launch_transposed(bound(cfg), x, w_transposed, bias, residual, y, M),
                 lambda: _transposed_configs(M, N, C, H_out, W_out, KH * KW, x.element_size()), tracing=fake)
             plan = bound(config)
             if not fake:
                 _PLANS[key] = plan
         else:
             plan = bound(config)
-    _launch_transposed(plan, x, w_transposed, bias, y, M)
+    _launch_transposed(plan, x, w_transposed, bias, residual, y, M)
     return y
 
 
-def _launch_transposed(plan: _TransposedPlan, x, w, bias, y, M: int) -> None:
+def _launch_transposed(plan: _TransposedPlan, x, w, bias, residual, y, M: int) -> None:
     if M == 0 or y.shape[1] == 0:
         return
-    grid, args = launch_args(plan, x, w, bias, None, y, None, M)
+    grid, args = launch_args(plan, x, w, bias, residual, y, None, M)
     plan.kernel.launch(grid, **args)
 
 
@@ -459,9 +480,9 @@ def launch_args(plan: _Conv2dPlan, x, w, bias, residual, y, part, M: int) -> tup
         N = y.shape[1]
         tiles = cdiv(M, plan.block_p) * cdiv(N, plan.block_n)
         programs = max(1, min(tiles, plan.per_sm * num_sms(x.device, default=2)))
-        return (programs,), dict(x_ptr=x, w_ptr=w, bias_ptr=bias if bias is not None else y, res_ptr=y, y_ptr=y,
-                                 part_ptr=y, B=B, H=H, N=N, stride_bias=bias.stride(0) if bias is not None else 0,
-                                 NUM_PROGRAMS=programs)
+        return (programs,), dict(x_ptr=x, w_ptr=w, bias_ptr=bias if bias is not None else y,
+                                 res_ptr=residual if residual is not None else y, y_ptr=y, part_ptr=y, B=B, H=H, N=N,
+                                 stride_bias=bias.stride(0) if bias is not None else 0, NUM_PROGRAMS=programs)
     N, H_out, W_out = y.shape[1], y.shape[2], y.shape[3]
     sxb, sxc, sxh, sxw = x.stride()
     swh, sww, swc, swn = w.stride()
@@ -500,10 +521,11 @@ def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         transposed = "BLOCK_P" in cfg.kwargs
     else:
         transposed = kernel_kind(x, weight.shape[2], weight.shape[3], weight.shape[0], (stride_h, stride_w),
-                                 (pad_h, pad_w), precision, path, residual is not None) == "transposed"
+                                 (pad_h, pad_w), precision, path, residual) == "transposed"
     if transposed:
         return conv2d_transposed_forward(x, forward_weight(weight, x.dtype, True, precision), bias, activation,
-                                         precision, stride=(stride_h, stride_w), padding=(pad_h, pad_w), config=cfg)
+                                         precision, residual=residual, stride=(stride_h, stride_w),
+                                         padding=(pad_h, pad_w), config=cfg)
     return conv2d_forward(x, forward_weight(weight, x.dtype, False, precision), bias, residual, (stride_h, stride_w),
                           (pad_h, pad_w), activation, precision, path=path, config=cfg)
 
@@ -578,7 +600,7 @@ def validate(x, weight, bias, stride, padding, residual, activation, precision, 
     if path == "flat" and KH * KW * C_in > FLAT_K_MAX:
         raise ValueError(f"path='flat' needs KH x KW x C_in <= {FLAT_K_MAX}, got {KH} x {KW} x {C_in}")
     if path == "transposed":
-        problem = transposed_problem(x, KH, KW, C_out, (sh, sw), (ph, pw), residual is not None, stats)
+        problem = transposed_problem(x, KH, KW, C_out, (sh, sw), (ph, pw), residual, stats)
         if problem is not None:
             raise ValueError(f"path='transposed' cannot run this call: {problem}")
     return (sh, sw), (ph, pw)
@@ -598,9 +620,9 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
     conv2d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default, e.g.
     torch.backends.cudnn.allow_tf32; else "ieee"; see runtime.torch_conv_precision). path: "auto" (the
-    flat-K kernels for few input channels, the transposed kernel for stride-1 "same" convolutions of 16-bit
-    or tf32 inputs with many channels, see :func:`kernel_kind`), "flat", "tiled" or "transposed". config: force a
-    launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
+    flat-K kernels for few input channels, the transposed kernel for stride-1 "same" and stride-2 convolutions
+    of 16-bit or tf32 inputs with many channels, see :func:`kernel_kind`), "flat", "tiled" or "transposed".
+    config: force a launch configuration (tests); default: the tuner's. A call whose signature was seen before takes the
     eager fast path (conv2d_eager.py)."""
     if precision is None:
         precision = torch_conv_precision(x)

@@ -109,7 +109,7 @@ def remember(x, weight, bias, residual, stride, padding, stride_pair: tuple, pad
             or any(t is not None and type(t) not in _PLAIN for t in (bias, residual))):
         return
     N, C, KH, KW = weight.shape
-    kind = kernel_kind(x, KH, KW, N, stride_pair, padding_pair, precision, path, residual is not None)
+    kind = kernel_kind(x, KH, KW, N, stride_pair, padding_pair, precision, path, residual)
     plan = _PLANS.get(plan_key(x, KH, KW, N, stride_pair, padding_pair, activation, precision, bias is not None,
                                residual is not None, False, kind))
     key = _key(x, weight, bias, residual, stride, padding, activation, precision, path)

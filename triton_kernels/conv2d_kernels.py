@@ -131,7 +131,7 @@ def _conv2d_kernel(
 # computed transposed,
 #
 #     acc[n, p] += W[n-block, (tap, c-block)] @ X_tap[p-block, c-block]^T     (BLOCK_N x BLOCK_K) . (BLOCK_K x BLOCK_P)
-#     y[p, n] = act(acc^T + bias)
+#     y[p, n] = act(acc^T + bias + residual[p, n])
 #
 # so the BLOCK_P output pixels are the tensor cores' wide dimension (up to 256 per instruction) and the weight
 # rows their 64-row one: each weight tile serves BLOCK_P pixels. Both operands come through TMA: the weight as
@@ -152,13 +152,14 @@ def _conv2d_transposed_kernel(
     B, H, N, stride_bias, NUM_PROGRAMS,
     W: tl.constexpr, C: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
     PAD_H: tl.constexpr, PAD_W: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """y (dense channels_last, B x H / STRIDE x W / STRIDE pixels x N channels) = act(conv2d(x, w) + bias).
-    x: dense channels_last (B, C, H, W), H and W multiples of STRIDE; w: (N, KH, KW, C) contiguous; C a
-    multiple of BLOCK_K. res_ptr and part_ptr are unused (the other conv2d kernels' argument order)."""
+    """y (dense channels_last, B x H / STRIDE x W / STRIDE pixels x N channels) = act(conv2d(x, w) + bias
+    + residual). x: dense channels_last (B, C, H, W), H and W multiples of STRIDE; w: (N, KH, KW, C)
+    contiguous; C a multiple of BLOCK_K; the residual dense channels_last, as y. part_ptr is unused (the other
+    conv2d kernels' argument order)."""
     W_OUT: tl.constexpr = W // STRIDE
     BLOCK_P: tl.constexpr = BLOCK_B * BLOCK_H * W_OUT
     H_OUT = H // STRIDE
@@ -200,9 +201,12 @@ def _conv2d_transposed_kernel(
         n_ok = offs_n < N
         if HAS_BIAS:
             acc += tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[:, None]
-        out = tl.trans(_apply_act(acc, ACT))
-        tl.store(y_ptr + offs_p.to(tl.int64)[:, None] * N + offs_n[None, :], out.to(y_ptr.dtype.element_ty),
-                 mask=(offs_p < M)[:, None] & n_ok[None, :])
+        z = tl.trans(acc)  # (BLOCK_P, BLOCK_N): y's and the residual's rows of channels
+        offsets = offs_p.to(tl.int64)[:, None] * N + offs_n[None, :]
+        mask = (offs_p < M)[:, None] & n_ok[None, :]
+        if HAS_RES:
+            z += tl.load(res_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + offsets, _apply_act(z, ACT).to(y_ptr.dtype.element_ty), mask=mask)
 
 # Few input channels (a network's stem: 3 colour channels). The tiled kernel above pads each tap's C_in to
 # BLOCK_K >= 16, so at C_in = 3 it runs 9 dots of which 81 % is padding. Here the reduction is flattened,
