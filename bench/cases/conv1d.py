@@ -26,6 +26,9 @@ from triton_kernels import conv1d_gather
 from ..harness import Case
 
 
+CUDNN_16BIT_BACKWARD_TOL = 5e-2
+
+
 def _es(dtype) -> int:
     return torch.tensor([], dtype=dtype).element_size()
 
@@ -89,10 +92,15 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
     params = {"B": B, "L": L, "C_in": C, "C_out": N, "k": k, "pool": pool}
     if dtype == torch.float32:
         params["precision"] = precision
+    # cuDNN's 16-bit conv1d backward (eager's and torch.compile's) is off by 2.7-3.1e-2 against float64 at the
+    # Char-CNN shapes (dx, dw and db alike; ours 1.6-1.9e-3; results/NVIDIA_H200/runs/
+    # 2026-11-28_c739c74_tests-group-11-conv1d-bwd-errors), over the 16-bit tolerance: the baseline a user
+    # gets is timed all the same, under a wider one (the tests hold ours to the tight one)
+    tol = CUDNN_16BIT_BACKWARD_TOL if mode != "fwd" and dtype != torch.float32 else None
     return Case(suite="ops", name=f"conv1d_{mode}", params=params, dtype=dtype, inputs=inputs,
                 fns={"eager": eager, "triton": ours}, reference=reference,
                 flops=flops if mode == "fwd" else 3 * flops, bytes=float(moved), backward=mode != "fwd",
-                graph_ok=mode == "fwd", tf32=precision == "tf32")
+                graph_ok=mode == "fwd", tf32=precision == "tf32", tol=tol)
 
 
 def gather_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, fused_ln: bool = False,
