@@ -115,6 +115,39 @@ def test_steady_state_asks_no_tuner(monkeypatch):
     assert conv1d._conv_tuner.picks - before == 1 and len(conv1d._PLANS) == 1
 
 
+def test_fast_path_matches_the_general_path():
+    """A signature's second call runs the fast path (conv1d_eager: its own autograd node) and gives the first
+    call's output and gradients exactly; an in-place weight update is seen; an x of other strides takes the
+    general path; a pooled call that needs a gradient is refused by name after its signature ran without one."""
+    from triton_kernels import conv1d_eager, runtime
+
+    x, w, b = torch.randn(2, 11, 6, device=DEVICE), torch.randn(9, 6, 3, device=DEVICE), torch.randn(9, device=DEVICE)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    g = torch.randn(2, 9, 9, device=DEVICE)
+    outs = []
+    for _ in range(2):
+        y = conv1d.conv1d(*leaves, "relu")
+        y.backward(g)
+        outs.append((y.detach(), y.grad_fn, [t.grad.clone() for t in leaves]))
+        for t in leaves:
+            t.grad = None
+    assert type(outs[1][1]).__name__ == "_NodeBackward" and type(outs[0][1]).__name__ != "_NodeBackward"
+    assert torch.equal(outs[0][0], outs[1][0])
+    for name, g0, g1 in zip(("dx", "dw", "dbias"), outs[0][2], outs[1][2]):
+        assert torch.equal(g0, g1), name
+    assert conv1d_eager._key(x, w, b, "relu", 1, runtime.torch_conv_precision(x)) in conv1d_eager._FAST
+    with torch.no_grad():
+        leaves[1].mul_(-1)
+        y = conv1d.conv1d(*leaves, "relu")
+    assert_close(y, ref_conv(x.double(), -w.double(), b.double(), "relu"), torch.float32)
+    strided = leaves[0].detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    assert type(conv1d.conv1d(strided, *leaves[1:], "relu").grad_fn).__name__ != "_NodeBackward"
+    with torch.no_grad():
+        conv1d.conv1d(*leaves, "relu", pool=3)
+    with pytest.raises(ValueError, match="inference epilogue"):
+        conv1d.conv1d(*leaves, "relu", pool=3)
+
+
 def test_default_precision_is_torchs_conv_precision(monkeypatch):
     """precision=None (conv1d's default) runs what torch's own conv1d runs, read at each call: "tf32" for fp32
     while torch lets cuDNN use TF32 for convolutions (its default), "ieee" after

@@ -459,12 +459,16 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     weight and bias for pool == 1; pool > 1 is an inference epilogue (call it under torch.no_grad()).
     precision applies to fp32 inputs: "ieee" (exact fp32), "tf32" (tensor cores) or None, what torch's own
     conv1d would use at each call ("tf32" where torch lets cuDNN use TF32 for convolutions, its default; else
-    "ieee"; see runtime.torch_conv_precision)."""
+    "ieee"; see runtime.torch_conv_precision). A call whose signature was seen before takes the eager fast path
+    (conv1d_eager.py)."""
+    if precision is None and isinstance(x, torch.Tensor):
+        precision = torch_conv_precision(x)
+    y = conv1d_eager.fast_conv1d(x, weight, bias, activation, pool, precision)
+    if y is not None:
+        return y
     check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     validate_weight(weight, bias, activation, pool, dtype=x.dtype, device=x.device, in_channels=x.shape[2])
-    check_choice("precision", precision, (*PRECISIONS, None))
-    if precision is None:
-        precision = torch_conv_precision(x)
+    check_choice("precision", precision, PRECISIONS)
     L_out = x.shape[1] - weight.shape[2] + 1
     if L_out < pool:
         raise ValueError(f"x has length {x.shape[1]}: with kernel size {weight.shape[2]} and pool {pool} the "
@@ -472,7 +476,10 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if pool > 1 and needs_grad(x, weight, bias):
         raise ValueError("conv1d with pool > 1 is an inference epilogue: call it under torch.no_grad() (or use "
                          "pool=1 followed by max_pool1d to train)")
-    return _conv1d_call(x, weight, bias, activation, int(pool), precision)
+    y = _conv1d_call(x, weight, bias, activation, int(pool), precision)
+    if y.numel() > 0:
+        conv1d_eager.remember(x, weight, bias, activation, pool, precision)
+    return y
 
 
 def pack_weight(weight: torch.Tensor, precision: str = "ieee") -> torch.Tensor:
@@ -504,3 +511,6 @@ def max_pool1d_cl(x: torch.Tensor, pool: int = 3) -> torch.Tensor:
     if needs_grad(x):
         raise ValueError("max_pool1d_cl is an inference kernel: call it under torch.no_grad()")
     return _max_pool_call(x, int(pool))
+
+
+from . import conv1d_eager  # noqa: E402  (it builds on this module's launchers)

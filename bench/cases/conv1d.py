@@ -11,8 +11,8 @@ conv1d_gather:     first layer: conv1d over the one-hot of character indices (ea
 gather_ln_relu_pool: the fused first block, relu(max_pool1d(layer_norm(conv1(x)))) (Triton: statistics and
                    normalise-pool passes both recompute the gather; the conv output never reaches memory)
                                                                 bytes = read indices + w + LayerNorm params, write y
-Every backend gets the same data in its own layout (eager: channels-first x and the one-hot; Triton:
-channels-last x, uint8 indices, weights laid out (k, C_in, C_out), or (C_out, k, C_in) for an fp32 forward at
+Every backend gets the same data in its own layout (eager: channels-first x, dy and the one-hot; Triton:
+channels-last x and dy, uint8 indices, weights laid out (k, C_in, C_out), or (C_out, k, C_in) for an fp32 forward at
 tf32, as `conv1d.pack_weight` and the Char-CNN model pack them); outputs are compared channels-last.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
             return x, w, b, x_cl, w_packed
         dy = torch.randn(B, N, L_out, device=device, generator=g).to(dtype)
         leaves = [t.requires_grad_() for t in (x, w, b, x_cl, w_packed.detach())]
-        return (*leaves, dy)
+        return (*leaves, dy, dy.transpose(1, 2).contiguous())  # dy in each backend's layout
 
     if mode == "fwd":
         def eager(x, w, b, x_cl, w_packed):
@@ -68,17 +68,17 @@ def conv1d_case(B: int, L: int, C: int, N: int, k: int, dtype: torch.dtype, pool
         def reference(x, w, b, x_cl, w_packed):
             return _pool_relu(functional.conv1d(x.double(), w.double(), b.double()), activation, pool).transpose(1, 2)
     else:
-        def eager(x, w, b, x_cl, w_packed, dy):
+        def eager(x, w, b, x_cl, w_packed, dy, dy_cl):
             y = _pool_relu(functional.conv1d(x, w, b), activation, 1)
             dx, dw, db = torch.autograd.grad(y, (x, w, b), dy)
             return y.transpose(1, 2), dx.transpose(1, 2), dw, db
 
-        def ours(x, w, b, x_cl, w_packed, dy):
+        def ours(x, w, b, x_cl, w_packed, dy, dy_cl):
             y = conv1d.conv1d(x_cl, w_packed, b, activation, precision=precision)
-            dx, dw, db = torch.autograd.grad(y, (x_cl, w_packed, b), dy.transpose(1, 2))
+            dx, dw, db = torch.autograd.grad(y, (x_cl, w_packed, b), dy_cl)
             return y, dx, dw, db
 
-        def reference(x, w, b, x_cl, w_packed, dy):
+        def reference(x, w, b, x_cl, w_packed, dy, dy_cl):
             x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
             with torch.enable_grad():
                 y = _pool_relu(functional.conv1d(x64, w64, b64), activation, 1)
