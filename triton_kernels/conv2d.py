@@ -141,7 +141,7 @@ TRANSPOSED_MAX_PIXELS = 16
 # 524288 pixels), the transposed kernel takes 0.66-0.82x the tiled one's time in bf16 and 0.60-0.70x at tf32
 # (0.95-1.13x cuDNN's speed); at 16 samples of 8 x 8 (1024 pixels) the tiled kernel is 2-5 % ahead.
 # At stride 2 (results/NVIDIA_H200/runs/2026-11-28_4059e14_conv-stride2-probe, ResNet-18's stride-2 layers): at
-# tf32 the same rule holds (0.69-0.86x the tiled kernel's time from 16384 pixels on, 1.13x at 1024); in 16-bit
+# tf32 the same rule holds (0.69-0.86x the tiled kernel's time from 8192 pixels on, 1.13x at 1024); in 16-bit
 # the transposed kernel wins the 3 x 3 layers at batch 512 (0.74-0.87x; 9.7 G multiply-adds each) and loses at
 # batch 64 (1.09x, 1.2 G) and on the 1 x 1 ones where they differ most (1.12x at 256 -> 512, 1.1 G): it needs
 # TRANSPOSED_AUTO_MIN_MACS_16BIT multiply-adds there.
