@@ -10,7 +10,7 @@ from torch.nn import functional
 from triton_kernels import conv1d
 from triton_kernels import conv1d_gather
 from triton_kernels.runtime import Config
-from triton_kernels.testing import assert_close, cudnn_tf32, poison_, rel_err, tolerance
+from triton_kernels.testing import assert_close, assert_fast_path_repeats, cudnn_tf32, poison_, rel_err, tolerance
 
 from .conftest import DEVICE
 from .view_matrix import Arg, check_case, view_cases
@@ -123,18 +123,8 @@ def test_fast_path_matches_the_general_path():
 
     x, w, b = torch.randn(2, 11, 6, device=DEVICE), torch.randn(9, 6, 3, device=DEVICE), torch.randn(9, device=DEVICE)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
-    g = torch.randn(2, 9, 9, device=DEVICE)
-    outs = []
-    for _ in range(2):
-        y = conv1d.conv1d(*leaves, "relu")
-        y.backward(g)
-        outs.append((y.detach(), y.grad_fn, [t.grad.clone() for t in leaves]))
-        for t in leaves:
-            t.grad = None
-    assert type(outs[1][1]).__name__ == "_NodeBackward" and type(outs[0][1]).__name__ != "_NodeBackward"
-    assert torch.equal(outs[0][0], outs[1][0])
-    for name, g0, g1 in zip(("dx", "dw", "dbias"), outs[0][2], outs[1][2]):
-        assert torch.equal(g0, g1), name
+    assert_fast_path_repeats(lambda: conv1d.conv1d(*leaves, "relu"), leaves, torch.randn(2, 9, 9, device=DEVICE),
+                             ("dx", "dw", "dbias"))
     assert conv1d_eager._key(x, w, b, "relu", 1, runtime.torch_conv_precision(x)) in conv1d_eager._FAST
     with torch.no_grad():
         leaves[1].mul_(-1)

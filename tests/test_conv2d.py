@@ -12,7 +12,7 @@ from torch.nn import functional
 
 from triton_kernels import conv2d, runtime
 from triton_kernels.runtime import Config
-from triton_kernels.testing import assert_close, cudnn_tf32, poison_, rel_err, tolerance
+from triton_kernels.testing import assert_close, assert_fast_path_repeats, cudnn_tf32, poison_, rel_err, tolerance
 
 from .conftest import DEVICE
 from .view_matrix import Arg, check_case, view_cases
@@ -307,18 +307,8 @@ def test_fast_path_matches_the_general_path(C, path):
 
     x, w, b, r = _inputs(2, C, 7, 6, 18, 3, 1, 1, True, True, torch.float32, "channels_last")
     leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
-    g = torch.randn(2, 18, 7, 6, device=DEVICE)
-    outs = []
-    for _ in range(2):
-        y = conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], "relu", path=path)
-        y.backward(g)
-        outs.append((y.detach(), y.grad_fn, [t.grad.clone() for t in leaves]))
-        for t in leaves:
-            t.grad = None
-    assert type(outs[1][1]).__name__ == "_NodeBackward" and type(outs[0][1]).__name__ != "_NodeBackward"
-    assert torch.equal(outs[0][0], outs[1][0])
-    for name, g0, g1 in zip(("dx", "dweight", "dbias", "dresidual"), outs[0][2], outs[1][2]):
-        assert torch.equal(g0, g1), name
+    assert_fast_path_repeats(lambda: conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], "relu", path=path), leaves,
+                             torch.randn(2, 18, 7, 6, device=DEVICE), ("dx", "dweight", "dbias", "dresidual"))
     with torch.no_grad():
         leaves[1].mul_(-1)  # a new weight version: repacked
         y = conv2d.conv2d(*leaves[:3], 1, 1, leaves[3], "relu", path=path)

@@ -63,6 +63,23 @@ def cudnn_tf32(allow: bool):
         torch.backends.cudnn.allow_tf32 = before
 
 
+def assert_fast_path_repeats(call, leaves: list, grad: torch.Tensor, names: tuple) -> None:
+    """Run ``call()`` (an op on ``leaves``) and its backward of ``grad`` twice: the first call takes the general
+    path, the second an eager fast path's autograd node (named ``_Node``); outputs and the gradients of
+    ``leaves`` (``names``) agree bit for bit."""
+    outs = []
+    for _ in range(2):
+        y = call()
+        y.backward(grad)
+        outs.append((y.detach(), y.grad_fn, [t.grad.clone() for t in leaves]))
+        for t in leaves:
+            t.grad = None
+    assert type(outs[1][1]).__name__ == "_NodeBackward" and type(outs[0][1]).__name__ != "_NodeBackward"
+    assert torch.equal(outs[0][0], outs[1][0])
+    for name, g0, g1 in zip(names, outs[0][2], outs[1][2]):
+        assert torch.equal(g0, g1), name
+
+
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill an output buffer with NaN (or -1 for integers) so unwritten elements show up."""
     if t.is_floating_point():
