@@ -18,19 +18,13 @@ from typing import Optional
 import torch
 
 from .conv1d import _conv1d_backward_op, conv1d_forward
-from .runtime import EagerNode, remember_call
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
-
-
-def _signature(t: Optional[torch.Tensor]):
-    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
+from .runtime import EagerNode, are_plain, remember_call, tensor_signature
 
 
 def _key(x, weight, bias, activation, pool, precision) -> Optional[tuple]:
     """A call's signature, or None when an argument is unhashable."""
     try:
-        key = (_signature(x), _signature(weight), _signature(bias), activation, pool, precision)
+        key = (tensor_signature(x), tensor_signature(weight), tensor_signature(bias), activation, pool, precision)
         hash(key)
         return key
     except TypeError:
@@ -73,7 +67,7 @@ _FAST: dict[tuple, _FastConv1d] = {}
 
 def fast_conv1d(x, weight, bias, activation, pool, precision) -> Optional[torch.Tensor]:
     """The output of a call through the fast path, or None when it must take the general one."""
-    if torch.compiler.is_compiling() or type(x) not in _PLAIN or type(weight) not in _PLAIN:
+    if torch.compiler.is_compiling() or not are_plain(x, weight):
         return None
     key = _key(x, weight, bias, activation, pool, precision)
     fast = _FAST.get(key) if key is not None else None
@@ -86,7 +80,6 @@ def fast_conv1d(x, weight, bias, activation, pool, precision) -> Optional[torch.
 
 def remember(x, weight, bias, activation: str, pool: int, precision: str) -> None:
     """After a general-path call of plain tensors: keep its signature."""
-    if (torch.compiler.is_compiling() or type(x) not in _PLAIN or type(weight) not in _PLAIN
-            or (bias is not None and type(bias) not in _PLAIN)):
+    if torch.compiler.is_compiling() or not are_plain(x, weight, bias):
         return
     remember_call(_FAST, _key(x, weight, bias, activation, pool, precision), _FastConv1d(activation, pool, precision))

@@ -21,20 +21,14 @@ import torch
 from .conv2d import (_PLANS, _TransposedPlan, backward_spec, forward_weight, input_grads, kernel_kind, launch_args,
                      out_size, plan_key)
 from .tma import _ensure_allocator
-from .runtime import INTERPRET, EagerNode, remember_call
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
-
-
-def _signature(t: Optional[torch.Tensor]):
-    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
+from .runtime import INTERPRET, EagerNode, are_plain, remember_call, tensor_signature
 
 
 def _key(x, weight, bias, residual, stride, padding, activation, precision, path) -> Optional[tuple]:
     """A call's signature, or None when an argument is unhashable (a list given as stride or padding is
     turned into a tuple)."""
     try:
-        key = (_signature(x), _signature(weight), _signature(bias), _signature(residual),
+        key = (tensor_signature(x), tensor_signature(weight), tensor_signature(bias), tensor_signature(residual),
                tuple(stride) if isinstance(stride, list) else stride,
                tuple(padding) if isinstance(padding, list) else padding, activation, precision, path)
         hash(key)
@@ -91,7 +85,7 @@ _FAST: dict[tuple, _FastConv] = {}
 
 def fast_conv2d(x, weight, bias, residual, stride, padding, activation, precision, path) -> Optional[torch.Tensor]:
     """The output of a call through the fast path, or None when it must take the general one."""
-    if torch.compiler.is_compiling() or type(x) not in _PLAIN or type(weight) not in _PLAIN:
+    if torch.compiler.is_compiling() or not are_plain(x, weight):
         return None
     key = _key(x, weight, bias, residual, stride, padding, activation, precision, path)
     fast = _FAST.get(key) if key is not None else None
@@ -105,8 +99,7 @@ def fast_conv2d(x, weight, bias, residual, stride, padding, activation, precisio
 def remember(x, weight, bias, residual, stride, padding, stride_pair: tuple, padding_pair: tuple, activation: str,
              precision: str, path: str) -> None:
     """After a general-path call of plain tensors: keep its signature with the plan it ran."""
-    if (torch.compiler.is_compiling() or type(x) not in _PLAIN or type(weight) not in _PLAIN
-            or any(t is not None and type(t) not in _PLAIN for t in (bias, residual))):
+    if torch.compiler.is_compiling() or not are_plain(x, weight, bias, residual):
         return
     N, C, KH, KW = weight.shape
     kind = kernel_kind(x, KH, KW, N, stride_pair, padding_pair, precision, path, residual)

@@ -1,5 +1,5 @@
-"""The autograd node of the eager fast paths (an op's prepared call per call signature) and the bounded
-cache of those calls; re-exported by runtime.py, where the ops import them from."""
+"""The autograd node of the eager fast paths (an op's prepared call per call signature), the bounded cache of
+those calls and the tensors' part of a signature; re-exported by runtime.py, where the ops import them from."""
 from __future__ import annotations
 
 from typing import Any
@@ -40,6 +40,20 @@ class EagerNode(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: as the general path
             return None, *ctx.call.general_backward(ctx, *grads)
         return None, *ctx.call.backward(ctx, *grads)
+
+
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast paths launch on
+
+
+def are_plain(*tensors) -> bool:
+    """Whether every tensor given (None allowed) is of PLAIN_TENSORS exactly (no subclass, fake tensors
+    included)."""
+    return all(t is None or type(t) in PLAIN_TENSORS for t in tensors)
+
+
+def tensor_signature(t: Any):
+    """A tensor's part of a call signature: its class, shape, strides, dtype and device (None for None)."""
+    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
 
 
 MAX_CALL_SIGNATURES = 512  # per op: a cache of validated call signatures is emptied when it reaches this size

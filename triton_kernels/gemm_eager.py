@@ -31,9 +31,9 @@ from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buff
 from . import gemm_backward
 from .tma import _ensure_allocator
 from .launcher import bind
-from .runtime import EagerNode, dependent_launch, remember_call
+from .runtime import PLAIN_TENSORS, EagerNode, dependent_launch, remember_call
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor classes the fast path launches on
+_PLAIN = PLAIN_TENSORS  # the tensor classes the fast path launches on
 # the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs, the
 # GEMMs whose last wave of tiles leaves SMs idle long enough to matter. Measured on an H100, replayed: Linear
 # 4096 x 8704 -> 1024, dX + dW 235 -> 225 us (cuBLAS 212); the Char-CNN's fc1, 512 x 8704 -> 1024 (dX 9.1e9

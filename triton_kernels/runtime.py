@@ -650,7 +650,8 @@ def launch(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> None:
 
 from .graphs import capture_graph, own_cublas_workspaces  # noqa: E402,F401  (re-exported)
 from .compile_pool import precompile  # noqa: E402
-from .eager_node import MAX_CALL_SIGNATURES, EagerNode, remember_call  # noqa: E402,F401  (re-exported)
+from .eager_node import (MAX_CALL_SIGNATURES, PLAIN_TENSORS, EagerNode, are_plain,  # noqa: E402,F401  (re-exported)
+                         remember_call, tensor_signature)
 from .launcher import launch_bound  # noqa: E402  (launcher.py imports this module's helpers)
 from .op_registration import define_op, register_op, traced_interpreter_launch  # noqa: E402,F401  (re-exported)
 from .torch_precision import (torch_conv_precision, torch_matmul_operands,  # noqa: E402,F401  (re-exported)
