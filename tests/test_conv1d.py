@@ -101,6 +101,34 @@ def test_small_tiles_every_dim():
     assert_close(dw.permute(2, 1, 0), ref_dw, torch.float32, name="dw")
 
 
+@pytest.mark.parametrize("path", ["pointer", "tma"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_weight_grad_paths(path, dtype):
+    """Both weight-gradient kernels against float64 with forced 16-row blocks: three blocks per sample, the last
+    partial (the TMA kernel's zero-filled dz rows), splits that cut a sample, two channel tiles."""
+    x = torch.randn(3, 40, 24, device=DEVICE, dtype=dtype)
+    dz = torch.randn(3, 38, 16, device=DEVICE, dtype=dtype)
+    cfg = conv1d.Config({"BLOCK_C": 16, "BLOCK_N": 16, "BLOCK_M": 16}, 4, 1)
+    dw = conv1d.conv1d_weight_grad(x, dz, 3, 24, path=path, config=cfg)
+    ref = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), (16, 24, 3), dz.double().transpose(1, 2))
+    assert dw.shape == (3, 24, 16) and dw.dtype == torch.float32
+    assert_close(dw.permute(2, 1, 0), ref, dtype, name="dw")
+
+
+def test_weight_grad_tma_refuses_what_it_cannot_read():
+    """path="tma" on a length-sliced x (its rows not one matrix), a channels-first dz or indices: a ValueError
+    before any launch; an unknown path is named."""
+    x = torch.randn(2, 12, 8, device=DEVICE)
+    dz = torch.randn(2, 10, 8, device=DEVICE)
+    channels_first_dz = dz.transpose(1, 2).contiguous().transpose(1, 2)
+    for bad_x, bad_dz, index in ((x[:, 1:], dz[:, 1:], False), (x, channels_first_dz, False),
+                                 (torch.zeros(2, 12, dtype=torch.uint8, device=DEVICE), dz, True)):
+        with pytest.raises(ValueError, match="path='tma'"):
+            conv1d.conv1d_weight_grad(bad_x, bad_dz, 3, 8, x_is_index=index, path="tma")
+    with pytest.raises(ValueError, match="path"):
+        conv1d.conv1d_weight_grad(x, dz, 3, 8, path="gather")
+
+
 def test_steady_state_asks_no_tuner(monkeypatch):
     """The first call of a conv shape finds its config through the tuner; later calls launch its plan."""
     monkeypatch.setattr(conv1d, "_PLANS", {})
@@ -400,6 +428,25 @@ def gpu_char_cnn_layers(dtype_name: str) -> None:
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16", "float32"])
 def test_gpu_char_cnn_layers(dtype_name, isolated):
     isolated("tests.test_conv1d:gpu_char_cnn_layers", dtype_name)
+
+
+def gpu_weight_grad_paths() -> None:
+    """The TMA weight-gradient kernel (what "auto" takes for 16-bit operands on Hopper) and the pointer one against
+    float64 in bf16 and fp16: lengths that are no multiple of a block, channel counts off the tiles, one
+    Char-CNN layer."""
+    for B, L, C, N, k, dtype in ((5, 117, 72, 200, 7, torch.bfloat16), (3, 40, 256, 256, 3, torch.float16),
+                                 (8, 336, 256, 256, 7, torch.bfloat16)):
+        x = torch.randn(B, L, C, device="cuda", dtype=dtype)
+        dz = torch.randn(B, L - k + 1, N, device="cuda", dtype=dtype)
+        ref = torch.nn.grad.conv1d_weight(x.double().transpose(1, 2), (N, C, k), dz.double().transpose(1, 2))
+        for path in ("tma", "pointer", "auto"):
+            dw = conv1d.conv1d_weight_grad(x, dz, k, C, path=path)
+            assert_close(dw.permute(2, 1, 0), ref, dtype, name=f"dw {path} {B}x{L}x{C}->{N} k{k}")
+
+
+@pytest.mark.gpu
+def test_gpu_weight_grad_paths(isolated):
+    isolated("tests.test_conv1d:gpu_weight_grad_paths")
 
 
 def gpu_tf32_and_compile() -> None:

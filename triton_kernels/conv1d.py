@@ -32,10 +32,12 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
+from .tma import _tma_device
 from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, is_fake,
                       launch, num_sms, register_op, register_tuner, torch_conv_precision)
 
@@ -152,6 +154,39 @@ def _conv1d_dw_kernel(
 
 
 @triton.jit
+def _conv1d_dw_tma_kernel(
+    x_desc, dz_desc, part_ptr, C, N, L, L_BLOCKS, STEPS, STEPS_PER_SPLIT,
+    KSIZE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """`_conv1d_dw_kernel`'s partials, its operands read through TMA descriptors (Hopper).
+
+    The rows are walked a sample at a time: step j is sample b = j // L_BLOCKS and its rows l0 = (j % L_BLOCKS) *
+    BLOCK_M onwards, L_BLOCKS = cdiv(L_out, BLOCK_M). dz's descriptor is 3-D (B, L_out, N), so the TMA engine
+    zero-fills the rows of a block past L_out; x's is 2-D over its (B * L, C) rows, so the x block of tap t starts at
+    row b * L + l0 + t whatever sample it runs into (rows multiplied by zeros). No index arithmetic per row and no
+    masks: the loads are bulk copies into shared memory that the pipeline overlaps with the tensor-core products.
+    Program (c-block x n-block, tap t, split s) sums the steps of split s (STEPS_PER_SPLIT of the STEPS = B *
+    L_BLOCKS)."""
+    n_nb = tl.cdiv(N, BLOCK_N)
+    pid_c = tl.program_id(0) // n_nb
+    pid_n = tl.program_id(0) % n_nb
+    t = tl.program_id(1)
+    s = tl.program_id(2)
+    acc = tl.zeros((BLOCK_C, BLOCK_N), dtype=tl.float32)
+    for j in range(s * STEPS_PER_SPLIT, tl.minimum(s * STEPS_PER_SPLIT + STEPS_PER_SPLIT, STEPS)):
+        b = j // L_BLOCKS
+        l0 = (j - b * L_BLOCKS) * BLOCK_M
+        xa = x_desc.load([b * L + l0 + t, pid_c * BLOCK_C])
+        dz = dz_desc.load([b, l0, pid_n * BLOCK_N]).reshape(BLOCK_M, BLOCK_N)
+        acc = tl.dot(tl.trans(xa), dz, acc, input_precision=PRECISION)
+    offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    part = part_ptr + ((s * KSIZE + t) * C).to(tl.int64) * N
+    tl.store(part + offs_c[:, None] * N + offs_n[None, :], acc, mask=(offs_c < C)[:, None] & (offs_n < N)[None, :])
+
+
+@triton.jit
 def _max_pool_kernel(
     x_ptr, y_ptr, M, N, LO, stride_xb, stride_xl, stride_xn, stride_yb, stride_yl, stride_yn,
     POOL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -190,6 +225,12 @@ DW_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc
     (128, 128, 64, 8, 3), (128, 128, 32, 4, 4), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3), (64, 64, 64, 4, 3),
     (128, 256, 64, 8, 3), (64, 64, 32, 4, 4))]
 DW_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 32}, 4, 1)
+# best guess first (H200, bf16, the Char-CNN layers: 128 x 128 x 32 over 5 stages at L 336, 64 x 128 at L 110)
+DW_TMA_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc, bn, bm, w, s in (
+    (128, 128, 32, 4, 5), (128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+    (128, 128, 32, 8, 4), (64, 64, 64, 4, 4))]
+DW_TMA_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 16}, 4, 1)
+DW_PATHS = ("auto", "pointer", "tma")
 SMEM_LIMIT = 220 * 1024
 MAX_ACC_REGS = 128  # fp32 accumulator registers per thread a config may use
 
@@ -231,6 +272,8 @@ _PLANS: dict[tuple, _ConvPlan] = {}
 _conv_tuner = register_tuner(Autotuner("conv1d", [_conv1d_kernel, _tile_coords, _apply_act], CONV_CONFIGS,
                                        interpret_config=CONV_INTERPRET_CONFIG))
 _dw_tuner = register_tuner(Autotuner("conv1d_dw", _conv1d_dw_kernel, DW_CONFIGS, interpret_config=DW_INTERPRET_CONFIG))
+_dw_tma_tuner = register_tuner(Autotuner("conv1d_dw_tma", _conv1d_dw_tma_kernel, DW_TMA_CONFIGS,
+                                          interpret_config=DW_TMA_INTERPRET_CONFIG))
 
 
 def _prune_conv(M: int, N: int, C: int, elem: int, pool: int) -> list[Config]:
@@ -249,11 +292,11 @@ def _prune_conv(M: int, N: int, C: int, elem: int, pool: int) -> list[Config]:
     return out or [CONV_INTERPRET_CONFIG]
 
 
-def _prune_dw(C: int, N: int, elem: int) -> list[Config]:
-    out = [c for c in DW_CONFIGS
+def _prune_dw(C: int, N: int, elem: int, configs=DW_CONFIGS, fallback=DW_INTERPRET_CONFIG) -> list[Config]:
+    out = [c for c in configs
            if c.num_stages * (c.kwargs["BLOCK_C"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_M"] * elem <= SMEM_LIMIT
            and c.kwargs["BLOCK_C"] <= 2 * bucket(C) and c.kwargs["BLOCK_N"] <= 2 * bucket(N)]
-    return out or [DW_INTERPRET_CONFIG]
+    return out or [fallback]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -330,38 +373,78 @@ def max_pool_forward(x: torch.Tensor, pool: int) -> torch.Tensor:
     return y
 
 
-def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=False,
+def _dw_tma_readable(x: torch.Tensor, dz: torch.Tensor) -> bool:
+    """Whether the weight gradient's operands can be read through `_conv1d_dw_tma_kernel`'s descriptors: x's
+    (B * L, C) rows one 2-D matrix and dz (B, L_out, N), both with unit channel stride, 16-byte aligned bases and
+    strides (TMA's rules)."""
+    es = x.element_size()
+    return (x.stride(2) == 1 and dz.stride(2) == 1 and x.stride(0) == x.shape[1] * x.stride(1)
+            and all((v * es) % 16 == 0 for v in (x.stride(1), dz.stride(0), dz.stride(1)))
+            and x.data_ptr() % 16 == 0 and dz.data_ptr() % 16 == 0)
+
+
+def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=False, path: str = "auto",
                        config: Config | None = None) -> torch.Tensor:
     """dw (k, C, N) fp32, dw[t, c, n] = sum_{b, l} x[b, l + t, c] * dz[b, l, n], for dz (B, L_out, N) and
     x (B, L_out + k - 1, C) dense, or character indices (B, L_out + k - 1) with x_is_index (x[b, i, c] is
-    then 1 where the index equals c). See `_conv1d_dw_kernel`."""
+    then 1 where the index equals c). path "pointer": `_conv1d_dw_kernel`; "tma": `_conv1d_dw_tma_kernel`
+    (dense x only, operands TMA-readable); "auto": the TMA kernel for 16-bit operands it can read on a device
+    of compute capability 9 or more (measured there; fp32 keeps the pointer kernel), else the pointer one."""
+    check_choice("path", path, DW_PATHS)
     B, L_out, N = dz.shape
     M = B * L_out
+    if path == "tma" and (x_is_index or not _dw_tma_readable(x, dz)):
+        raise ValueError("path='tma' reads x (B, L, C) as one (B * L, C) matrix and dz (B, L_out, N), channels "
+                         "innermost, 16-byte aligned: x or dz is not such a tensor (or x holds indices)")
     if M == 0:
         return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
     prec = precision if dz.dtype == torch.float32 else "ieee"
+    if path == "auto":
+        path = "tma" if (dz.dtype != torch.float32 and not x_is_index and not is_fake(x, dz) and _tma_device(dz)
+                         and _dw_tma_readable(x, dz)) else "pointer"
     n_sms = num_sms(dz.device, default=2)
-    sx = (x.stride(0), x.stride(1), 0) if x_is_index else tuple(x.stride())
 
-    def run(cfg: Config):
-        bc, bn, bm = cfg.kwargs["BLOCK_C"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_M"]
-        tiles = cdiv(C, bc) * cdiv(N, bn)
-        # split the rows so that tiles * k * splits fills the GPU about four times over
-        splits = max(1, min(cdiv(M, bm), cdiv(4 * n_sms, tiles * k)))
-        rows = cdiv(cdiv(M, splits), bm) * bm
-        splits = cdiv(M, rows)
+    def partials(cfg: Config, steps: int, step_rows: int) -> tuple:
+        """(splits, steps per split, the partials' buffer): the steps split so that tiles * k * splits fills
+        the GPU about four times over."""
+        tiles = cdiv(C, cfg.kwargs["BLOCK_C"]) * cdiv(N, cfg.kwargs["BLOCK_N"])
+        splits = max(1, min(steps, cdiv(4 * n_sms, tiles * k)))
+        per_split = cdiv(steps, splits)
+        splits = cdiv(steps, per_split)
         part = torch.empty((splits, k, C, N), device=dz.device, dtype=torch.float32)
-        launch(_conv1d_dw_kernel, (tiles, k, splits), x, dz, part, M=M, N=N, C=C, L_out=L_out,
+        return (tiles, k, splits), per_split * step_rows, part
+
+    def run_pointer(cfg: Config):
+        grid, rows, part = partials(cfg, cdiv(M, cfg.kwargs["BLOCK_M"]), cfg.kwargs["BLOCK_M"])
+        sx = (x.stride(0), x.stride(1), 0) if x_is_index else tuple(x.stride())
+        launch(_conv1d_dw_kernel, grid, x, dz, part, M=M, N=N, C=C, L_out=L_out,
                ROWS_PER_SPLIT=rows, stride_xb=sx[0], stride_xl=sx[1], stride_xc=sx[2],
                stride_zb=dz.stride(0), stride_zl=dz.stride(1), stride_zn=dz.stride(2), KSIZE=k,
                X_IS_INDEX=x_is_index, PRECISION=prec, **cfg.kwargs, num_warps=cfg.num_warps,
                num_stages=cfg.num_stages)
         return part
 
+    def run_tma(cfg: Config):
+        bc, bn, bm = cfg.kwargs["BLOCK_C"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_M"]
+        l_blocks = cdiv(L_out, bm)
+        grid, per_split, part = partials(cfg, B * l_blocks, 1)
+        L = x.shape[1]
+        x_desc = TensorDescriptor(x, [B * L, C], [x.stride(1), 1], [bm, bc])
+        dz_desc = TensorDescriptor(dz, [B, L_out, N], [dz.stride(0), dz.stride(1), 1], [1, bm, bn])
+        launch(_conv1d_dw_tma_kernel, grid, x_desc, dz_desc, part, C=C, N=N, L=L, L_BLOCKS=l_blocks,
+               STEPS=B * l_blocks, STEPS_PER_SPLIT=per_split, KSIZE=k, PRECISION=prec, **cfg.kwargs,
+               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return part
+
+    run = run_tma if path == "tma" else run_pointer
     if config is None:
         key = ConvWeightGradKey(m=bucket(M), n=N, c=C, kernel_size=k, dtype=dz.dtype, precision=prec,
                                 x_is_index=x_is_index)
-        config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=is_fake(x, dz))
+        if path == "tma":
+            config = _dw_tma_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size(), DW_TMA_CONFIGS,
+                                                                    DW_TMA_INTERPRET_CONFIG))
+        else:
+            config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=is_fake(x, dz))
     return run(config).sum(0)
 
 
