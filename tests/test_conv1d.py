@@ -117,7 +117,7 @@ def test_weight_grad_paths(path, dtype):
 
 def test_weight_grad_tma_refuses_what_it_cannot_read():
     """path="tma" on a length-sliced x (its rows not one matrix), a channels-first dz or indices: a ValueError
-    before any launch; an unknown path is named."""
+    before any launch; an unknown path is named; no channels: zeros."""
     x = torch.randn(2, 12, 8, device=DEVICE)
     dz = torch.randn(2, 10, 8, device=DEVICE)
     channels_first_dz = dz.transpose(1, 2).contiguous().transpose(1, 2)
@@ -127,6 +127,11 @@ def test_weight_grad_tma_refuses_what_it_cannot_read():
             conv1d.conv1d_weight_grad(bad_x, bad_dz, 3, 8, x_is_index=index, path="tma")
     with pytest.raises(ValueError, match="path"):
         conv1d.conv1d_weight_grad(x, dz, 3, 8, path="gather")
+    for path in conv1d.DW_PATHS:  # nothing to sum: zeros, on any path
+        no_n = conv1d.conv1d_weight_grad(x, dz[..., :0], 3, 8, path=path)
+        no_c = conv1d.conv1d_weight_grad(x[..., :0], dz, 3, 0, path=path)
+        assert torch.equal(no_n, torch.zeros(3, 8, 0, device=DEVICE))
+        assert torch.equal(no_c, torch.zeros(3, 0, 8, device=DEVICE))
 
 
 def test_steady_state_asks_no_tuner(monkeypatch):
@@ -357,6 +362,8 @@ def test_outputs_fully_written():
     (lambda x, w, i: conv1d.conv1d(x, w, pool=0), "pool must be"),
     (lambda x, w, i: conv1d.conv1d(x, w, precision="fp8"), "precision must be"),
     (lambda x, w, i: conv1d.conv1d(x[:, :2], w), "output would be empty"),
+    (lambda x, w, i: conv1d.conv1d(x, w[:0]), "at least one output and one input channel"),
+    (lambda x, w, i: conv1d.conv1d(x[..., :0], w[:, :0]), "at least one output and one input channel"),
     (lambda x, w, i: conv1d.conv1d(x.requires_grad_(), w, pool=3), "inference epilogue"),
     (lambda x, w, i: conv1d.conv1d(x.bfloat16(), w.bfloat16()), "interpreter cannot compute"),
     (lambda x, w, i: conv1d.conv1d(x, w.to("meta")), "weight is on meta"),

@@ -393,11 +393,11 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
     check_choice("path", path, DW_PATHS)
     B, L_out, N = dz.shape
     M = B * L_out
+    if M == 0 or C == 0 or N == 0:
+        return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
     if path == "tma" and (x_is_index or not _dw_tma_readable(x, dz)):
         raise ValueError("path='tma' reads x (B, L, C) as one (B * L, C) matrix and dz (B, L_out, N), channels "
                          "innermost, 16-byte aligned: x or dz is not such a tensor (or x holds indices)")
-    if M == 0:
-        return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
     prec = precision if dz.dtype == torch.float32 else "ieee"
     if path == "auto":
         path = "tma" if (dz.dtype != torch.float32 and not x_is_index and not is_fake(x, dz) and _tma_device(dz)
@@ -452,9 +452,9 @@ def bias_relu_backward(dy: torch.Tensor, y: Optional[torch.Tensor], activation: 
                        need_dbias: bool):
     """(dz (B, L, N) or None, dbias fp32 (N,) or None) from dy and the saved output y (ReLU's sign is
     the output's), through gemm.act_backward on the (B * L, N) view."""
-    N = dy.shape[-1]
-    dy2 = dy.reshape(-1, N)
-    saved = y.reshape(-1, N) if activation == "relu" else None
+    rows, N = dy.shape[0] * dy.shape[1], dy.shape[2]
+    dy2 = dy.reshape(rows, N)
+    saved = y.reshape(rows, N) if activation == "relu" else None
     dz2, dbias = act_backward(dy2, saved, activation, need_dz=need_dz, need_dbias=need_dbias)
     return (dz2.view(dy.shape) if dz2 is not None else None), dbias
 
@@ -526,6 +526,9 @@ def validate_weight(weight, bias, activation, pool, *, dtype=None, device=None, 
     if in_channels is not None and weight.shape[1] != in_channels:
         raise ValueError(f"weight has shape {tuple(weight.shape)} (C_out, C_in, k): C_in must equal x's "
                          f"{in_channels} channels (x is channels-last, (B, L, C_in))")
+    if weight.shape[0] < 1 or weight.shape[1] < 1:
+        raise ValueError(f"weight has shape {tuple(weight.shape)} (C_out, C_in, k): a conv needs at least one output "
+                         "and one input channel (torch's conv1d refuses no output channels)")
     if weight.shape[2] < 1:
         raise ValueError(f"weight has kernel size {weight.shape[2]}; it must be >= 1")
     if bias is not None:
