@@ -116,12 +116,13 @@ def test_weight_grad_paths(path, dtype):
 
 
 def test_weight_grad_tma_refuses_what_it_cannot_read():
-    """path="tma" on a length-sliced x (its rows not one matrix), a channels-first dz or indices: a ValueError
-    before any launch; an unknown path is named; no channels: zeros."""
+    """path="tma" on a length-sliced x (its rows not one matrix), a channels-first dz, an expanded x (stride 0) or
+    indices: a ValueError before any launch; an unknown path is named; no channels: zeros."""
     x = torch.randn(2, 12, 8, device=DEVICE)
     dz = torch.randn(2, 10, 8, device=DEVICE)
     channels_first_dz = dz.transpose(1, 2).contiguous().transpose(1, 2)
-    for bad_x, bad_dz, index in ((x[:, 1:], dz[:, 1:], False), (x, channels_first_dz, False),
+    expanded_x = x[:1, :1].expand(2, 12, 8)
+    for bad_x, bad_dz, index in ((x[:, 1:], dz[:, 1:], False), (x, channels_first_dz, False), (expanded_x, dz, False),
                                  (torch.zeros(2, 12, dtype=torch.uint8, device=DEVICE), dz, True)):
         with pytest.raises(ValueError, match="path='tma'"):
             conv1d.conv1d_weight_grad(bad_x, bad_dz, 3, 8, x_is_index=index, path="tma")

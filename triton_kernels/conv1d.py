@@ -379,7 +379,7 @@ def _dw_tma_readable(x: torch.Tensor, dz: torch.Tensor) -> bool:
     strides (TMA's rules)."""
     es = x.element_size()
     return (x.stride(2) == 1 and dz.stride(2) == 1 and x.stride(0) == x.shape[1] * x.stride(1)
-            and all((v * es) % 16 == 0 for v in (x.stride(1), dz.stride(0), dz.stride(1)))
+            and all(v > 0 and (v * es) % 16 == 0 for v in (x.stride(1), dz.stride(0), dz.stride(1)))
             and x.data_ptr() % 16 == 0 and dz.data_ptr() % 16 == 0)
 
 
@@ -399,14 +399,15 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
         raise ValueError("path='tma' reads x (B, L, C) as one (B * L, C) matrix and dz (B, L_out, N), channels "
                          "innermost, 16-byte aligned: x or dz is not such a tensor (or x holds indices)")
     prec = precision if dz.dtype == torch.float32 else "ieee"
+    fake = is_fake(x, dz)
     if path == "auto":
-        path = "tma" if (dz.dtype != torch.float32 and not x_is_index and not is_fake(x, dz) and _tma_device(dz)
+        path = "tma" if (dz.dtype != torch.float32 and not x_is_index and not fake and _tma_device(dz)
                          and _dw_tma_readable(x, dz)) else "pointer"
     n_sms = num_sms(dz.device, default=2)
 
     def partials(cfg: Config, steps: int, step_rows: int) -> tuple:
-        """(splits, steps per split, the partials' buffer): the steps split so that tiles * k * splits fills
-        the GPU about four times over."""
+        """(grid, rows per split: its steps times step_rows, the partials' buffer): the steps split so that
+        tiles * k * splits fills the GPU about four times over."""
         tiles = cdiv(C, cfg.kwargs["BLOCK_C"]) * cdiv(N, cfg.kwargs["BLOCK_N"])
         splits = max(1, min(steps, cdiv(4 * n_sms, tiles * k)))
         per_split = cdiv(steps, splits)
@@ -442,9 +443,9 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
                                 x_is_index=x_is_index)
         if path == "tma":
             config = _dw_tma_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size(), DW_TMA_CONFIGS,
-                                                                    DW_TMA_INTERPRET_CONFIG))
+                                                                    DW_TMA_INTERPRET_CONFIG), tracing=fake)
         else:
-            config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=is_fake(x, dz))
+            config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=fake)
     return run(config).sum(0)
 
 
@@ -452,9 +453,9 @@ def bias_relu_backward(dy: torch.Tensor, y: Optional[torch.Tensor], activation: 
                        need_dbias: bool):
     """(dz (B, L, N) or None, dbias fp32 (N,) or None) from dy and the saved output y (ReLU's sign is
     the output's), through gemm.act_backward on the (B * L, N) view."""
-    rows, N = dy.shape[0] * dy.shape[1], dy.shape[2]
-    dy2 = dy.reshape(rows, N)
-    saved = y.reshape(rows, N) if activation == "relu" else None
+    N = dy.shape[-1]
+    dy2 = dy.reshape(-1, N)
+    saved = y.reshape(-1, N) if activation == "relu" else None
     dz2, dbias = act_backward(dy2, saved, activation, need_dz=need_dz, need_dbias=need_dbias)
     return (dz2.view(dy.shape) if dz2 is not None else None), dbias
 
