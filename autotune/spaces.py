@@ -15,10 +15,10 @@ For every tuned kernel family this module declares
     full("gemm", M=4096, N=1024, K=8704, dtype="bfloat16", tma=True)
     rejected("gemm", config, M=..., ...)   # the names of the rules a config breaks
 
-Kernels: gemm, gemm_backward, conv1d, conv1d_dw, conv2d, conv2d_flat, conv2d_flat_dw, softmax (row and looped
-kernels, by the row length), layernorm_fwd, layernorm_bwd (the row kernels), cross_entropy (row and chunked kernels,
-by the class count). Every tuner candidate lies in the full space of its shape (tests/test_autotune_spaces.py checks
-it for many shapes).
+Kernels: gemm, gemm_backward, conv1d, conv1d_dw, conv1d_dw_tma, conv2d, conv2d_flat, conv2d_flat_dw,
+conv2d_transposed, softmax (row and looped kernels, by the row length), layernorm_fwd, layernorm_bwd (the row
+kernels), cross_entropy (row and chunked kernels, by the class count). Every tuner candidate lies in the full space
+of its shape (tests/test_autotune_spaces.py checks it for many shapes).
 """
 from __future__ import annotations
 
@@ -500,6 +500,26 @@ CONV1D_DW = _register(Space(
     tuner=lambda ctx: [c for c in DW_CONFIGS if _dw_smem(c, ctx) and _dw_not_too_large(c, ctx)] or [DW_INTERPRET_CONFIG],
     interpret=lambda ctx: DW_INTERPRET_CONFIG,
     doc="dw[n, c, t] = sum over rows of x[row + t, c] dz[row, n]: C = C_in, N = C_out; dtype",
+))
+
+# conv1d.py's TMA weight-gradient kernel (16-bit operands on Hopper), best guess first (H200, bf16, the Char-CNN
+# layers: 128 x 128 x 32 over 5 stages at L 336, 64 x 128 at L 110)
+CONV1D_DW_TMA_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc, bn, bm, w, s in (
+    (128, 128, 32, 4, 5), (128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+    (128, 128, 32, 8, 4), (64, 64, 64, 4, 4))]
+CONV1D_DW_TMA_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 16}, 4, 1)
+
+CONV1D_DW_TMA = _register(Space(
+    "conv1d_dw_tma",
+    variants=(Variant("tma_split_k", (("BLOCK_C", _pow2(16, 256)), ("BLOCK_N", _pow2(16, 256)),
+                                      ("BLOCK_M", _pow2(16, 128))), _GEMM_WARPS, _GEMM_STAGES),),
+    rules=CONV1D_DW.rules,
+    context=_dw_context,
+    tuner=lambda ctx: [c for c in CONV1D_DW_TMA_CONFIGS if _dw_smem(c, ctx) and _dw_not_too_large(c, ctx)]
+    or [CONV1D_DW_TMA_INTERPRET_CONFIG],
+    interpret=lambda ctx: CONV1D_DW_TMA_INTERPRET_CONFIG,
+    doc="conv1d_dw's sum, each sample's rows in BLOCK_M blocks read through TMA descriptors: C = C_in, N = C_out; "
+        "dtype",
 ))
 
 

@@ -97,6 +97,8 @@ SHAPES = {
     "conv1d": [dict(M=M, N=N, C=C, dtype=d, pool=p) for M, N, C in [(4, 16, 3), (5000, 256, 256), (64, 1024, 70)]
                for d in ("float16", "float32") for p in (1, 3)],
     "conv1d_dw": [dict(C=C, N=N, dtype=d) for C, N in [(3, 16), (256, 256), (70, 1024)] for d in ("float16", "float32")],
+    "conv1d_dw_tma": [dict(C=C, N=N, dtype=d) for C, N in [(3, 16), (256, 256), (70, 1024)]
+                      for d in ("float16", "bfloat16")],
     "conv2d": [dict(M=M, N=N, C=C, taps=t, dtype=d) for M, N, C, t in [(4, 16, 3, 9), (524288, 64, 3, 9),
                                                                       (131072, 128, 64, 1), (8192, 512, 512, 9)]
                for d in ("bfloat16", "float32")],

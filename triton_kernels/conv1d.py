@@ -34,6 +34,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from autotune import spaces
+
 from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
 from .launcher import BoundKernel, bind
@@ -225,11 +227,6 @@ DW_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc
     (128, 128, 64, 8, 3), (128, 128, 32, 4, 4), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3), (64, 64, 64, 4, 3),
     (128, 256, 64, 8, 3), (64, 64, 32, 4, 4))]
 DW_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 32}, 4, 1)
-# best guess first (H200, bf16, the Char-CNN layers: 128 x 128 x 32 over 5 stages at L 336, 64 x 128 at L 110)
-DW_TMA_CONFIGS = [Config({"BLOCK_C": bc, "BLOCK_N": bn, "BLOCK_M": bm}, w, s) for bc, bn, bm, w, s in (
-    (128, 128, 32, 4, 5), (128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-    (128, 128, 32, 8, 4), (64, 64, 64, 4, 4))]
-DW_TMA_INTERPRET_CONFIG = Config({"BLOCK_C": 32, "BLOCK_N": 32, "BLOCK_M": 16}, 4, 1)
 DW_PATHS = ("auto", "pointer", "tma")
 SMEM_LIMIT = 220 * 1024
 MAX_ACC_REGS = 128  # fp32 accumulator registers per thread a config may use
@@ -272,8 +269,10 @@ _PLANS: dict[tuple, _ConvPlan] = {}
 _conv_tuner = register_tuner(Autotuner("conv1d", [_conv1d_kernel, _tile_coords, _apply_act], CONV_CONFIGS,
                                        interpret_config=CONV_INTERPRET_CONFIG))
 _dw_tuner = register_tuner(Autotuner("conv1d_dw", _conv1d_dw_kernel, DW_CONFIGS, interpret_config=DW_INTERPRET_CONFIG))
-_dw_tma_tuner = register_tuner(Autotuner("conv1d_dw_tma", _conv1d_dw_tma_kernel, DW_TMA_CONFIGS,
-                                          interpret_config=DW_TMA_INTERPRET_CONFIG))
+# the TMA kernel's configs are declared in autotune/spaces.py ("conv1d_dw_tma"), where its candidates come from
+_dw_tma_tuner = register_tuner(Autotuner("conv1d_dw_tma", _conv1d_dw_tma_kernel,
+                                          spaces.CONV1D_DW_TMA_CONFIGS,
+                                          interpret_config=spaces.CONV1D_DW_TMA_INTERPRET_CONFIG))
 
 
 def _prune_conv(M: int, N: int, C: int, elem: int, pool: int) -> list[Config]:
@@ -292,11 +291,11 @@ def _prune_conv(M: int, N: int, C: int, elem: int, pool: int) -> list[Config]:
     return out or [CONV_INTERPRET_CONFIG]
 
 
-def _prune_dw(C: int, N: int, elem: int, configs=DW_CONFIGS, fallback=DW_INTERPRET_CONFIG) -> list[Config]:
-    out = [c for c in configs
+def _prune_dw(C: int, N: int, elem: int) -> list[Config]:
+    out = [c for c in DW_CONFIGS
            if c.num_stages * (c.kwargs["BLOCK_C"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_M"] * elem <= SMEM_LIMIT
            and c.kwargs["BLOCK_C"] <= 2 * bucket(C) and c.kwargs["BLOCK_N"] <= 2 * bucket(N)]
-    return out or [fallback]
+    return out or [DW_INTERPRET_CONFIG]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -442,8 +441,8 @@ def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=Fa
         key = ConvWeightGradKey(m=bucket(M), n=N, c=C, kernel_size=k, dtype=dz.dtype, precision=prec,
                                 x_is_index=x_is_index)
         if path == "tma":
-            config = _dw_tma_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size(), DW_TMA_CONFIGS,
-                                                                    DW_TMA_INTERPRET_CONFIG), tracing=fake)
+            config = _dw_tma_tuner.pick(key, run, lambda: spaces.candidates("conv1d_dw_tma", C=C, N=N,
+                                                                            dtype=dz.element_size()), tracing=fake)
         else:
             config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=fake)
     return run(config).sum(0)

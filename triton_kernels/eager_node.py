@@ -11,9 +11,10 @@ _FUNCTION_APPLY = torch._C._FunctionBase.__dict__.get("apply")  # autograd.Funct
 
 class EagerNode(torch.autograd.Function):
     """The autograd node of an eager call through a cached call signature (softmax, layernorm, cross-entropy,
-    gemm, batch norm, conv2d, conv1d): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its backward is
-    ``call.backward(ctx, *grads)``, one gradient (or None) per input, or in a double backward (create_graph)
-    ``call.general_backward(ctx, *grads)``: the general path's, differentiable again or raising as that is.
+    gemm, batch norm, conv2d, conv1d): ``Node.run(call, *inputs)`` returns ``call.forward(ctx, *inputs)``; its
+    backward is ``call.backward(ctx, *grads)``, one gradient (or None) per input, or in a double backward
+    (create_graph) ``call.general_backward(ctx, *grads)``: the general path's, differentiable again or raising as
+    that is.
     Each op subclasses it (the node's name in a profile). Under torch.compile the registered autograd runs."""
 
     def __init_subclass__(cls, **kwargs):

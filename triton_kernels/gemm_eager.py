@@ -31,9 +31,8 @@ from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buff
 from . import gemm_backward
 from .tma import _ensure_allocator
 from .launcher import bind
-from .runtime import PLAIN_TENSORS, EagerNode, dependent_launch, remember_call
+from .runtime import EagerNode, are_plain, dependent_launch, remember_call
 
-_PLAIN = PLAIN_TENSORS  # the tensor classes the fast path launches on
 # the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs, the
 # GEMMs whose last wave of tiles leaves SMs idle long enough to matter. Measured on an H100, replayed: Linear
 # 4096 x 8704 -> 1024, dX + dW 235 -> 225 us (cuBLAS 212); the Char-CNN's fc1, 512 x 8704 -> 1024 (dX 9.1e9
@@ -273,7 +272,7 @@ def remember(key, a, b, bias, residual, activation: str, precision: str, save_pr
     a tensor is of another class than torch.Tensor / nn.Parameter (fake tensors included) or a size is 0."""
     if key is None or not (a.shape[0] and a.shape[1] and b.shape[1]):
         return
-    if any(t is not None and t.__class__ not in _PLAIN for t in (a, b, bias, residual)):
+    if not are_plain(a, b, bias, residual):
         return
     grad = torch.is_grad_enabled()
     needs = tuple(bool(grad and t is not None and t.requires_grad) for t in (a, b, bias, residual))
