@@ -160,6 +160,9 @@ def test_fast_path_matches_the_general_path():
     assert_fast_path_repeats(lambda: conv1d.conv1d(*leaves, "relu"), leaves, torch.randn(2, 9, 9, device=DEVICE),
                              ("dx", "dw", "dbias"))
     assert conv1d_eager._key(x, w, b, "relu", 1, runtime.torch_conv_precision(x)) in conv1d_eager._FAST
+    # no bias, no activation, the weight's gradient alone: no act pass, no dx
+    w_only = w.clone().requires_grad_()
+    assert_fast_path_repeats(lambda: conv1d.conv1d(x, w_only), [w_only], torch.randn(2, 9, 9, device=DEVICE), ("dw",))
     with torch.no_grad():
         leaves[1].mul_(-1)
         y = conv1d.conv1d(*leaves, "relu")
@@ -455,6 +458,42 @@ def gpu_weight_grad_paths() -> None:
 @pytest.mark.gpu
 def test_gpu_weight_grad_paths(isolated):
     isolated("tests.test_conv1d:gpu_weight_grad_paths")
+
+
+def gpu_fast_path_repeats() -> None:
+    """The eager fast path's fixed launches on the GPU give the general path's output and gradients bit for bit:
+    a Char-CNN layer in bf16 (packed weight: the TMA weight gradient), fp32 at tf32 with a weight the forward and
+    dx read through copies; then an x 2 bytes off alignment (the same signature) takes the pointer weight
+    gradient and stays right against float64."""
+    def leaves_of(*ts):
+        return [t.clone().requires_grad_() for t in ts]
+
+    x = torch.randn(8, 110, 256, device="cuda", dtype=torch.bfloat16)
+    w = conv1d.pack_weight(torch.randn(256, 256, 3, device="cuda", dtype=torch.bfloat16) * 0.05)
+    b = torch.randn(256, device="cuda", dtype=torch.bfloat16)
+    leaves = [x.requires_grad_(), w.requires_grad_(), b.requires_grad_()]
+    dy = torch.randn(8, 108, 256, device="cuda", dtype=torch.bfloat16)
+    assert_fast_path_repeats(lambda: conv1d.conv1d(*leaves, "relu"), leaves, dy, ("dx", "dw", "dbias"))
+    odd = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)[1:].view(x.shape)
+    odd.copy_(x.detach())
+    odd.requires_grad_()
+    y = conv1d.conv1d(odd, w, b, "relu")
+    assert type(y.grad_fn).__name__ == "_NodeBackward"
+    dx, dw, db = torch.autograd.grad(y, (odd, w, b), dy)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = ref_conv(x64, w64, b64, "relu")
+    for name, got, want in zip(("dx", "dw", "dbias"), (dx, dw, db),
+                               torch.autograd.grad(ref, (x64, w64, b64), dy.double())):
+        assert_close(got, want, torch.bfloat16, name=name)
+    f32 = leaves_of(torch.randn(4, 60, 64, device="cuda"), torch.randn(96, 64, 7, device="cuda") * 0.05,
+                    torch.randn(96, device="cuda"))
+    assert_fast_path_repeats(lambda: conv1d.conv1d(*f32, "relu", precision="tf32"), f32,
+                             torch.randn(4, 54, 96, device="cuda"), ("dx", "dw", "dbias"))
+
+
+@pytest.mark.gpu
+def test_gpu_fast_path_repeats(isolated):
+    isolated("tests.test_conv1d:gpu_fast_path_repeats")
 
 
 def gpu_tf32_and_compile() -> None:

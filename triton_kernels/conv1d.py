@@ -38,10 +38,11 @@ from autotune import spaces
 
 from .gemm import act_backward
 from .gemm_kernels import _apply_act, _tile_coords
+from .conv2d_kernels import SUM_BLOCK_J, SUM_BLOCK_S, _sum_partials_kernel
 from .launcher import BoundKernel, bind
 from .tma import _tma_device
 from .runtime import (cdiv, INTERPRET, Autotuner, Config, bucket, check_bias, check_choice, check_tensor, is_fake,
-                      launch, num_sms, register_op, register_tuner, torch_conv_precision)
+                      launch, register_op, register_tuner, sm_count, torch_conv_precision)
 
 ACTIVATIONS = ("none", "relu")
 PRECISIONS = ("ieee", "tf32")
@@ -256,6 +257,15 @@ class ConvWeightGradKey(NamedTuple):
     x_is_index: bool
 
 
+class _DwPlan(NamedTuple):
+    """A weight-gradient key's tuned config bound to its compiled kernels: the partials' and their sum's."""
+    kernel: BoundKernel
+    reduce: BoundKernel
+    config: Config
+    tma: bool
+    x_is_index: bool
+
+
 class _ConvPlan(NamedTuple):
     """A key's tuned config bound to its compiled kernel (the launch path of every later call)."""
     kernel: BoundKernel
@@ -265,6 +275,8 @@ class _ConvPlan(NamedTuple):
 
 # (ConvKey, flip, swap_weight, device) -> _ConvPlan, made at a key's first eager call
 _PLANS: dict[tuple, _ConvPlan] = {}
+# (ConvWeightGradKey, the TMA path, device) -> _DwPlan, made at a key's first eager call
+_DW_PLANS: dict[tuple, _DwPlan] = {}
 
 _conv_tuner = register_tuner(Autotuner("conv1d", [_conv1d_kernel, _tile_coords, _apply_act], CONV_CONFIGS,
                                        interpret_config=CONV_INTERPRET_CONFIG))
@@ -317,21 +329,14 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
     if M == 0 or N == 0:
         return y
     prec = precision if x.dtype == torch.float32 else "ieee"
-    if prec == "tf32" and weight.stride(c_dim) != 1:
-        # Hopper's tf32 tensor-core products read their B operand K-major (here: along the weight's input
-        # channels); an N-major B tile halved conv2d's tf32 rate. One copy with those channels innermost.
-        weight = _input_channels_innermost(weight, c_dim)
+    weight = forward_weight(weight, prec, swap_weight)
     has_bias = bias is not None
     key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
                   activation=activation, has_bias=has_bias)
     plan = _PLANS.get((key, flip, swap_weight, x.device)) if config is None else None
     if plan is not None:  # steady state: the tuned config's compiled kernel, launched directly
-        plan.kernel.launch((cdiv(M, plan.block_m) * cdiv(N, plan.block_n),), x_ptr=x, w_ptr=weight,
-                           bias_ptr=bias if has_bias else y, y_ptr=y, M=M, N=N, C=C, L_in=L, LP=LP, PAD=pad,
-                           stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
-                           stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
-                           stride_bias=bias.stride(0) if has_bias else 0, stride_yb=y.stride(0),
-                           stride_yl=y.stride(1), stride_yn=y.stride(2))
+        kernel, grid, args = _plan_launch(plan, x, weight, bias, y, pad, swap_weight)
+        kernel.launch(grid, **args)
         return y
     args = dict(M=M, N=N, C=C, L_in=L, LP=LP, PAD=pad,
                 stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
@@ -356,6 +361,39 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
                 config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
     run(config)
     return y
+
+
+def forward_weight(weight: torch.Tensor, precision: str, swap_weight: bool = False) -> torch.Tensor:
+    """The weight as `conv1d_forward` reads it: itself, or at "tf32" (fp32) a copy with the input channels of the
+    product innermost where they are not (Hopper's tf32 tensor-core products read their B operand K-major; an
+    N-major B tile halved conv2d's tf32 rate)."""
+    c_dim = 0 if swap_weight else 1
+    if precision == "tf32" and weight.dtype == torch.float32 and weight.stride(c_dim) != 1:
+        return _input_channels_innermost(weight, c_dim)
+    return weight
+
+
+def forward_launch(x, weight, bias, y, activation: str, pool: int, precision: str, *, pad=0, flip=False,
+                   swap_weight=False) -> tuple:
+    """(bound kernel, grid, runtime arguments by name): `conv1d_forward`'s launch into y for these tensors,
+    once a call of theirs has tuned it (KeyError before); weight as `forward_weight` gives it."""
+    prec = precision if x.dtype == torch.float32 else "ieee"
+    key = ConvKey(m=bucket(y.shape[0] * y.shape[1]), n=y.shape[2], c=x.shape[2], kernel_size=weight.shape[2],
+                  pool=pool, pad=pad, dtype=x.dtype, precision=prec, activation=activation, has_bias=bias is not None)
+    return _plan_launch(_PLANS[(key, flip, swap_weight, x.device)], x, weight, bias, y, pad, swap_weight)
+
+
+def _plan_launch(plan: _ConvPlan, x, weight, bias, y, pad: int, swap_weight: bool) -> tuple:
+    """(bound kernel, grid, runtime arguments by name) of a plan's launch into y."""
+    B, LP, N = y.shape
+    n_dim, c_dim = (1, 0) if swap_weight else (0, 1)
+    M = B * LP
+    return plan.kernel, (cdiv(M, plan.block_m) * cdiv(N, plan.block_n),), dict(
+        x_ptr=x, w_ptr=weight, bias_ptr=bias if bias is not None else y, y_ptr=y, M=M, N=N, C=x.shape[2],
+        L_in=x.shape[1], LP=LP, PAD=pad, stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
+        stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
+        stride_bias=bias.stride(0) if bias is not None else 0, stride_yb=y.stride(0), stride_yl=y.stride(1),
+        stride_yn=y.stride(2))
 
 
 def max_pool_forward(x: torch.Tensor, pool: int) -> torch.Tensor:
@@ -383,69 +421,99 @@ def _dw_tma_readable(x: torch.Tensor, dz: torch.Tensor) -> bool:
 
 
 def conv1d_weight_grad(x, dz, k: int, C: int, precision="ieee", *, x_is_index=False, path: str = "auto",
-                       config: Config | None = None) -> torch.Tensor:
-    """dw (k, C, N) fp32, dw[t, c, n] = sum_{b, l} x[b, l + t, c] * dz[b, l, n], for dz (B, L_out, N) and
-    x (B, L_out + k - 1, C) dense, or character indices (B, L_out + k - 1) with x_is_index (x[b, i, c] is
-    then 1 where the index equals c). path "pointer": `_conv1d_dw_kernel`; "tma": `_conv1d_dw_tma_kernel`
-    (dense x only, operands TMA-readable); "auto": the TMA kernel for 16-bit operands it can read on a device
-    of compute capability 9 or more (measured there; fp32 keeps the pointer kernel), else the pointer one."""
+                       config: Config | None = None, like: torch.Tensor | None = None) -> torch.Tensor:
+    """dw[t, c, n] = sum_{b, l} x[b, l + t, c] * dz[b, l, n], for dz (B, L_out, N) and x (B, L_out + k - 1, C)
+    dense, or character indices (B, L_out + k - 1) with x_is_index (x[b, i, c] is then 1 where the index equals
+    c): (k, C, N) fp32, or with ``like`` (an (N, C, k) weight) shaped, laid out and typed like it. The partials
+    of `_conv1d_dw_kernel` (path "pointer") or `_conv1d_dw_tma_kernel` ("tma": dense x only, operands
+    TMA-readable) are summed by conv2d's `_sum_partials_kernel` in a fixed order. "auto": the TMA kernel for 16-bit
+    operands it can read on a device of compute capability 9 or more (measured there; fp32 keeps the pointer
+    kernel), else the pointer one."""
     check_choice("path", path, DW_PATHS)
     B, L_out, N = dz.shape
-    M = B * L_out
-    if M == 0 or C == 0 or N == 0:
-        return torch.zeros((k, C, N), device=dz.device, dtype=torch.float32)
+    out = torch.empty_like(like) if like is not None else torch.empty((k, C, N), device=dz.device,
+                                                                      dtype=torch.float32)
+    if B * L_out == 0 or C == 0 or N == 0:
+        return out.zero_()
+    dw = out if like is not None else out.permute(2, 1, 0)
+    plan = weight_grad_plan(x, dz, dw, precision, x_is_index=x_is_index, path=path, config=config)
+    for kernel, grid, args in weight_grad_launches(plan, x, dz, dw):
+        kernel.launch(grid, **args)
+    return out
+
+
+def weight_grad_plan(x, dz, dw, precision="ieee", *, x_is_index=False, path: str = "auto",
+                     config: Config | None = None) -> _DwPlan:
+    """`conv1d_weight_grad`'s plan for these operands and dw (N, C, k): its tuned config (tuned at the key's first
+    call, launching into dw) bound to the kernels of its path, kept per key; or the given config's."""
+    check_choice("path", path, DW_PATHS)
     if path == "tma" and (x_is_index or not _dw_tma_readable(x, dz)):
         raise ValueError("path='tma' reads x (B, L, C) as one (B * L, C) matrix and dz (B, L_out, N), channels "
                          "innermost, 16-byte aligned: x or dz is not such a tensor (or x holds indices)")
-    prec = precision if dz.dtype == torch.float32 else "ieee"
+    B, L_out, N = dz.shape
+    C, k = dw.shape[1], dw.shape[2]
     fake = is_fake(x, dz)
     if path == "auto":
         path = "tma" if (dz.dtype != torch.float32 and not x_is_index and not fake and _tma_device(dz)
                          and _dw_tma_readable(x, dz)) else "pointer"
-    n_sms = num_sms(dz.device, default=2)
+    tma = path == "tma"
+    key = ConvWeightGradKey(m=bucket(B * L_out), n=N, c=C, kernel_size=k, dtype=dz.dtype,
+                            precision=precision if dz.dtype == torch.float32 else "ieee", x_is_index=x_is_index)
+    if config is not None:
+        return _dw_plan(config, tma, key)
+    plan = _DW_PLANS.get((key, tma, dz.device))
+    if plan is None:
+        def run(cfg: Config):  # the partials alone: what the tuner times
+            kernel, grid, args = weight_grad_launches(_dw_plan(cfg, tma, key), x, dz, dw)[0]
+            kernel.launch(grid, **args)
 
-    def partials(cfg: Config, steps: int, step_rows: int) -> tuple:
-        """(grid, rows per split: its steps times step_rows, the partials' buffer): the steps split so that
-        tiles * k * splits fills the GPU about four times over."""
-        tiles = cdiv(C, cfg.kwargs["BLOCK_C"]) * cdiv(N, cfg.kwargs["BLOCK_N"])
-        splits = max(1, min(steps, cdiv(4 * n_sms, tiles * k)))
-        per_split = cdiv(steps, splits)
-        splits = cdiv(steps, per_split)
-        part = torch.empty((splits, k, C, N), device=dz.device, dtype=torch.float32)
-        return (tiles, k, splits), per_split * step_rows, part
+        tuner = _dw_tma_tuner if tma else _dw_tuner
+        space = ((lambda: spaces.candidates("conv1d_dw_tma", C=C, N=N, dtype=dz.element_size())) if tma
+                 else (lambda: _prune_dw(C, N, dz.element_size())))
+        plan = _dw_plan(tuner.pick(key, run, space, tracing=fake), tma, key)
+        if not fake:
+            _DW_PLANS[(key, tma, dz.device)] = plan
+    return plan
 
-    def run_pointer(cfg: Config):
-        grid, rows, part = partials(cfg, cdiv(M, cfg.kwargs["BLOCK_M"]), cfg.kwargs["BLOCK_M"])
-        sx = (x.stride(0), x.stride(1), 0) if x_is_index else tuple(x.stride())
-        launch(_conv1d_dw_kernel, grid, x, dz, part, M=M, N=N, C=C, L_out=L_out,
-               ROWS_PER_SPLIT=rows, stride_xb=sx[0], stride_xl=sx[1], stride_xc=sx[2],
-               stride_zb=dz.stride(0), stride_zl=dz.stride(1), stride_zn=dz.stride(2), KSIZE=k,
-               X_IS_INDEX=x_is_index, PRECISION=prec, **cfg.kwargs, num_warps=cfg.num_warps,
-               num_stages=cfg.num_stages)
-        return part
 
-    def run_tma(cfg: Config):
-        bc, bn, bm = cfg.kwargs["BLOCK_C"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_M"]
-        l_blocks = cdiv(L_out, bm)
-        grid, per_split, part = partials(cfg, B * l_blocks, 1)
+def _dw_plan(cfg: Config, tma: bool, key: ConvWeightGradKey) -> _DwPlan:
+    options = dict(KSIZE=key.kernel_size, PRECISION=key.precision, **cfg.kwargs, num_warps=cfg.num_warps,
+                   num_stages=cfg.num_stages)
+    kernel = (bind(_conv1d_dw_tma_kernel, **options) if tma
+              else bind(_conv1d_dw_kernel, X_IS_INDEX=key.x_is_index, **options))
+    reduce = bind(_sum_partials_kernel, C_IN=key.c, KH=1, KW=key.kernel_size, BLOCK_S=SUM_BLOCK_S,
+                  BLOCK_J=SUM_BLOCK_J, num_warps=4)
+    return _DwPlan(kernel, reduce, cfg, tma, key.x_is_index)
+
+
+def weight_grad_launches(plan: _DwPlan, x, dz, dw) -> list:
+    """A plan's two launches into dw (the (N, C, k) gradient, any layout and dtype), each (bound kernel, grid,
+    runtime arguments by name): the fp32 partials (S, k, C, N), allocated here, then their sum. The rows are
+    split so that tiles * k * splits fills the GPU about four times over."""
+    B, L_out, N = dz.shape
+    C, k = dw.shape[1], dw.shape[2]
+    cfg = plan.config.kwargs
+    bc, bn, bm = cfg["BLOCK_C"], cfg["BLOCK_N"], cfg["BLOCK_M"]
+    tiles = cdiv(C, bc) * cdiv(N, bn)
+    # steps: a sample's block of BLOCK_M rows (TMA), or BLOCK_M of the B * L_out rows (pointer)
+    steps = B * cdiv(L_out, bm) if plan.tma else cdiv(B * L_out, bm)
+    per_split = cdiv(steps, max(1, min(steps, cdiv(4 * sm_count(dz), tiles * k))))
+    splits = cdiv(steps, per_split)
+    part = torch.empty((splits, k, C, N), device=dz.device, dtype=torch.float32)
+    if plan.tma:
         L = x.shape[1]
-        x_desc = TensorDescriptor(x, [B * L, C], [x.stride(1), 1], [bm, bc])
-        dz_desc = TensorDescriptor(dz, [B, L_out, N], [dz.stride(0), dz.stride(1), 1], [1, bm, bn])
-        launch(_conv1d_dw_tma_kernel, grid, x_desc, dz_desc, part, C=C, N=N, L=L, L_BLOCKS=l_blocks,
-               STEPS=B * l_blocks, STEPS_PER_SPLIT=per_split, KSIZE=k, PRECISION=prec, **cfg.kwargs,
-               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return part
-
-    run = run_tma if path == "tma" else run_pointer
-    if config is None:
-        key = ConvWeightGradKey(m=bucket(M), n=N, c=C, kernel_size=k, dtype=dz.dtype, precision=prec,
-                                x_is_index=x_is_index)
-        if path == "tma":
-            config = _dw_tma_tuner.pick(key, run, lambda: spaces.candidates("conv1d_dw_tma", C=C, N=N,
-                                                                            dtype=dz.element_size()), tracing=fake)
-        else:
-            config = _dw_tuner.pick(key, run, lambda: _prune_dw(C, N, dz.element_size()), tracing=fake)
-    return run(config).sum(0)
+        args = dict(x_desc=TensorDescriptor(x, [B * L, C], [x.stride(1), 1], [bm, bc]),
+                    dz_desc=TensorDescriptor(dz, [B, L_out, N], [dz.stride(0), dz.stride(1), 1], [1, bm, bn]),
+                    part_ptr=part, C=C, N=N, L=L, L_BLOCKS=cdiv(L_out, bm), STEPS=steps, STEPS_PER_SPLIT=per_split)
+    else:
+        sx = (x.stride(0), x.stride(1), 0) if plan.x_is_index else tuple(x.stride())
+        args = dict(x_ptr=x, dz_ptr=dz, part_ptr=part, M=B * L_out, N=N, C=C, L_out=L_out,
+                    ROWS_PER_SPLIT=per_split * bm, stride_xb=sx[0], stride_xl=sx[1], stride_xc=sx[2],
+                    stride_zb=dz.stride(0), stride_zl=dz.stride(1), stride_zn=dz.stride(2))
+    return [(plan.kernel, (tiles, k, splits), args),
+            (plan.reduce, (cdiv(dw.numel(), SUM_BLOCK_J),), dict(
+                part_ptr=part, dw_ptr=dw, S=splits, N=N, stride_ps=k * C * N, stride_wn=dw.stride(0),
+                stride_wc=dw.stride(1), stride_wh=0, stride_ww=dw.stride(2)))]
 
 
 def bias_relu_backward(dy: torch.Tensor, y: Optional[torch.Tensor], activation: str, need_dz: bool,
@@ -457,11 +525,6 @@ def bias_relu_backward(dy: torch.Tensor, y: Optional[torch.Tensor], activation: 
     saved = y.reshape(-1, N) if activation == "relu" else None
     dz2, dbias = act_backward(dy2, saved, activation, need_dz=need_dz, need_dbias=need_dbias)
     return (dz2.view(dy.shape) if dz2 is not None else None), dbias
-
-
-def grad_like(weight: torch.Tensor, dw_tcn: torch.Tensor) -> torch.Tensor:
-    """The (k, C, N) fp32 gradient as a tensor shaped and laid out like the (N, C, k) weight."""
-    return torch.empty_like(weight).copy_(dw_tcn.permute(2, 1, 0))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -479,7 +542,7 @@ def _conv1d_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     empty = x.new_empty((0,))
     dx = conv1d_forward(dz, weight, None, "none", 1, precision, pad=k - 1, flip=True, swap_weight=True) \
         if need_x else empty
-    dw = grad_like(weight, conv1d_weight_grad(x, dz, k, x.shape[2], precision)) if need_w else empty.clone()
+    dw = conv1d_weight_grad(x, dz, k, x.shape[2], precision, like=weight) if need_w else empty.clone()
     return [dx, dw, dbias if dbias is not None else x.new_empty((0,), dtype=torch.float32)]
 
 

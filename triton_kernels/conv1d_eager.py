@@ -1,10 +1,15 @@
 """The eager fast path of conv1d (triton_kernels/conv1d.py's ``conv1d``).
 
 A call whose signature -- x's, the weight's and the bias's shape, strides, dtype and device; activation, pool
-and the precision it runs at -- was seen before skips validation and torch's custom-op dispatch: its forward
-calls conv1d.conv1d_forward (the tuned plan's launch) and, when a gradient is needed, runs in ``_Node`` (a
-runtime.EagerNode) whose backward is the registered op's backward function itself (conv1d._conv1d_backward_op,
-called without the dispatcher), so both paths give the same outputs and gradients.
+and the precision it runs at -- was seen before skips validation, torch's custom-op dispatch, the tuning-key
+and plan lookups and the kernel-argument arithmetic: it allocates its output and launches through a function
+with every non-tensor kernel argument fixed (launcher.BoundKernel.fix) for the plan conv1d_forward chose. When
+a gradient is needed it runs in ``_Node`` (a runtime.EagerNode), whose backward launches the same way, per dy
+layout and gradients wanted: the ReLU-backward / dbias pass (gemm.act_backward's kernel, dbias stored in the
+bias's dtype), dx (conv1d_forward's plan for the full convolution) and dw (conv1d.weight_grad_plan's partials
+and their sum into the weight's layout). Each fixed launch is made after the general function has run its
+first call (which tunes), so both paths give the same outputs and gradients. A TMA weight-gradient plan met
+with an operand whose address is not 16-byte aligned runs that call through conv1d.conv1d_weight_grad.
 
 The first call of a signature takes the general path (which validates, so bad input raises a ValueError
 naming the argument before any launch, and tunes) and is remembered here (at most runtime.MAX_CALL_SIGNATURES).
@@ -17,7 +22,10 @@ from typing import Optional
 
 import torch
 
-from .conv1d import _conv1d_backward_op, conv1d_forward
+from .conv1d import (_conv1d_backward_op, conv1d_forward, conv1d_weight_grad, forward_launch, forward_weight,
+                     weight_grad_launches, weight_grad_plan)
+from .gemm import act_backward_buffers, act_backward_launch
+from .launcher import launch_and_fix
 from .runtime import EagerNode, are_plain, remember_call, tensor_signature
 
 
@@ -32,13 +40,25 @@ def _key(x, weight, bias, activation, pool, precision) -> Optional[tuple]:
 
 
 class _FastConv1d:
-    """One call signature's forward (conv1d_forward) and backward (the registered op's backward function)."""
+    """One call signature's forward and backward, their launches fixed on first use."""
 
     def __init__(self, activation: str, pool: int, precision: str) -> None:
         self.activation, self.pool, self.precision = activation, pool, precision
+        self.forward_fixed = None  # (fixed launch, output shape, whether the weight is read through a copy)
+        # (dy's strides and dtype, gradients wanted) -> [act pass, dx, dw partials, dw sum, partials' shape]
+        self.backward_fixed: dict[tuple, list] = {}
 
     def run(self, x, weight, bias) -> torch.Tensor:
-        return conv1d_forward(x, weight, bias, self.activation, self.pool, self.precision)
+        if self.forward_fixed is None:
+            y = conv1d_forward(x, weight, bias, self.activation, self.pool, self.precision)
+            read = forward_weight(weight, self.precision)
+            kernel, grid, args = forward_launch(x, read, bias, y, self.activation, self.pool, self.precision)
+            self.forward_fixed = (kernel.fix(grid, **args), y.shape, read is not weight)
+            return y
+        launch, shape, copy = self.forward_fixed
+        y = x.new_empty(shape)
+        launch(x, forward_weight(weight, self.precision) if copy else weight, bias if bias is not None else y, y)
+        return y
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias)
     def forward(self, ctx, x, weight, bias):
@@ -51,11 +71,66 @@ class _FastConv1d:
         x, weight, y = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[1:4]
         need_b = bool(need_b and ctx.bias_dtype is not None)
+        key = (dy.stride(), dy.dtype, need_x, need_w, need_b)
+        fixed = self.backward_fixed.get(key)
+        if fixed is None:
+            fixed = self.backward_fixed[key] = [None] * 5
+        N = dy.shape[-1]
+        dy2 = dy.reshape(-1, N)
+        saved = y.reshape(-1, N) if y is not None else dy2
+        dz2, dbias, part, counters = act_backward_buffers(dy2, self.activation, need_x or need_w, need_b,
+                                                          ctx.bias_dtype)
+        if dz2 is not None or dbias is not None:  # dz = dy * relu'(y) and / or dbias = colsum(dz)
+            if fixed[0] is None:
+                fixed[0] = launch_and_fix(*act_backward_launch(dy2, saved, dz2, dbias, part, counters,
+                                                               self.activation))
+            else:
+                fixed[0](dy2, saved, dz2 if dz2 is not None else dy2, dbias if dbias is not None else dy2,
+                         part if part is not None else dy2, counters if counters is not None else dy2)
+        dz = dz2.view(dy.shape) if dz2 is not None else dy
+        return (self._grad_x(fixed, dz, weight) if need_x else None,
+                self._grad_w(fixed, x, dz, weight) if need_w else None, dbias)
+
+    def _grad_x(self, fixed: list, dz, weight):
+        """dx: the full convolution of dz with the weight's taps flipped and its channel roles swapped."""
+        k = weight.shape[2]
+        if fixed[1] is None:
+            dx = conv1d_forward(dz, weight, None, "none", 1, self.precision, pad=k - 1, flip=True, swap_weight=True)
+            read = forward_weight(weight, self.precision, swap_weight=True)
+            kernel, grid, args = forward_launch(dz, read, None, dx, "none", 1, self.precision, pad=k - 1,
+                                                flip=True, swap_weight=True)
+            fixed[1] = (kernel.fix(grid, **args), dx.shape, read is not weight)
+            return dx
+        launch, shape, copy = fixed[1]
+        dx = dz.new_empty(shape)
+        launch(dz, forward_weight(weight, self.precision, swap_weight=True) if copy else weight, dx, dx)
+        return dx
+
+    def _grad_w(self, fixed: list, x, dz, weight):
+        """dw, shaped, laid out and typed like the weight: the partials, then their sum."""
+        if fixed[2] is None:
+            dw = conv1d_weight_grad(x, dz, weight.shape[2], weight.shape[1], self.precision, like=weight)
+            plan = weight_grad_plan(x, dz, dw, self.precision)
+            (kernel, grid, args), (reduce, sum_grid, sum_args) = weight_grad_launches(plan, x, dz, dw)
+            fixed[2:] = kernel.fix(grid, **args), reduce.fix(sum_grid, **sum_args), (plan.tma, args["part_ptr"].shape)
+            return dw
+        tma, shape = fixed[4]
+        if tma and (x.data_ptr() | dz.data_ptr()) & 15:  # TMA reads 16-byte aligned bases only
+            return conv1d_weight_grad(x, dz, weight.shape[2], weight.shape[1], self.precision, like=weight)
+        part = dz.new_empty(shape, dtype=torch.float32)
+        dw = torch.empty_like(weight)
+        fixed[2](x, dz, part)
+        fixed[3](part, dw)
+        return dw
+
+    def general_backward(self, ctx, dy):
+        """The registered op's backward function (conv1d._conv1d_backward_op): a double backward."""
+        x, weight, y = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[1:4]
+        need_b = bool(need_b and ctx.bias_dtype is not None)
         dx, dw, dbias = _conv1d_backward_op(dy, x, weight, y if y is not None else dy.new_empty((0,)),
                                             self.activation, self.precision, bool(need_x), bool(need_w), need_b)
         return dx if need_x else None, dw if need_w else None, dbias.to(ctx.bias_dtype) if need_b else None
-
-    general_backward = backward  # a double backward: as the general path's (the same function)
 
 
 class _Node(EagerNode):

@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, INTERPRETER_DTYPES, bias_relu_backward,
-                     conv1d_weight_grad, grad_like, needs_grad, validate_weight)
+                     conv1d_weight_grad, needs_grad, validate_weight)
 from .gemm_kernels import _apply_act
 from .runtime import (cdiv, Autotuner, Config, bucket, check_tensor, is_fake, launch, next_power_of_2, register_op,
                       register_tuner)
@@ -445,7 +445,7 @@ def _gather_conv_backward_op(dy: torch.Tensor, indices: torch.Tensor, weight: to
                              activation: str, need_w: bool, need_b: bool) -> list[torch.Tensor]:
     N, C, k = weight.shape
     dz, dbias = bias_relu_backward(dy, y, activation, need_w, need_b)
-    dw = grad_like(weight, conv1d_weight_grad(indices, dz, k, C, x_is_index=True)) if need_w else weight.new_empty((0,))
+    dw = conv1d_weight_grad(indices, dz, k, C, x_is_index=True, like=weight) if need_w else weight.new_empty((0,))
     return [dw, dbias if dbias is not None else weight.new_empty((0,), dtype=torch.float32)]
 
 

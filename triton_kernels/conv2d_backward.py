@@ -12,7 +12,8 @@ import torch
 
 from autotune import spaces
 
-from .conv2d_kernels import _conv2d_flat_dw_kernel, _flat_columns, _pixels, _sum_partials_kernel, _taps, flat_k_pad
+from .conv2d_kernels import (SUM_BLOCK_J, SUM_BLOCK_S, _conv2d_flat_dw_kernel, _flat_columns, _pixels,
+                             _sum_partials_kernel, _taps, flat_k_pad)
 from .launcher import BoundKernel, bind
 from .runtime import Autotuner, Config, bucket, cdiv, is_fake, num_sms, register_op, register_tuner
 
@@ -44,7 +45,6 @@ class _WeightGradPlan(NamedTuple):
 
 # (Conv2dWeightGradKey, padding, weight dtype, device) -> _WeightGradPlan, made at a key's first eager call
 _WEIGHT_GRAD_PLANS: dict[tuple, _WeightGradPlan] = {}
-SUM_BLOCK_S, SUM_BLOCK_J = 64, 32  # the partials' sum: 64 x 32 fp32 tiles (8 KB a step)
 
 
 def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precision="ieee", *,

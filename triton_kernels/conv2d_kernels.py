@@ -304,6 +304,9 @@ def _conv2d_flat_dw_kernel(
     tl.store(part_ptr + (s * K_PAD + k).to(tl.int64)[:, None] * N + offs_n[None, :], acc, mask=n_ok[None, :])
 
 
+SUM_BLOCK_S, SUM_BLOCK_J = 64, 32  # the partials' sum: 64 x 32 fp32 tiles (8 KB a step)
+
+
 @triton.jit
 def _sum_partials_kernel(part_ptr, dw_ptr, S, N, stride_ps, stride_wn, stride_wc, stride_wh, stride_ww,
                          C_IN: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,

@@ -30,7 +30,7 @@ from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buff
                    backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
 from . import gemm_backward
 from .tma import _ensure_allocator
-from .launcher import bind
+from .launcher import bind, launch_and_fix
 from .runtime import EagerNode, are_plain, dependent_launch, remember_call
 
 # the backward chains dB -> dA (dependent launch) where dA's 2 M N K multiply-adds reach this many FLOPs, the
@@ -38,13 +38,6 @@ from .runtime import EagerNode, are_plain, dependent_launch, remember_call
 # 4096 x 8704 -> 1024, dX + dW 235 -> 225 us (cuBLAS 212); the Char-CNN's fc1, 512 x 8704 -> 1024 (dX 9.1e9
 # FLOPs), forward + backward 83.4 -> 81.3 us (eager 81.9). Smaller backward GEMMs were not measured chained
 CHAIN_MIN_FLOPS = 2**33
-
-
-def _launched_and_fixed(kernel, grid, args: dict):
-    """Launch ``kernel`` once with ``args`` (by name) and return its launch function for later calls that
-    differ only in their tensors (taken positionally, in the kernel's order)."""
-    kernel.launch(grid, **args)
-    return kernel.fix(grid, **args)
 
 
 class _FixedGemm:
@@ -72,7 +65,7 @@ class _FixedGemm:
         # kernel with the PDL flag (not the Gluon one)
         if chain and len(steps) == 1 and not self.relayout and "PDL" in steps[0][0].constexprs:
             steps = [_chained(*steps[0], dependent=chain == "second")]
-        self.launches = [_launched_and_fixed(kernel, grid, args) for kernel, grid, args in steps]
+        self.launches = [launch_and_fix(kernel, grid, args) for kernel, grid, args in steps]
         self.partials = steps[0][2]["part_ptr"].shape if plan.split_k > 1 else None  # split-K's fp32 buffer
 
     def _plan(self, a, b, c, bias, residual, z) -> tuple:
@@ -189,8 +182,8 @@ class _Call:
         if self.activation != "none" or need_bias:  # dZ = dC * act'(Z) and / or dbias = colsum(dZ)
             dz_, dbias, part, counters = act_backward_buffers(dc, self.activation, True, need_bias, self.bias_dtype)
             if fixed[0] is None:
-                fixed[0] = _launched_and_fixed(*act_backward_launch(dc, saved, dz_, dbias, part, counters,
-                                                                    self.activation))
+                fixed[0] = launch_and_fix(*act_backward_launch(dc, saved, dz_, dbias, part, counters,
+                                                               self.activation))
             else:
                 fixed[0](dc, saved if saved is not None else dc, dz_ if dz_ is not None else dc,
                          dbias if dbias is not None else dc, part if part is not None else dc,
@@ -227,7 +220,7 @@ class _Call:
         key = (dc.stride(), dc.dtype)
         fixed = self.backward_launches.get(key)
         if fixed is None:
-            self.backward_launches[key] = _launched_and_fixed(*gemm_backward.launch_args(
+            self.backward_launches[key] = launch_and_fix(*gemm_backward.launch_args(
                 dc, saved, a, b, da, db, dbias, self.activation, self.precision))
         else:
             fixed(dc, saved if saved is not None else dc, a, b, da if da is not None else dc, db,

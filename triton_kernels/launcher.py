@@ -424,6 +424,13 @@ def _fixed_encoding(cache: dict, address: int, base: torch.Tensor, spec: tuple, 
     return args
 
 
+def launch_and_fix(kernel: BoundKernel, grid, args: dict) -> Callable:
+    """Launch ``kernel`` once with ``args`` (by name) and return its launch function for later calls that
+    differ only in their tensors (taken positionally, in the kernel's order): ``kernel.fix``'s."""
+    kernel.launch(grid, **args)
+    return kernel.fix(grid, **args)
+
+
 _BOUND: dict[tuple, BoundKernel] = {}
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
 

@@ -64,20 +64,22 @@ def cudnn_tf32(allow: bool):
 
 
 def assert_fast_path_repeats(call, leaves: list, grad: torch.Tensor, names: tuple) -> None:
-    """Run ``call()`` (an op on ``leaves``) and its backward of ``grad`` twice: the first call takes the general
-    path, the second an eager fast path's autograd node (named ``_Node``); outputs and the gradients of
-    ``leaves`` (``names``) agree bit for bit."""
+    """Run ``call()`` (an op on ``leaves``) and its backward of ``grad`` three times: the first call takes the
+    general path, the others an eager fast path's autograd node (named ``_Node``; the third through what the
+    second prepared); outputs and the gradients of ``leaves`` (``names``) agree bit for bit."""
     outs = []
-    for _ in range(2):
+    for _ in range(3):
         y = call()
         y.backward(grad)
         outs.append((y.detach(), y.grad_fn, [t.grad.clone() for t in leaves]))
         for t in leaves:
             t.grad = None
-    assert type(outs[1][1]).__name__ == "_NodeBackward" and type(outs[0][1]).__name__ != "_NodeBackward"
-    assert torch.equal(outs[0][0], outs[1][0])
-    for name, g0, g1 in zip(names, outs[0][2], outs[1][2]):
-        assert torch.equal(g0, g1), name
+    assert type(outs[0][1]).__name__ != "_NodeBackward"
+    for out in outs[1:]:
+        assert type(out[1]).__name__ == "_NodeBackward"
+        assert torch.equal(outs[0][0], out[0])
+        for name, g0, g1 in zip(names, outs[0][2], out[2]):
+            assert torch.equal(g0, g1), name
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:
