@@ -61,13 +61,14 @@ def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precis
     dw = torch.empty_like(weight)
     if M == 0:
         return dw.zero_()
-    key = _plan_key(x, dz, weight, stride, padding, precision)
-    plan = _WEIGHT_GRAD_PLANS.get(key) if config is None else None
+    prec = precision if dz.dtype == torch.float32 else "ieee"
+    k_pad = flat_k_pad(K)
+    key = Conv2dWeightGradKey(m=bucket(M), n=N, c=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, dtype=dz.dtype,
+                              precision=prec)
+    plan = _WEIGHT_GRAD_PLANS.get((key, ph, pw, weight.dtype, dz.device)) if config is None else None
     if plan is None:
         n_sms = num_sms(dz.device, default=2)
-        prec = key[0].precision
-        flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec, C_IN=C,
-                     K_PAD=flat_k_pad(K))
+        flags = dict(KH=KH, KW=KW, STRIDE_H=sh, STRIDE_W=sw, PAD_H=ph, PAD_W=pw, PRECISION=prec, C_IN=C, K_PAD=k_pad)
         reduce = bind(_sum_partials_kernel, C_IN=C, KH=KH, KW=KW, BLOCK_S=SUM_BLOCK_S, BLOCK_J=SUM_BLOCK_J,
                       num_warps=4)
 
@@ -80,52 +81,29 @@ def conv2d_weight_grad_flat(x, dz, weight, stride=(1, 1), padding=(0, 0), precis
 
         if config is None:
             config = _flat_dw_tuner.pick(
-                key[0], lambda cfg: _launch_all(weight_grad_launches(bound(cfg), x, dz, dw)),
+                key, lambda cfg: _weight_grad_launch(bound(cfg), x, dz, dw, M, k_pad),
                 lambda: spaces.candidates("conv2d_flat_dw", M=M, N=N, K=K, dtype=dz.element_size()),
                 tracing=is_fake(x, dz))
             plan = bound(config)
             if not is_fake(x, dz):
-                _WEIGHT_GRAD_PLANS[key] = plan
+                _WEIGHT_GRAD_PLANS[(key, ph, pw, weight.dtype, dz.device)] = plan
         else:
             plan = bound(config)
-    _launch_all(weight_grad_launches(plan, x, dz, dw))
+    _weight_grad_launch(plan, x, dz, dw, M, k_pad)
     return dw
 
 
-def _plan_key(x, dz, weight, stride, padding, precision) -> tuple:
-    """The key of _WEIGHT_GRAD_PLANS: (Conv2dWeightGradKey, padding, weight dtype, device)."""
-    N, C, KH, KW = weight.shape
-    key = Conv2dWeightGradKey(m=bucket(dz.shape[0] * dz.shape[2] * dz.shape[3]), n=N, c=C, kh=KH, kw=KW,
-                              stride_h=stride[0], stride_w=stride[1], dtype=dz.dtype,
-                              precision=precision if dz.dtype == torch.float32 else "ieee")
-    return key, padding[0], padding[1], weight.dtype, dz.device
-
-
-def planned_weight_grad(x, dz, weight, stride, padding, precision) -> _WeightGradPlan:
-    """The plan `conv2d_weight_grad_flat` made for these operands (KeyError before its first call)."""
-    return _WEIGHT_GRAD_PLANS[_plan_key(x, dz, weight, stride, padding, precision)]
-
-
-def weight_grad_launches(plan: _WeightGradPlan, x, dz, dw) -> list:
-    """A weight-gradient plan's two launches into dw, each (bound kernel, grid, runtime arguments by name): the
-    fp32 partials (allocated here), then their sum."""
+def _weight_grad_launch(plan: _WeightGradPlan, x, dz, dw, M: int, k_pad: int) -> None:
+    """The two launches of a weight-gradient plan: the partials, then their sum into dw."""
     N = dz.shape[1]
-    k_pad = plan.kernel.constexprs["K_PAD"]
     part = dz.new_empty((plan.programs, k_pad, N), dtype=torch.float32)
+    plan.kernel.launch((plan.programs, plan.n_blocks), x_ptr=x, dz_ptr=dz, part_ptr=part, M=M, N=N, H=x.shape[2],
+                       W=x.shape[3], H_out=dz.shape[2], W_out=dz.shape[3], stride_xb=x.stride(0),
+                       stride_xc=x.stride(1), stride_xh=x.stride(2), stride_xw=x.stride(3), stride_zb=dz.stride(0),
+                       stride_zn=dz.stride(1), stride_zh=dz.stride(2), stride_zw=dz.stride(3))
     swn, swc, swh, sww = dw.stride()
-    return [(plan.kernel, (plan.programs, plan.n_blocks), dict(
-                x_ptr=x, dz_ptr=dz, part_ptr=part, M=dz.shape[0] * dz.shape[2] * dz.shape[3], N=N, H=x.shape[2],
-                W=x.shape[3], H_out=dz.shape[2], W_out=dz.shape[3], stride_xb=x.stride(0), stride_xc=x.stride(1),
-                stride_xh=x.stride(2), stride_xw=x.stride(3), stride_zb=dz.stride(0), stride_zn=dz.stride(1),
-                stride_zh=dz.stride(2), stride_zw=dz.stride(3))),
-            (plan.reduce, (cdiv(dw.numel(), SUM_BLOCK_J),), dict(
-                part_ptr=part, dw_ptr=dw, S=plan.programs, N=N, stride_ps=k_pad * N, stride_wn=swn, stride_wc=swc,
-                stride_wh=swh, stride_ww=sww))]
-
-
-def _launch_all(launches: list) -> None:
-    for kernel, grid, args in launches:
-        kernel.launch(grid, **args)
+    plan.reduce.launch((cdiv(dw.numel(), SUM_BLOCK_J),), part_ptr=part, dw_ptr=dw, S=plan.programs, N=N,
+                       stride_ps=k_pad * N, stride_wn=swn, stride_wc=swc, stride_wh=swh, stride_ww=sww)
 
 
 def _weight_grad_flat_op(x: torch.Tensor, dz: torch.Tensor, weight: torch.Tensor, stride_h: int, stride_w: int,
@@ -146,18 +124,16 @@ class BackwardSpec(NamedTuple):
     res_dtype: Optional[torch.dtype]
 
 
-def input_grads(spec: BackwardSpec, dy, x, weight, y, needs, flat_weight_grad=None) -> tuple:
+def input_grads(spec: BackwardSpec, dy, x, weight, y, needs) -> tuple:
     """(dx, dw, dbias, dresidual), each None where ``needs`` (x, weight, bias, residual) says so: dz = dy behind
     the ReLU mask of the saved output y (None: no activation); dw from the flat-K kernel on that path (fp32,
-    then the weight's dtype; through the registered op, or ``flat_weight_grad(x, dz, weight)`` where given), else
-    with dx from cuDNN's convolution backward (in x's dtype, dw then cast to the weight's, as autocast's cast of the
-    weight would give); dbias a sum, dresidual = dz."""
+    then the weight's dtype), else with dx from cuDNN's convolution backward (in x's dtype, dw then cast to
+    the weight's, as autocast's cast of the weight would give); dbias a sum, dresidual = dz."""
     need_x, need_w, need_b, need_r = needs
     dz = torch.ops.aten.threshold_backward(dy, y, 0) if y is not None else dy
     dx = dw = None
     if need_w and spec.flat:
-        dw = (flat_weight_grad(x, dz, weight) if flat_weight_grad is not None
-              else _weight_grad_flat_call(x, dz, weight, *spec.stride, *spec.padding, spec.precision))
+        dw = _weight_grad_flat_call(x, dz, weight, *spec.stride, *spec.padding, spec.precision)
         need_w = False
     if need_x or need_w:
         dx, dw_cudnn, _ = torch.ops.aten.convolution_backward(dz, x, weight.to(x.dtype), None, spec.stride,

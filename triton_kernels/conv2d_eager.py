@@ -5,9 +5,7 @@ precision and path -- was seen before skips validation and the tuning-key and pl
 weight (cached per weight version, conv2d.packed_weight), allocates the output and launches through a
 function with every non-tensor kernel argument fixed (launcher.BoundKernel.fix), for the plan the general
 path chose. Its backward runs in ``_Node`` (a runtime.EagerNode) through conv2d.input_grads, the general
-path's backward, so both paths give the same gradients; on the flat-K path its weight gradient's two launches
-(conv2d_backward.weight_grad_launches, for the plan the general function made at the signature's first
-backward) go through fixed launch functions too, per dy layout.
+path's backward, so both paths give the same gradients.
 
 The first call of a signature takes the general path (which validates, so bad input raises a ValueError
 naming the argument before any launch, and tunes) and is remembered here (at most
@@ -22,7 +20,6 @@ import torch
 
 from .conv2d import (_PLANS, _TransposedPlan, backward_spec, forward_weight, input_grads, kernel_kind, launch_args,
                      out_size, plan_key)
-from .conv2d_backward import conv2d_weight_grad_flat, planned_weight_grad, weight_grad_launches
 from .tma import _ensure_allocator
 from .runtime import INTERPRET, EagerNode, are_plain, remember_call, tensor_signature
 
@@ -55,7 +52,6 @@ class _FastConv:
         self.transposed = isinstance(plan, _TransposedPlan)  # its weight layout, and TMA descriptors
         self.spec = backward_spec(weight, bias, residual, stride, padding, precision, path)
         self.launch = None
-        self.weight_grad_fixed: dict[tuple, tuple] = {}  # (dz's strides, dtype) -> (partials, sum, partials' shape)
 
     def run(self, x, weight, bias, residual) -> torch.Tensor:
         w = forward_weight(weight, x.dtype, self.transposed, self.spec.precision)
@@ -75,31 +71,9 @@ class _FastConv:
         return y
 
     def backward(self, ctx, dy):
-        flat = self._flat_weight_grad if self.spec.flat else None
-        return input_grads(self.spec, dy, *ctx.saved_tensors, ctx.needs_input_grad[1:5], flat_weight_grad=flat)
-
-    def general_backward(self, ctx, dy):
-        """A double backward: the general path's (through the registered ops)."""
         return input_grads(self.spec, dy, *ctx.saved_tensors, ctx.needs_input_grad[1:5])
 
-    def _flat_weight_grad(self, x, dz, weight) -> torch.Tensor:
-        """The flat-K weight gradient: the general function at a dz layout's first call, then its plan's two
-        launches through fixed launch functions."""
-        fixed = self.weight_grad_fixed.get((dz.stride(), dz.dtype))
-        if fixed is None:
-            spec = self.spec
-            dw = conv2d_weight_grad_flat(x, dz, weight, spec.stride, spec.padding, spec.precision)
-            plan = planned_weight_grad(x, dz, weight, spec.stride, spec.padding, spec.precision)
-            (kernel, grid, args), (reduce, sum_grid, sum_args) = weight_grad_launches(plan, x, dz, dw)
-            self.weight_grad_fixed[(dz.stride(), dz.dtype)] = (
-                kernel.fix(grid, **args), reduce.fix(sum_grid, **sum_args), args["part_ptr"].shape)
-            return dw
-        partials, reduce, shape = fixed
-        part = dz.new_empty(shape, dtype=torch.float32)
-        dw = torch.empty_like(weight)
-        partials(x, dz, part)
-        reduce(part, dw)
-        return dw
+    general_backward = backward  # a double backward: as the general path's (the same function)
 
 
 class _Node(EagerNode):
