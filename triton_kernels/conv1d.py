@@ -477,6 +477,7 @@ def weight_grad_plan(x, dz, dw, precision="ieee", *, x_is_index=False, path: str
 
 
 def _dw_plan(cfg: Config, tma: bool, key: ConvWeightGradKey) -> _DwPlan:
+    """A config bound to the partials' kernel of its path and to the sum of the partials."""
     options = dict(KSIZE=key.kernel_size, PRECISION=key.precision, **cfg.kwargs, num_warps=cfg.num_warps,
                    num_stages=cfg.num_stages)
     kernel = (bind(_conv1d_dw_tma_kernel, **options) if tma
