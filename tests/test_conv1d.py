@@ -160,9 +160,22 @@ def test_fast_path_matches_the_general_path():
     assert_fast_path_repeats(lambda: conv1d.conv1d(*leaves, "relu"), leaves, torch.randn(2, 9, 9, device=DEVICE),
                              ("dx", "dw", "dbias"))
     assert conv1d_eager._key(x, w, b, "relu", 1, runtime.torch_conv_precision(x)) in conv1d_eager._FAST
+    # the same signature with only the bias's gradient wanted: the fast path fixes launches per set of gradients
+    b_again, dy = b.clone().requires_grad_(), torch.randn(2, 9, 9, device=DEVICE)
+    y64 = ref_conv(x.double(), w.double(), b.double(), "relu")
+    for _ in range(2):
+        y = conv1d.conv1d(x, w, b_again, "relu")
+        assert type(y.grad_fn).__name__ == "_NodeBackward"
+        assert_close(torch.autograd.grad(y, b_again, dy)[0], (dy.double() * (y64 > 0)).sum((0, 1)), torch.float32)
     # no bias, no activation, the weight's gradient alone: no act pass, no dx
     w_only = w.clone().requires_grad_()
     assert_fast_path_repeats(lambda: conv1d.conv1d(x, w_only), [w_only], torch.randn(2, 9, 9, device=DEVICE), ("dw",))
+    # the bias's gradient alone (the ReLU's column sums, no dz stored), and x's alone (new signatures: other lengths)
+    b_only, x_only = b.clone().requires_grad_(), torch.randn(2, 13, 6, device=DEVICE).requires_grad_()
+    assert_fast_path_repeats(lambda: conv1d.conv1d(x[:, :10], w, b_only, "relu"), [b_only],
+                             torch.randn(2, 8, 9, device=DEVICE), ("dbias",))
+    assert_fast_path_repeats(lambda: conv1d.conv1d(x_only, w, b, "relu"), [x_only],
+                             torch.randn(2, 11, 9, device=DEVICE), ("dx",))
     with torch.no_grad():
         leaves[1].mul_(-1)
         y = conv1d.conv1d(*leaves, "relu")
