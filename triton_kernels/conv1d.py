@@ -330,35 +330,27 @@ def conv1d_forward(x, weight, bias, activation="none", pool=1, precision="ieee",
         return y
     prec = precision if x.dtype == torch.float32 else "ieee"
     weight = forward_weight(weight, prec, swap_weight)
-    has_bias = bias is not None
-    key = ConvKey(m=bucket(M), n=N, c=C, kernel_size=k, pool=pool, pad=pad, dtype=x.dtype, precision=prec,
-                  activation=activation, has_bias=has_bias)
-    plan = _PLANS.get((key, flip, swap_weight, x.device)) if config is None else None
+    plan_key = _plan_key(x, k, y, bias, activation, pool, prec, pad, flip, swap_weight)
+    plan = _PLANS.get(plan_key) if config is None else None
     if plan is not None:  # steady state: the tuned config's compiled kernel, launched directly
-        kernel, grid, args = _plan_launch(plan, x, weight, bias, y, pad, swap_weight)
-        kernel.launch(grid, **args)
+        plan.kernel.launch((cdiv(M, plan.block_m) * cdiv(N, plan.block_n),),
+                           **_runtime_args(x, weight, bias, y, pad, swap_weight))
         return y
-    args = dict(M=M, N=N, C=C, L_in=L, LP=LP, PAD=pad,
-                stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
-                stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
-                stride_bias=bias.stride(0) if bias is not None else 0,
-                stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2),
-                KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=has_bias, ACT=activation,
-                PRECISION=prec)
+    flags = dict(KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=bias is not None, ACT=activation, PRECISION=prec)
 
     def run(cfg: Config):
         grid = (cdiv(M, cfg.kwargs["BLOCK_M"]) * cdiv(N, cfg.kwargs["BLOCK_N"]),)
-        launch(_conv1d_kernel, grid, x, weight, bias if bias is not None else y, y, **args, **cfg.kwargs,
+        launch(_conv1d_kernel, grid, **_runtime_args(x, weight, bias, y, pad, swap_weight), **flags, **cfg.kwargs,
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
         fake = is_fake(x, weight)
-        config = _conv_tuner.pick(key, run, lambda: _prune_conv(M, N, C, x.element_size(), pool), tracing=fake)
+        config = _conv_tuner.pick(plan_key[0], run, lambda: _prune_conv(M, N, C, x.element_size(), pool),
+                                  tracing=fake)
         if not fake:
-            _PLANS[(key, flip, swap_weight, x.device)] = _ConvPlan(
-                bind(_conv1d_kernel, KSIZE=k, FLIP=flip, POOL=pool, HAS_BIAS=has_bias, ACT=activation,
-                     PRECISION=prec, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages),
-                config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
+            _PLANS[plan_key] = _ConvPlan(bind(_conv1d_kernel, **flags, **config.kwargs, num_warps=config.num_warps,
+                                              num_stages=config.num_stages),
+                                         config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
     run(config)
     return y
 
@@ -378,22 +370,29 @@ def forward_launch(x, weight, bias, y, activation: str, pool: int, precision: st
     """(bound kernel, grid, runtime arguments by name): `conv1d_forward`'s launch into y for these tensors,
     once a call of theirs has tuned it (KeyError before); weight as `forward_weight` gives it."""
     prec = precision if x.dtype == torch.float32 else "ieee"
-    key = ConvKey(m=bucket(y.shape[0] * y.shape[1]), n=y.shape[2], c=x.shape[2], kernel_size=weight.shape[2],
-                  pool=pool, pad=pad, dtype=x.dtype, precision=prec, activation=activation, has_bias=bias is not None)
-    return _plan_launch(_PLANS[(key, flip, swap_weight, x.device)], x, weight, bias, y, pad, swap_weight)
+    plan = _PLANS[_plan_key(x, weight.shape[2], y, bias, activation, pool, prec, pad, flip, swap_weight)]
+    M, N = y.shape[0] * y.shape[1], y.shape[2]
+    return (plan.kernel, (cdiv(M, plan.block_m) * cdiv(N, plan.block_n),),
+            _runtime_args(x, weight, bias, y, pad, swap_weight))
 
 
-def _plan_launch(plan: _ConvPlan, x, weight, bias, y, pad: int, swap_weight: bool) -> tuple:
-    """(bound kernel, grid, runtime arguments by name) of a plan's launch into y."""
+def _plan_key(x, k: int, y, bias, activation: str, pool: int, prec: str, pad: int, flip: bool,
+              swap_weight: bool) -> tuple:
+    """The key of _PLANS for a forward of x into y: (ConvKey, flip, swap_weight, device)."""
+    key = ConvKey(m=bucket(y.shape[0] * y.shape[1]), n=y.shape[2], c=x.shape[2], kernel_size=k, pool=pool, pad=pad,
+                  dtype=x.dtype, precision=prec, activation=activation, has_bias=bias is not None)
+    return key, flip, swap_weight, x.device
+
+
+def _runtime_args(x, weight, bias, y, pad: int, swap_weight: bool) -> dict:
+    """`_conv1d_kernel`'s runtime arguments by name for a forward of x into y (absent bias: y, unread)."""
     B, LP, N = y.shape
     n_dim, c_dim = (1, 0) if swap_weight else (0, 1)
-    M = B * LP
-    return plan.kernel, (cdiv(M, plan.block_m) * cdiv(N, plan.block_n),), dict(
-        x_ptr=x, w_ptr=weight, bias_ptr=bias if bias is not None else y, y_ptr=y, M=M, N=N, C=x.shape[2],
-        L_in=x.shape[1], LP=LP, PAD=pad, stride_xb=x.stride(0), stride_xl=x.stride(1), stride_xc=x.stride(2),
-        stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim), stride_wt=weight.stride(2),
-        stride_bias=bias.stride(0) if bias is not None else 0, stride_yb=y.stride(0), stride_yl=y.stride(1),
-        stride_yn=y.stride(2))
+    return dict(x_ptr=x, w_ptr=weight, bias_ptr=bias if bias is not None else y, y_ptr=y, M=B * LP, N=N,
+                C=x.shape[2], L_in=x.shape[1], LP=LP, PAD=pad, stride_xb=x.stride(0), stride_xl=x.stride(1),
+                stride_xc=x.stride(2), stride_wn=weight.stride(n_dim), stride_wc=weight.stride(c_dim),
+                stride_wt=weight.stride(2), stride_bias=bias.stride(0) if bias is not None else 0,
+                stride_yb=y.stride(0), stride_yl=y.stride(1), stride_yn=y.stride(2))
 
 
 def max_pool_forward(x: torch.Tensor, pool: int) -> torch.Tensor:
@@ -554,14 +553,21 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, weight, output if activation == "relu" else None)
 
 
+def input_grads(backward, dy, saved: tuple, needs: tuple, bias_dtype, activation: str, precision: str) -> tuple:
+    """(dx, dw, dbias), None where ``needs`` (x, weight, bias) says so (and dbias where there is no bias), from
+    ``backward``: the registered backward op or its function (_conv1d_backward_op); saved: (x, weight, y or None);
+    dbias in the bias's dtype."""
+    x, weight, y = saved
+    need_x, need_w, need_b = (bool(n) for n in needs)
+    need_b = need_b and bias_dtype is not None
+    dx, dw, dbias = backward(dy, x, weight, y if y is not None else dy.new_empty((0,)), activation, precision,
+                             need_x, need_w, need_b)
+    return dx if need_x else None, dw if need_w else None, dbias.to(bias_dtype) if need_b else None
+
+
 def _backward(ctx, dy):
-    x, weight, y = ctx.saved_tensors
-    need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    need_b = bool(need_b and ctx.bias_dtype is not None)
-    dx, dw, dbias = _conv1d_backward_call(dy, x, weight, y if y is not None else dy.new_empty((0,)),
-                                          ctx.activation, ctx.precision, bool(need_x), bool(need_w), need_b)
-    return (dx if need_x else None, dw if need_w else None, dbias.to(ctx.bias_dtype) if need_b else None,
-            None, None, None)
+    return *input_grads(_conv1d_backward_call, dy, ctx.saved_tensors, ctx.needs_input_grad[:3], ctx.bias_dtype,
+                        ctx.activation, ctx.precision), None, None, None
 
 
 def _max_pool_op(x: torch.Tensor, pool: int) -> torch.Tensor:

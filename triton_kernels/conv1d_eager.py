@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 
 from .conv1d import (_conv1d_backward_op, conv1d_forward, conv1d_weight_grad, forward_launch, forward_weight,
-                     weight_grad_launches, weight_grad_plan)
+                     input_grads, weight_grad_launches, weight_grad_plan)
 from .gemm import act_backward_buffers, act_backward_launch
 from .launcher import launch_and_fix
 from .runtime import EagerNode, are_plain, remember_call, tensor_signature
@@ -49,15 +49,8 @@ class _FastConv1d:
         self.backward_fixed: dict[tuple, list] = {}
 
     def run(self, x, weight, bias) -> torch.Tensor:
-        if self.forward_fixed is None:
-            y = conv1d_forward(x, weight, bias, self.activation, self.pool, self.precision)
-            read = forward_weight(weight, self.precision)
-            kernel, grid, args = forward_launch(x, read, bias, y, self.activation, self.pool, self.precision)
-            self.forward_fixed = (kernel.fix(grid, **args), y.shape, read is not weight)
-            return y
-        launch, shape, copy = self.forward_fixed
-        y = x.new_empty(shape)
-        launch(x, forward_weight(weight, self.precision) if copy else weight, bias if bias is not None else y, y)
+        y, self.forward_fixed = _convolve(self.forward_fixed, x, weight, bias, self.activation, self.pool,
+                                          self.precision)
         return y
 
     # the autograd node's (_Node, a runtime.EagerNode) forward and backwards, on (x, weight, bias)
@@ -93,17 +86,8 @@ class _FastConv1d:
 
     def _grad_x(self, fixed: list, dz, weight):
         """dx: the full convolution of dz with the weight's taps flipped and its channel roles swapped."""
-        k = weight.shape[2]
-        if fixed[1] is None:
-            dx = conv1d_forward(dz, weight, None, "none", 1, self.precision, pad=k - 1, flip=True, swap_weight=True)
-            read = forward_weight(weight, self.precision, swap_weight=True)
-            kernel, grid, args = forward_launch(dz, read, None, dx, "none", 1, self.precision, pad=k - 1,
-                                                flip=True, swap_weight=True)
-            fixed[1] = (kernel.fix(grid, **args), dx.shape, read is not weight)
-            return dx
-        launch, shape, copy = fixed[1]
-        dx = dz.new_empty(shape)
-        launch(dz, forward_weight(weight, self.precision, swap_weight=True) if copy else weight, dx, dx)
+        dx, fixed[1] = _convolve(fixed[1], dz, weight, None, "none", 1, self.precision, pad=weight.shape[2] - 1,
+                                 flip=True, swap_weight=True)
         return dx
 
     def _grad_w(self, fixed: list, x, dz, weight):
@@ -125,12 +109,25 @@ class _FastConv1d:
 
     def general_backward(self, ctx, dy):
         """The registered op's backward function (conv1d._conv1d_backward_op): a double backward."""
-        x, weight, y = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad[1:4]
-        need_b = bool(need_b and ctx.bias_dtype is not None)
-        dx, dw, dbias = _conv1d_backward_op(dy, x, weight, y if y is not None else dy.new_empty((0,)),
-                                            self.activation, self.precision, bool(need_x), bool(need_w), need_b)
-        return dx if need_x else None, dw if need_w else None, dbias.to(ctx.bias_dtype) if need_b else None
+        return input_grads(_conv1d_backward_op, dy, ctx.saved_tensors, ctx.needs_input_grad[1:4], ctx.bias_dtype,
+                           self.activation, self.precision)
+
+
+def _convolve(fixed, x, weight, bias, activation: str, pool: int, precision: str, **full) -> tuple:
+    """(y, fixed): conv1d_forward of these tensors through ``fixed``, the launch this function returned at the
+    first call of the same signature (every argument but the tensors fixed; with y's shape and whether the weight
+    is read through forward_weight's copy), or where it is None through the general function, whose launch is
+    then fixed and returned. ``full``: conv1d_forward's pad, flip and swap_weight (the input gradient)."""
+    swap = full.get("swap_weight", False)
+    if fixed is None:
+        y = conv1d_forward(x, weight, bias, activation, pool, precision, **full)
+        read = forward_weight(weight, precision, swap)
+        kernel, grid, args = forward_launch(x, read, bias, y, activation, pool, precision, **full)
+        return y, (kernel.fix(grid, **args), y.shape, read is not weight)
+    launch, shape, copy = fixed
+    y = x.new_empty(shape)
+    launch(x, forward_weight(weight, precision, swap) if copy else weight, bias if bias is not None else y, y)
+    return y, fixed
 
 
 class _Node(EagerNode):
