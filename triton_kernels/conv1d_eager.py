@@ -24,8 +24,7 @@ import torch
 
 from .conv1d import (_conv1d_backward_op, conv1d_forward, conv1d_weight_grad, forward_launch, forward_weight,
                      input_grads, weight_grad_launches, weight_grad_plan)
-from .gemm import act_backward_buffers, act_backward_launch
-from .launcher import launch_and_fix
+from .gemm import act_backward_buffers, act_backward_fixed
 from .runtime import EagerNode, are_plain, remember_call, tensor_signature
 
 
@@ -74,12 +73,7 @@ class _FastConv1d:
         dz2, dbias, part, counters = act_backward_buffers(dy2, self.activation, need_x or need_w, need_b,
                                                           ctx.bias_dtype)
         if dz2 is not None or dbias is not None:  # dz = dy * relu'(y) and / or dbias = colsum(dz)
-            if fixed[0] is None:
-                fixed[0] = launch_and_fix(*act_backward_launch(dy2, saved, dz2, dbias, part, counters,
-                                                               self.activation))
-            else:
-                fixed[0](dy2, saved, dz2 if dz2 is not None else dy2, dbias if dbias is not None else dy2,
-                         part if part is not None else dy2, counters if counters is not None else dy2)
+            fixed[0] = act_backward_fixed(fixed[0], dy2, saved, dz2, dbias, part, counters, self.activation)
         dz = dz2.view(dy.shape) if dz2 is not None else dy
         return (self._grad_x(fixed, dz, weight) if need_x else None,
                 self._grad_w(fixed, x, dz, weight) if need_w else None, dbias)

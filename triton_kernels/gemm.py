@@ -42,7 +42,7 @@ from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, 
                            _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
                            _transpose_kernel)
 from .gemm_gluon import AVAILABLE as GLUON_AVAILABLE, _gemm_tf32_nmajor_kernel
-from .launcher import BoundKernel, bind
+from .launcher import BoundKernel, bind, launch_and_fix
 from .tma import _INTERPRETER_SMS, _ensure_allocator, _tma_device, _tma_eligible, tma_descriptor, tma_layout
 from .runtime import (
     cdiv,
@@ -487,6 +487,17 @@ def act_backward_launch(dc, saved, dz, dbias, part, counters, activation: str) -
                               count_ptr=counters if counters is not None else dc, M=M, N=N, stride_dcm=stride_dcm,
                               stride_dcn=stride_dcn, stride_zm=stride_zm, stride_zn=stride_zn, stride_dzm=stride_dzm,
                               stride_dzn=stride_dzn)
+
+
+def act_backward_fixed(fixed, dc, saved, dz, dbias, part, counters, activation: str):
+    """The activation-backward pass on act_backward_buffers' buffers through ``fixed``, the launch function this
+    returned for an earlier call with the same layouts (every argument but the tensors fixed), or where it is None
+    launched and fixed (launcher.launch_and_fix); returns the launch function. Absent tensors point at dC, unread."""
+    if fixed is None:
+        return launch_and_fix(*act_backward_launch(dc, saved, dz, dbias, part, counters, activation))
+    fixed(dc, saved if saved is not None else dc, dz if dz is not None else dc, dbias if dbias is not None else dc,
+          part if part is not None else dc, counters if counters is not None else dc)
+    return fixed
 
 
 def act_backward(dc, saved, activation, *, need_dz=True, need_dbias=False, dbias_dtype=torch.float32):

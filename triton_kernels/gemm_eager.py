@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 from torch.compiler import is_compiling
 
-from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_launch,
+from .gemm import (CURVED, _flags, _forced_plan, _launch_plan, act_backward_buffers, act_backward_fixed,
                    backward_ops, find_plan, grad_b_transposed, index_64_needed, plan_launches, relayout)
 from . import gemm_backward
 from .tma import _ensure_allocator
@@ -181,13 +181,7 @@ class _Call:
         dz, dbias = dc, None
         if self.activation != "none" or need_bias:  # dZ = dC * act'(Z) and / or dbias = colsum(dZ)
             dz_, dbias, part, counters = act_backward_buffers(dc, self.activation, True, need_bias, self.bias_dtype)
-            if fixed[0] is None:
-                fixed[0] = launch_and_fix(*act_backward_launch(dc, saved, dz_, dbias, part, counters,
-                                                               self.activation))
-            else:
-                fixed[0](dc, saved if saved is not None else dc, dz_ if dz_ is not None else dc,
-                         dbias if dbias is not None else dc, part if part is not None else dc,
-                         counters if counters is not None else dc)
+            fixed[0] = act_backward_fixed(fixed[0], dc, saved, dz_, dbias, part, counters, self.activation)
             dz = dz_ if dz_ is not None else dc
         if self.chain:  # dB, then dA launched as its dependent
             db = self._grad_b(fixed, dz, a, "first")
