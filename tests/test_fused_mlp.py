@@ -93,6 +93,32 @@ def test_resnet_bn_eval_forward_backward(B):
     _check_model("ResNetMLP4", B, training=False)
 
 
+def _check_nan_propagates(name, training, B, device=DEVICE):
+    """A NaN feature in one row: the outputs and every gradient are NaN exactly where eager torch's are (the
+    fused ReLU keeps NaN and its backward passes the gradient there, as torch.relu's)."""
+    model = build_model(name, width=16, seed=3, device=device)
+    eager = copy.deepcopy(model)
+    model.backend = "triton"
+    model.train(training)
+    eager.train(training)
+    x, t = torch.randn(B, 14, device=device), torch.randn(B, device=device)
+    x[2, 5] = float("nan")
+    outs = []
+    for m in (model, eager):
+        y = m(x)
+        ((y - t) ** 2).mean().backward()
+        outs.append([y.detach()] + [p.grad for p in m.parameters()])
+    for ours, theirs in zip(*outs):
+        assert torch.equal(torch.isnan(ours), torch.isnan(theirs))
+    assert torch.isnan(outs[0][0][2])
+
+
+@pytest.mark.parametrize("name,training", [("GloNet3", True), ("MLP4", True), ("ResNetMLP2", True),
+                                           ("ResNetMLP2", False)])
+def test_nan_input_propagates_as_torch(name, training):
+    _check_nan_propagates(name, training, 7)
+
+
 @pytest.mark.parametrize("width", [32, 64])
 @pytest.mark.parametrize("name", ["GloNet3", "ResNetMLP2"])
 def test_wider(name, width):
@@ -276,6 +302,12 @@ def _check_resnet_on_own_masks(name, B, device=DEVICE, config=None):
     views, rviews = model.layout.views(res["grad"]), model.layout.views(gr)
     for k in ("w_in", "w_hid", "gamma", "beta", "w_head", "b_head"):
         assert_close(views[k], rviews[k], torch.float32, scale=30, name=f"d{k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,training", [("GloNet100", True), ("ResNetMLP50", True), ("ResNetMLP50", False)])
+def test_gpu_nan_input_propagates_as_torch(name, training):
+    _check_nan_propagates(name, training, 1024)
 
 
 @pytest.mark.gpu

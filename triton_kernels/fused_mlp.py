@@ -25,7 +25,8 @@ one iteration ahead so their latency hides behind the current layer. The GloNet 
 accumulator. Each layer's output is stored (L, B, W) for the backward (it is both the ReLU mask and the
 next layer's input). The 14 input features are zero-padded to KIN = max(16, next_pow2(IN)) in the
 masked load (tl.dot needs K >= 16).
-The backward walks the layers in reverse with dh in registers: dz = dh * [h > 0], the program's
+The backward walks the layers in reverse with dh in registers: dz = dh * [h != 0] (h > 0 or NaN, as torch's
+relu backward passes the gradient wherever relu's output is not <= 0), the program's
 partial dW_l = dz^T h_{l-1} (a (W, BLOCK_M) x (BLOCK_M, W) dot) and db_l = colsum(dz) go to a
 (num_programs, P) partial buffer in the flat layout, dh_{l-1} = dz W_l (+ dg for GloNet, since every
 h_l also feeds the sum). The partials are summed over programs by ``_colsum_kernel`` (or inside the
@@ -134,6 +135,12 @@ class Layout:
 # Kernels: GloNet / MLP (row tiles)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
+def relu(z):
+    """max(z, 0) that keeps NaN, as torch.relu (tl.maximum alone returns 0 for NaN)."""
+    return tl.maximum(z, 0.0, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN: tl.constexpr):
     """The program's rows of x (any strides) as fp32, the IN features zero-padded to KIN columns."""
     kin = tl.arange(0, KIN)
@@ -169,7 +176,7 @@ def _mlp_fwd_kernel(
     w_lim = W * tl.minimum(NH, 1)  # W when there is a hidden layer, else 0 (mask everything off)
     wt_n = tl.load(p_ptr + OFF_WHID + cols[None, :] * W + cols[:, None], mask=cols[:, None] < w_lim, other=0.0)
     b_n = tl.load(p_ptr + OFF_BHID + cols, mask=cols < w_lim, other=0.0)
-    h = tl.maximum(tl.dot(x, w0t, input_precision=PRECISION) + b0[None, :], 0.0)
+    h = relu(tl.dot(x, w0t, input_precision=PRECISION) + b0[None, :])
     if SAVE:
         tl.store(acts_ptr + act_offs, h, mask=rmask[:, None])
     g = h
@@ -179,7 +186,7 @@ def _mlp_fwd_kernel(
         nxt = tl.minimum(l + 1, NH - 1)  # next layer's weights, loaded while this one computes
         wt_n = tl.load(p_ptr + OFF_WHID + nxt * (W * W) + cols[None, :] * W + cols[:, None])
         b_n = tl.load(p_ptr + OFF_BHID + nxt * W + cols)
-        h = tl.maximum(tl.dot(h, wt, input_precision=PRECISION) + bl[None, :], 0.0)
+        h = relu(tl.dot(h, wt, input_precision=PRECISION) + bl[None, :])
         if SAVE:
             tl.store(acts_ptr + (l + 1) * BW + act_offs, h, mask=rmask[:, None])
         if GLONET:
@@ -259,7 +266,7 @@ def _mlp_bwd_kernel(
         nxt = tl.maximum(l - 2, 0)
         w_n = tl.load(p_ptr + OFF_WHID + nxt * (W * W) + cols[:, None] * W + cols[None, :])
         hp_n = tl.load(acts_ptr + nxt * BW + act_offs, mask=rmask[:, None], other=0.0)
-        dz = tl.where(h > 0.0, dh, 0.0)
+        dz = tl.where(h != 0.0, dh, 0.0)
         dw = tl.dot(tl.trans(dz), hp, input_precision=PRECISION)
         tl.store(part + OFF_WHID + (l - 1) * (W * W) + cols[:, None] * W + cols[None, :], dw)
         tl.store(part + OFF_BHID + (l - 1) * W + cols, tl.sum(dz, axis=0))
@@ -268,7 +275,7 @@ def _mlp_bwd_kernel(
             dh += dg
         h = hp
     # layer 0: input x (zero-padded to KIN columns)
-    dz = tl.where(h > 0.0, dh, 0.0)
+    dz = tl.where(h != 0.0, dh, 0.0)
     x = load_x(x_ptr, rows, rmask, stride_xm, stride_xk, IN, KIN)
     dw0 = tl.dot(tl.trans(dz), x, input_precision=PRECISION)  # (W, KIN)
     tl.store(part + cols[:, None] * IN + kin[None, :], dw0, mask=kin[None, :] < IN)

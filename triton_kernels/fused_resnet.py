@@ -39,7 +39,7 @@ import triton.language as tl
 
 from . import grid_sync
 from .grid_sync import barrier_tag, barriers_begin, barriers_end, exchange, gather, publish
-from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, tile_rows, upstream_grad
+from .fused_mlp import ROW_CONFIGS, Layout, load_x, rcfg, relu, tile_rows, upstream_grad
 from .launcher import bind
 from .runtime import cdiv, INTERPRET, Autotuner, Config, check_tensor, next_power_of_2, num_sms, register_tuner
 
@@ -198,7 +198,7 @@ def _resnet_fwd_kernel(
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j) * BW + act_offs, sync_ptr,
             barrier_tag(base, 2 * j), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
             BLOCK_M, NP)
-        a = tl.maximum(bn1, 0.0)
+        a = relu(bn1)
         if SAVE:
             tl.store(a_ptr + j * BW + act_offs, a, mask=rmask[:, None])
         bn2, failed = _bn_fwd_layer(
@@ -206,7 +206,7 @@ def _resnet_fwd_kernel(
             run_ptr, rstd_ptr, xh_ptr, bstat_ptr, (2 * j + 1) * BW + act_offs, sync_ptr,
             barrier_tag(base, 2 * j + 1), failed, max_spin, TRAIN, UPDATE_RUNNING, SAVE, PRECISION, W,
             BLOCK_M, NP)
-        h = tl.maximum(h + bn2, 0.0)
+        h = relu(h + bn2)
     if SAVE:
         tl.store(hs_ptr + NBLK * BW + act_offs, h, mask=rmask[:, None])
     y = tl.sum(h * tl.load(p_ptr + OFF_WHEAD + cols)[None, :], axis=1) + tl.load(p_ptr + OFF_BHEAD)
@@ -268,8 +268,8 @@ def _resnet_bwd_kernel(
 ):
     """ResNet-MLP backward (same grid as the forward); writes gradient partials (num_programs, P).
 
-    Per block, from dh = dL/dh_{j+1}:  dpre = dh [h_{j+1} > 0];  BN_{2j+1} backward -> dz2;
-    dW_{2j+1} = dz2^T a;  da = dz2 W_{2j+1};  dr = da [a > 0];  BN_{2j} backward -> dz1;
+    Per block, from dh = dL/dh_{j+1}:  dpre = dh [h_{j+1} != 0];  BN_{2j+1} backward -> dz2;
+    dW_{2j+1} = dz2^T a;  da = dz2 W_{2j+1};  dr = da [a != 0];  BN_{2j} backward -> dz1;
     dW_{2j} = dz1^T h_j;  dh_j = dpre + dz1 W_{2j}.  In training mode each BN backward is one exchange.
     """
     pid = tl.program_id(0)
@@ -307,8 +307,8 @@ def _resnet_bwd_kernel(
         hin_n, a_n, xh1_n, xh2_n, w1_n, w2_n, g1_n, g2_n, r1_n, r2_n = _block_saved(
             hs_ptr, a_ptr, xh_ptr, rstd_ptr, p_ptr, tl.maximum(j - 1, 0), BW, act_offs, rmask, OFF_WHID, OFF_BHID,
             OFF_GAMMA, OFF_BETA, W)
-        # second layer: dbn2 = dL/d(BN_{2j+1} output) = dh [h_{j+1} > 0] (the residual ReLU)
-        dpre = tl.where(h > 0.0, dh, 0.0)
+        # second layer: dbn2 = dL/d(BN_{2j+1} output) = dh [h_{j+1} != 0] (the residual ReLU; NaN passes)
+        dpre = tl.where(h != 0.0, dh, 0.0)
         dbn2 = tl.where(rmask[:, None], dpre, 0.0)
         db2, dg2 = _sum2(dbn2, dbn2 * xh2, 0)  # this program's dbeta / dgamma (xh2 is 0 on masked rows)
         if TRAIN:
@@ -321,8 +321,8 @@ def _resnet_bwd_kernel(
                                                 max_spin, NP, W)
             sb2, sg2 = _sum2(dbs, dgs, 0)
         dz2 = _bn_dz(dbn2, xh2, g2, r2, sb2, sg2, inv_n, rmask, TRAIN)
-        # first layer: dbn1 = (dz2 W_{2j+1}) [a > 0]
-        dbn1 = tl.where(rmask[:, None] & (a > 0.0), tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
+        # first layer: dbn1 = (dz2 W_{2j+1}) [a != 0]
+        dbn1 = tl.where(rmask[:, None] & (a != 0.0), tl.dot(dz2, w2, input_precision=PRECISION), 0.0)
         db1, dg1 = _sum2(dbn1, dbn1 * xh1, 0)
         if TRAIN:
             publish(sync_ptr, barrier_tag(base, 2 * i + 1), 2 * i + 1, db1, dg1, pid, NP, W)
