@@ -336,6 +336,30 @@ def test_double_backward_is_refused(relu, use_res):
     assert nodes[0] != nodes[1] == nodes[2] == "_NodeBackward"  # the general path, then the fast path
 
 
+@pytest.mark.parametrize("w_dtype,stats_dtype", [(torch.float16, torch.float32), (torch.float32, torch.float16),
+                                                  (torch.float16, torch.float16)])
+def test_inference_mode_gradient_mixed_dtypes(w_dtype, stats_dtype):
+    """Inference mode with a gradient takes fp16 x with its parameters and statistics in other dtypes, as without
+    one (torch's batch norm refuses such mixes): values and gradients against float64, in the inputs' dtypes."""
+    C = 3
+    x = torch.randn(2, C, 4, 4, device=DEVICE, dtype=torch.float16).requires_grad_()
+    w = (torch.rand(C, device=DEVICE) + 0.5).to(w_dtype).requires_grad_()
+    b = torch.randn(C, device=DEVICE).to(w_dtype).requires_grad_()
+    rm, rv = torch.randn(C, device=DEVICE).to(stats_dtype), (torch.rand(C, device=DEVICE) + 0.5).to(stats_dtype)
+    res = torch.randn_like(x)
+    y = batchnorm.batch_norm(x, rm, rv, w, b, training=False, residual=res, relu=True)
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, w, b), dy)
+    leaves64 = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    y64 = functional.relu(functional.batch_norm(leaves64[0], rm.double(), rv.double(), leaves64[1], leaves64[2],
+                                                False) + res.double())
+    assert y.dtype == torch.float16
+    assert_close(y, y64, torch.float16)
+    for g, t, g64 in zip(grads, (x, w, b), torch.autograd.grad(y64, leaves64, dy.double())):
+        assert g.dtype == t.dtype
+        assert_close(g, g64, torch.float16)
+
+
 def test_inference_mode_double_backward_is_torchs():
     """Inference mode with a gradient runs torch's ops: second derivatives are torch's."""
     C = 3

@@ -614,7 +614,9 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
     if running_mean is None:
         raise ValueError("inference mode (training=False) needs running_mean and running_var")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
-        y = torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0, eps)
+        # the statistics and parameters in fp32, which torch takes with x in any of DTYPES (mixed dtypes not)
+        weight, bias = (t.float() if t is not None else None for t in (weight, bias))
+        y = torch.nn.functional.batch_norm(x, running_mean.float(), running_var.float(), weight, bias, False, 0.0, eps)
         y = y + residual if residual is not None else y
         y = torch.relu(y) if relu else y
     elif x.numel() == 0:
