@@ -129,6 +129,63 @@ def test_all_rows_ignored(reduction):
     assert torch.equal(x.grad, torch.zeros_like(x))
 
 
+def _check_nonfinite_ignored(value, V, config=None):
+    """An ignored row adds 0 to the loss whatever its logits hold (torch's semantics): a NaN or inf in a padding
+    row leaves the other rows' loss finite; its own gradient row is NaN, as torch's."""
+    logits, target = _inputs(12, V, ignore_frac=0.0)
+    target[[2, 7]] = -100
+    logits[2, 0], logits[7, 4] = value, value
+    weight = torch.rand(V, device=DEVICE) + 0.5
+    for w in (None, weight):
+        for reduction in cross_entropy.REDUCTIONS:
+            for smoothing in (0.0, 0.1):
+                x = logits.clone().requires_grad_()
+                loss = cross_entropy.cross_entropy(x, target, w, reduction=reduction, label_smoothing=smoothing,
+                                                   config=config)
+                x64 = logits.double().requires_grad_()
+                ref = functional.cross_entropy(x64, target, None if w is None else w.double(), reduction=reduction,
+                                               label_smoothing=smoothing)
+                assert torch.isfinite(loss).all()
+                assert_close(loss, ref, torch.float32)
+                loss.sum().backward()
+                ref.sum().backward()
+                _assert_same_nonfinite(x.grad, x64.grad)
+
+
+def _check_nonfinite_kept(V, config=None):
+    """A NaN logit makes its row's loss and gradient NaN; +inf and -inf give torch's inf / NaN (row kernel and
+    chunked kernel alike: the chunked sweep's running maximum keeps the NaN)."""
+    logits, target = _inputs(6, V, ignore_frac=0.0)
+    target[:] = torch.tensor([1, 2, 3, 4, 5, 6])
+    logits[0, 0], logits[2, 13], logits[3, 9], logits[4, 5] = float("nan"), float("inf"), -float("inf"), -float("inf")
+    for smoothing in (0.0, 0.1):
+        x = logits.clone().requires_grad_()
+        loss = cross_entropy.cross_entropy(x, target, reduction="none", label_smoothing=smoothing, config=config)
+        x64 = logits.double().requires_grad_()
+        ref = functional.cross_entropy(x64, target, reduction="none", label_smoothing=smoothing)
+        loss.sum().backward()
+        ref.sum().backward()
+        _assert_same_nonfinite(loss, ref)
+        _assert_same_nonfinite(x.grad, x64.grad)
+
+
+def _assert_same_nonfinite(ours, ref):
+    """NaN and inf where ref has them, the finite values close to ref's."""
+    ref = ref.to(ours.device)
+    assert torch.equal(torch.isnan(ours), torch.isnan(ref)) and torch.equal(torch.isinf(ours), torch.isinf(ref))
+    keep = torch.isfinite(ref)
+    assert_close(ours[keep], ref[keep], torch.float32)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_nonfinite_logits_in_ignored_rows(value, variant):
+    _check_nonfinite_ignored(value, 9, variant)
+
+
+def test_nonfinite_logits_in_kept_rows(variant):
+    _check_nonfinite_kept(20, variant)
+
+
 def test_custom_ignore_index_and_int32_targets(variant):
     logits, target = _inputs(20, 12)
     target[target == -100] = 7
@@ -290,6 +347,7 @@ def test_module_matches_nn_and_trains():
     (lambda x, t: cross_entropy.cross_entropy(x, t, label_smoothing=1.5), "label_smoothing must be"),
     (lambda x, t: cross_entropy.cross_entropy(x, t, ignore_index=1.0), "ignore_index must be an int"),
     (lambda x, t: cross_entropy.cross_entropy(torch.tensor(1.0), t), "at least 1 dim"),
+    (lambda x, t: cross_entropy.cross_entropy(x[:, :0], torch.full_like(t, -100)), "have no classes"),
     (lambda x, t: cross_entropy.cross_entropy(x, t, config=Config({"BLOCK_V": 6, "PER_SM": 2})), "BLOCK_V must be a"),
     (lambda x, t: cross_entropy.cross_entropy(x, t, config=Config({"BLOCK_N": 8})), "config must name BLOCK_V"),
     (lambda x, t: cross_entropy.cross_entropy(x, t, config=Config({"BLOCK_V": 4, "PER_SM": 2, "PREFETCH": 1})),
@@ -301,6 +359,12 @@ def test_bad_input_raises(bad, match):
     x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
     with pytest.raises(ValueError, match=match):
         bad(x, t)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter only")
+def test_bfloat16_refused_in_interpreter():
+    with pytest.raises(ValueError, match="interpreter cannot compute"):
+        cross_entropy.cross_entropy(torch.randn(4, 6, dtype=torch.bfloat16), torch.randint(0, 6, (4,)))
 
 
 def _picks() -> int:
@@ -403,6 +467,14 @@ _VIEW_PARAMS += [(c, "float32", r, "chunked") for r in ("mean", "none") for c in
 @pytest.mark.parametrize("case,dtype_name,reduction,path", _VIEW_PARAMS, ids=lambda v: str(v))
 def test_views(case, dtype_name, reduction, path):
     view_case(case.arg, case.layout, dtype_name, reduction, path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("V", [20, 50000])  # the row kernel; the chunked one (tuned)
+def test_gpu_nonfinite_logits(V):
+    for value in (float("nan"), float("inf"), -float("inf")):
+        _check_nonfinite_ignored(value, V)
+    _check_nonfinite_kept(V)
 
 
 @pytest.mark.gpu

@@ -464,6 +464,14 @@ def test_bad_input_raises(bad, match):
         bad(x)
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter only")
+def test_bfloat16_refused_in_interpreter():
+    x = torch.randn(2, 4, 6, dtype=torch.bfloat16)
+    for call in (lambda: layernorm.layer_norm(x, (6,)), lambda: layernorm.layer_norm_relu_maxpool(x)):
+        with pytest.raises(ValueError, match="interpreter cannot compute"):
+            call()
+
+
 # ----------------------------------------------------------------------------------- launch plans
 def _picks() -> int:
     return sum(t.picks for t in runtime.ALL_TUNERS.values())

@@ -254,6 +254,13 @@ def test_bad_input_raises(bad, match):
         bad()
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter only")
+@pytest.mark.parametrize("fn", [softmax.softmax, softmax.log_softmax])
+def test_bfloat16_refused_in_interpreter(fn):
+    with pytest.raises(ValueError, match="interpreter cannot compute"):
+        fn(torch.randn(3, 4, dtype=torch.bfloat16))
+
+
 @pytest.mark.parametrize("shape,dim", [((3, 8), -1), ((4, 2, 3), 0)], ids=["rows", "dim0"])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_double_backward_matches_float64(log, shape, dim):

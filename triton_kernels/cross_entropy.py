@@ -49,8 +49,9 @@ from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel,
                                     _ce_fwd_row_kernel, _ce_scale_grad_kernel)
 from .launcher import BoundKernel, bind
 from .runtime import is_fake as _is_fake
-from .runtime import (INTERPRET, Autotuner, Config, EagerNode, bucket, check_choice, check_tensor, config_from,
-                      config_str, next_power_of_2, num_sms, register_op, register_tuner, remember_call)
+from .runtime import (INTERPRET, INTERPRETER_STORE_DTYPES, Autotuner, Config, EagerNode, bucket, check_choice,
+                      check_tensor, config_from, config_str, next_power_of_2, num_sms, register_op, register_tuner,
+                      remember_call)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -443,7 +444,7 @@ _CALLS: dict[tuple, _Call] = {}
 # Public function
 # ----------------------------------------------------------------------------------------------------
 def _validate(logits, target, weight, ignore_index, reduction, label_smoothing, config):
-    check_tensor("logits", logits, dtypes=DTYPES)
+    check_tensor("logits", logits, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     if logits.ndim == 0:
         raise ValueError("logits must have at least 1 dim (classes), got a 0-dim tensor")
     if not isinstance(target, torch.Tensor):
@@ -457,6 +458,9 @@ def _validate(logits, target, weight, ignore_index, reduction, label_smoothing, 
         raise ValueError(f"target has shape {tuple(target.shape)} but logits of shape {tuple(logits.shape)} "
                          f"need target of shape {tuple(expect)}")
     V = logits.shape[0 if logits.ndim == 1 else 1]
+    if V == 0:
+        raise ValueError(f"logits of shape {tuple(logits.shape)} have no classes (dim {0 if logits.ndim == 1 else 1} "
+                         "is empty); cross_entropy needs at least one")
     if weight is not None:
         check_tensor("weight", weight, ndim=1, dtypes=DTYPES, device=logits.device)
         if weight.shape[0] != V:

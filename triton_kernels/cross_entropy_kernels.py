@@ -142,7 +142,8 @@ def _row_loss(row_loss_ptr, row64, m_safe, x_t, log_s, sd, w_t, w_total, valid, 
     folded in (coef_p NaN for an out-of-range target; unused ones cost nothing: compiled away)."""
     loss = w_t * ((m_safe - x_t) + log_s)
     if SMOOTH:
-        loss = (1.0 - eps) * loss + tl.where(valid, (eps / V) * (sd + w_total * log_s), 0.0)
+        loss = (1.0 - eps) * loss + (eps / V) * (sd + w_total * log_s)
+    loss = tl.where(valid, loss, 0.0)  # exactly 0 whatever the row holds (NaN or inf logits included), as torch
     bad = valid & (in_range == 0)
     loss = tl.where(bad, float("nan"), loss)
     if REDUCTION == "none":
@@ -269,8 +270,8 @@ def _chunked_row_stats(x_row, weight_ptr, V, stride_lv, stride_w, SMOOTH: tl.con
         else:
             xc = tl.load(x_row + c * stride_lv, mask=mask, other=float("-inf")).to(tl.float32)
         up = xc > m_vec  # strict: a lane keeps its first maximum
-        hi = tl.maximum(m_vec, xc)
-        lo = tl.minimum(m_vec, xc)
+        hi = tl.maximum(m_vec, xc, propagate_nan=tl.PropagateNan.ALL)  # a NaN logit makes the lane's m, s NaN
+        lo = tl.minimum(m_vec, xc, propagate_nan=tl.PropagateNan.ALL)
         e = tl.exp2((lo - tl.where(hi == float("-inf"), 0.0, hi)) * LOG2E)  # both -inf: exp2(-inf) = 0
         s_vec = tl.where(up, s_vec * e + 1.0, s_vec + e)
         i_vec = tl.where(up, c, i_vec)

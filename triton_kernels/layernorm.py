@@ -57,8 +57,8 @@ from .launcher import BoundKernel, bind
 from .layernorm_kernels import (_ln_bwd_row_kernel, _ln_bwd_stats_kernel, _ln_bwd_tile_kernel, _ln_fwd_apply_kernel,
                                 _ln_fwd_row_kernel, _ln_relu_pool_kernel, _ln_stats_kernel, _sum_rows_kernel)
 from .runtime import cdiv, is_fake as _is_fake
-from .runtime import (INTERPRET, Autotuner, Config, bucket, check_tensor, config_from, config_str,
-                      next_power_of_2, register_op, register_tuner, remember_call, sm_count)
+from .runtime import (INTERPRET, INTERPRETER_STORE_DTYPES, Autotuner, Config, bucket, check_tensor, config_from,
+                      config_str, next_power_of_2, register_op, register_tuner, remember_call, sm_count)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_ROW_D = 16384            # longest row (next power of two) kept in registers by the row kernels
@@ -547,7 +547,7 @@ def _validate(x, normalized_shape, weight, bias, eps, x_checked: bool = False) -
     """normalized_shape as a tuple of ints; a ValueError naming the argument that does not fit.
     ``x_checked``: the caller has checked x with check_tensor already."""
     if not x_checked:
-        check_tensor("x", x, dtypes=DTYPES)
+        check_tensor("x", x, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     if isinstance(normalized_shape, int):
         shape = (normalized_shape,)
     else:
@@ -619,7 +619,7 @@ def layer_norm_relu_maxpool(x: torch.Tensor, weight: torch.Tensor | None = None,
     NaN propagates as in torch (a NaN tap makes its pooled output NaN). ``config``: BLOCK_D (statistics
     chunk) and / or BLOCK_O (output chunk).
     """
-    check_tensor("x", x, ndim=3, dtypes=DTYPES)
+    check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     _validate(x, x.shape[1:], weight, bias, eps, x_checked=True)
     if not isinstance(pool, int) or pool < 1:
         raise ValueError(f"pool must be a positive int, got {pool!r}")

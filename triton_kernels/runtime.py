@@ -166,6 +166,11 @@ def check_dense(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} has {t.numel()} elements; at most 2**31 - 1 per tensor")
 
 
+# the dtypes an op whose kernels store their outputs in the input's dtype computes right in the CPU interpreter:
+# its bf16 stores truncate instead of rounding to nearest (up to 1 ulp off torch's result)
+INTERPRETER_STORE_DTYPES = (torch.float32, torch.float16)
+
+
 def check_tensor(
     name: str,
     t: Any,

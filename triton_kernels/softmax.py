@@ -47,8 +47,8 @@ from autotune import spaces
 from . import double_backward
 from .launcher import BoundKernel, bind
 from .runtime import cdiv, is_fake as _is_fake
-from .runtime import (Autotuner, Config, EagerNode, bucket, check_tensor, config_from, config_str, next_power_of_2,
-                      register_op, register_tuner, remember_call)
+from .runtime import (INTERPRETER_STORE_DTYPES, Autotuner, Config, EagerNode, bucket, check_tensor, config_from,
+                      config_str, next_power_of_2, register_op, register_tuner, remember_call)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Longest row (rounded up to a power of two) handled by the one-block-per-row kernels; longer rows
@@ -374,7 +374,7 @@ _softmax_call = register_op("tk::softmax", _softmax_op, setup_context=_setup_con
 # Public functions
 # ----------------------------------------------------------------------------------------------------
 def _validate(x, dim, config) -> int:
-    check_tensor("x", x, dtypes=DTYPES)
+    check_tensor("x", x, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     if x.ndim == 0:
         raise ValueError("x must have at least 1 dim, got a 0-dim tensor")
     if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
