@@ -253,6 +253,8 @@ def test_gather_matches_dense_one_hot_conv(k, index_dtype):
     """The gather-sum equals the dense conv over the one-hot (both Triton) and float64; dw and dbias too."""
     B, L, C, N = 2, 23, 11, 20
     idx = _indices(B, L, C, dtype=index_dtype)
+    if index_dtype == torch.int64:  # outside int32 too: no character, not the index modulo 2**32
+        idx[0, 0], idx[0, 5], idx[1, 2] = 2**32 + 1, 2**33 + 3, -(2**40)
     w = torch.randn(N, C, k, device=DEVICE)
     b = torch.randn(N, device=DEVICE)
     ws, bs = w.clone().requires_grad_(), b.clone().requires_grad_()
@@ -270,12 +272,12 @@ def test_gather_matches_dense_one_hot_conv(k, index_dtype):
 
 
 def test_gather_dtypes_and_small_tiles():
-    """fp16 and bf16 weights (a gather needs no tl.dot, so the interpreter computes bf16 too); forced tiles."""
+    """fp16 weights, and bf16 on the GPU (the interpreter's bf16 stores truncate: refused there); forced tiles."""
     idx = _indices(3, 30, 9)
     w = torch.randn(19, 9, 7, device=DEVICE)
     b = torch.randn(19, device=DEVICE)
     ref = ref_conv(one_hot_cl(idx, 9, torch.float64), w.double(), b.double())
-    for dtype in (torch.float16, torch.bfloat16):
+    for dtype in (torch.float16, torch.bfloat16) if DEVICE != "cpu" else (torch.float16,):
         with torch.no_grad():
             y = conv1d_gather.conv1d_gather(idx, w.to(dtype), b.to(dtype))
         assert y.dtype == dtype
@@ -295,15 +297,25 @@ def test_gather_ln_relu_pool(pool, affine, offset, scale):
     forced small tiles give several partials per sample (merged with Chan's formula). offset 1e3 with
     weights of 1e-2: a mean 1e5 times the spread; the fp32 conv output itself then carries 1e-3 relative
     error (torch's fp32 conv + layer_norm too), so that case is held to twice torch's own error."""
+    _check_gather_ln_relu_pool(pool, affine, offset, scale)
+
+
+def test_gather_ln_relu_pool_without_bias():
+    """No conv bias: nothing is added to the gathered values (the kernel reads a zero)."""
+    _check_gather_ln_relu_pool(3, True, 0.0, 1.0, has_bias=False)
+
+
+def _check_gather_ln_relu_pool(pool, affine, offset, scale, has_bias=True):
     B, L, C, N, k = 2, 40, 10, 24, 7
     idx = _indices(B, L, C)
     idx[0, 3] = C + 5  # out of range: "no character"
     w = torch.randn(N, C, k, device=DEVICE) * scale
-    b = torch.randn(N, device=DEVICE) * scale + offset  # a mean far from 0
+    b = torch.randn(N, device=DEVICE) * scale + offset if has_bias else None  # a mean far from 0
     L_out = L - k + 1
     g = torch.randn(N, L_out, device=DEVICE) if affine else None
     h = torch.randn(N, L_out, device=DEVICE) if affine else None
-    z = functional.conv1d(one_hot_cl(idx, C, torch.float64).transpose(1, 2), w.double(), b.double())
+    z = functional.conv1d(one_hot_cl(idx, C, torch.float64).transpose(1, 2), w.double(),
+                          b.double() if has_bias else None)
     ref = _ln_ref(z, g.double() if affine else None, h.double() if affine else None, pool).transpose(1, 2)
     z32 = functional.conv1d(one_hot_cl(idx, C, torch.float32).transpose(1, 2), w, b)
     torch_err = rel_err(_ln_ref(z32, g, h, pool).transpose(1, 2), ref)
@@ -387,6 +399,10 @@ def test_outputs_fully_written():
     (lambda x, w, i: conv1d_gather.conv1d_gather(i.float(), w), "indices has dtype"),
     (lambda x, w, i: conv1d_gather.conv1d_gather(i[:, :2], w), "indices has length 2"),
     (lambda x, w, i: conv1d_gather.conv1d_gather(i, w.bfloat16().requires_grad_()), "interpreter cannot compute"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather(i, w.bfloat16()), "interpreter cannot compute"),
+    (lambda x, w, i: conv1d_gather.conv1d_gather_ln_relu_pool(i, w.bfloat16(), None, None, None),
+     "interpreter cannot compute"),
+    (lambda x, w, i: conv1d_gather.layer_norm_relu_maxpool_cl(x.bfloat16(), None, None), "interpreter cannot compute"),
     (lambda x, w, i: conv1d_gather.conv1d_gather_ln_relu_pool(i, w, None, torch.ones(5, 3), None),
      "ln_weight has shape"),
     (lambda x, w, i: conv1d_gather.conv1d_gather_ln_relu_pool(i, w.requires_grad_(), None, None, None),

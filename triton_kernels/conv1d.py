@@ -146,7 +146,8 @@ def _conv1d_dw_kernel(
                      mask=m_ok[:, None] & n_ok[None, :], other=0.0)
         x_off = b * stride_xb + (l + t) * stride_xl
         if X_IS_INDEX:
-            ch = tl.load(x_ptr + x_off, mask=m_ok, other=0).to(tl.int32)
+            raw = tl.load(x_ptr + x_off, mask=m_ok, other=0).to(tl.int64)  # (any index dtype: uint8 too)
+            ch = tl.where((raw >= 0) & (raw < C), raw, -1).to(tl.int32)  # outside [0, C): matches no channel
             xt = (offs_c[:, None] == ch[None, :]).to(dz.dtype)
         else:
             xt = tl.load(x_ptr + x_off[None, :] + offs_c[:, None] * stride_xc, mask=c_ok[:, None] & m_ok[None, :],

@@ -58,8 +58,9 @@ def _gather_sum(idx_ptrs, l_ok, w_ptr, offs_n, n_ok, C, stride_il, stride_wn, st
     row's index[b, l]; indices outside [0, C) add nothing (their one-hot column is zero)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for t in tl.static_range(KSIZE):
-        ch = tl.load(idx_ptrs + t * stride_il, mask=l_ok, other=0).to(tl.int32)
-        ok = l_ok & (ch >= 0) & (ch < C)
+        raw = tl.load(idx_ptrs + t * stride_il, mask=l_ok, other=0)
+        ok = l_ok & (raw >= 0) & (raw < C)  # in the index's own dtype: an int64 beyond int32 is out of range too
+        ch = tl.where(ok, raw, 0).to(tl.int32)
         acc += tl.load(w_ptr + ch[:, None] * stride_wc + offs_n[None, :] * stride_wn + t * stride_wt,
                        mask=ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
     return acc
@@ -140,8 +141,8 @@ def _ln_stats_kernel(
 @triton.jit
 def _table_row(idx_row, t, stride_il, l_ok, C):
     """Row t * (C + 1) + a of the moment tables for tap t, a = index[l + t] (C: outside [0, C))."""
-    ch = tl.load(idx_row + t * stride_il, mask=l_ok, other=0).to(tl.int32)
-    return t * (C + 1) + tl.where((ch >= 0) & (ch < C), ch, C)
+    raw = tl.load(idx_row + t * stride_il, mask=l_ok, other=0)
+    return t * (C + 1) + tl.where((raw >= 0) & (raw < C), raw, C).to(tl.int32)
 
 
 @triton.jit
@@ -381,7 +382,8 @@ def ln_relu_pool_forward(src, weight, bias, ln_weight, ln_bias, eps: float, pool
         return y
     y_strides = (y.stride(0), y.stride(2), y.stride(1)) if channels_first else tuple(y.stride())
     wt = weight if gather else src
-    bs = bias if bias is not None else wt
+    # the gather adds bias_ptr[n * stride_bias] to z: with no bias, a zero (stride 0)
+    bs = bias if bias is not None else (weight.new_zeros(1) if gather else wt)
     common = dict(B=B, N=N, C=C, L_out=L_out, **s_args, **w_args, KSIZE=k, GATHER=gather)
     fake = is_fake(src, wt)
 
@@ -515,10 +517,8 @@ def conv1d_gather(indices: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     """act(conv1d(one_hot(indices), weight, bias)) without the one-hot: indices (B, L) uint8 / int32 / int64
     (an index outside [0, C_in) is an all-zero column), weight (C_out, C_in, k) -> (B, L - k + 1, C_out)
     channels-last, in the weight's dtype. Differentiable in weight and bias."""
-    validate_weight(weight, bias, activation, 1, interpreter_dtypes=None)
+    validate_weight(weight, bias, activation, 1)  # bf16 refused in the interpreter (its stores truncate)
     _check_indices(indices, weight)
-    if needs_grad(weight, bias):  # the weight gradient is a tl.dot: fp32 / fp16 in the interpreter
-        check_tensor("weight", weight, interpreter_dtypes=INTERPRETER_DTYPES)
     return _gather_call(indices, weight, bias, activation)
 
 
@@ -530,7 +530,7 @@ def conv1d_gather_ln_relu_pool(indices: torch.Tensor, weight: torch.Tensor, bias
     statistics come from the weight's moment tables, then one gather pass normalises and pools). ln_weight /
     ln_bias (C_out, L_out) or None. moments: ``gather_moment_tables(weight, bias)``, for a caller that keeps
     them across calls (else they are computed on each call)."""
-    validate_weight(weight, bias, "none", pool, interpreter_dtypes=None)
+    validate_weight(weight, bias, "none", pool)
     L_out = _check_indices(indices, weight)
     _check_ln(ln_weight, ln_bias, (weight.shape[0], L_out), eps, pool, L_out, weight.device)
     if needs_grad(weight, bias, ln_weight, ln_bias):
@@ -554,7 +554,7 @@ def layer_norm_relu_maxpool_cl(x: torch.Tensor, ln_weight: torch.Tensor | None, 
     """Inference: relu(max_pool1d(layer_norm(x, [C, L]), pool)) for a channels-last x (B, L, C) (the
     LayerNorm's ln_weight / ln_bias in nn layout (C, L)); y (B, L // pool, C), or (B, C, L // pool) with
     channels_first (the layout torch flattens)."""
-    check_tensor("x", x, ndim=3, dtypes=DTYPES)
+    check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
     B, L, C = x.shape
     _check_ln(ln_weight, ln_bias, (C, L), eps, pool, L, x.device)
     if needs_grad(x, ln_weight, ln_bias):
