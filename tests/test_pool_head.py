@@ -75,6 +75,19 @@ def test_bad_input_raises(bad, match):
         bad(torch.randn(2, 8, 3, 3, device=DEVICE), torch.randn(4, 8, device=DEVICE))
 
 
+def test_no_channels():
+    """C = 0: the logits are the bias and its gradient the incoming one summed over samples (no channel block
+    runs the weight-gradient kernel that writes it otherwise)."""
+    x = torch.randn(3, 0, 2, 2, device=DEVICE)
+    w = torch.randn(4, 0, device=DEVICE, requires_grad=True)
+    b = torch.randn(4, device=DEVICE, requires_grad=True)
+    logits = pool_head.pool_head(x, w, b)
+    dl = torch.randn(3, 4, device=DEVICE)
+    logits.backward(dl)
+    assert torch.equal(logits, b.detach().expand(3, 4)) and w.grad.shape == (4, 0)
+    assert_close(b.grad, dl.double().sum(0), torch.float32)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_resnet_head(dtype):
