@@ -66,6 +66,8 @@ def test_partials_are_summed_and_stored():
     (lambda p, g, m, v: adam_step(p, g, m, v, 0), "step must be >= 1"),
     (lambda p, g, m, v: adam_step(p, g, m, v, 1, betas=(1.0, 0.9)), "betas"),
     (lambda p, g, m, v: adam_step(p, g, m, v, 1, lr=-1.0), "lr, eps"),
+    (lambda p, g, m, v: adam_step(p, g, m, v, 1, lr=float("nan")), "lr, eps"),
+    (lambda p, g, m, v: adam_step(p, g.new_empty(0, 10), m, v, 1), "at least one row of partials"),
     (lambda p, g, m, v: adam_step(torch.randn(20, device=p.device)[::2], g, m, v, 1), "params must be contiguous"),
     (lambda p, g, m, v: adam_step(p, g.to("meta"), m, v, 1), "grad is on meta"),
     (lambda p, g, m, v: adam_step(p, g, m, v, torch.ones(1, dtype=torch.int32, device=p.device)), "step has dtype"),

@@ -242,6 +242,26 @@ def test_labels_out_of_range():
     labels_case(DEVICE)
 
 
+def test_perm_out_of_range():
+    """A row index outside [0, N) in perm is refused before any launch: by the trainer (it reads its perm
+    once), by set_perm and the functional step when the perm is on the CPU."""
+    N, K, C, B = 20, 9, 5, 8
+    x, y, w, b = _data(N, K, C)
+    w0 = w.clone()
+    for bad in (N, -1, 10**6):
+        perm = torch.arange(N, device=DEVICE)
+        perm[3] = bad
+        with pytest.raises(ValueError, match=f"perm holds row index {bad} outside \\[0, {N}\\)"):
+            softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1, perm=perm)
+        if DEVICE == "cpu":
+            with pytest.raises(ValueError, match="perm holds row index"):
+                softmax_regression.sgd_step(w, b, x, y, perm, softmax_regression.StepBuffers.allocate(B, DEVICE),
+                                            B, 0.1)
+            with pytest.raises(ValueError, match="perm holds row index"):
+                softmax_regression.FusedSGDStep(w, b, x, y, B, 0.1).set_perm(perm)
+    assert torch.equal(w, w0)
+
+
 @pytest.mark.gpu
 def test_gpu_labels_out_of_range():
     labels_case("cuda")

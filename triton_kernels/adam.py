@@ -107,6 +107,8 @@ def adam_step(params: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
             raise ValueError(f"{name} must be contiguous (one flat buffer)")
     if grad.shape[-1] != N:
         raise ValueError(f"grad has {grad.shape[-1]} elements per row but params has {N}")
+    if grad.ndim == 2 and grad.shape[0] == 0:
+        raise ValueError("grad (NP, N) must hold at least one row of partials, got NP = 0")
     if exp_avg.numel() != N or exp_avg_sq.numel() != N:
         raise ValueError(f"exp_avg / exp_avg_sq must have {N} elements like params")
     if grad_out is not None:
@@ -117,7 +119,7 @@ def adam_step(params: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
             raise ValueError("grad_out must be contiguous (one flat buffer)")
     if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
         raise ValueError(f"betas must be in [0, 1), got {betas}")
-    if lr < 0 or eps < 0 or weight_decay < 0:
+    if not (lr >= 0 and eps >= 0 and weight_decay >= 0):  # NaN fails too
         raise ValueError(f"lr, eps and weight_decay must be >= 0 (got {lr}, {eps}, {weight_decay})")
     on_device = isinstance(step, torch.Tensor)
     if on_device:

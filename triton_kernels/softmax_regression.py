@@ -334,7 +334,8 @@ def block_b_for(batch_size: int) -> int:
 # ----------------------------------------------------------------------------------------------------
 def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None:
     """Check every argument of a step; raises ValueError naming the argument (no launch happens). The
-    label values are not read here (that needs a host sync): see :func:`check_labels`."""
+    label and permutation values are not read here (that needs a host sync): see :func:`check_labels` and
+    :func:`check_perm`."""
     check_tensor("weight", weight, ndim=2, dtypes=(torch.float32,))
     dev = weight.device
     check_tensor("bias", bias, ndim=1, dtypes=(torch.float32,), device=dev)
@@ -374,6 +375,14 @@ def check_labels(y: torch.Tensor, num_classes: int) -> None:
     if bool(bad.any()):
         raise ValueError(f"y holds label {int(y[bad][0])} outside [0, {num_classes}) "
                          f"(weight has {num_classes} classes)")
+
+
+def check_perm(perm: torch.Tensor, rows: int) -> None:
+    """Raise ValueError naming perm if a row index is outside [0, rows) (the kernel would read past x). Reads
+    perm: one host sync for a perm on the GPU."""
+    bad = (perm < 0) | (perm >= rows)
+    if bool(bad.any()):
+        raise ValueError(f"perm holds row index {int(perm[bad][0])} outside [0, {rows}) (x has {rows} rows)")
 
 
 @dataclasses.dataclass
@@ -494,6 +503,7 @@ class FusedSGDStep:
                                 dtype=torch.int32, device=getattr(x, "device", None))
         validate(weight, bias, x, y, perm, batch_size, lr, precision)
         check_labels(y, weight.shape[0])  # once per data set, not per step
+        check_perm(perm, x.shape[0])
         self.weight, self.bias, self.x, self.y = weight, bias, x, y
         self.perm = perm.clone()  # static buffer: set_perm copies into it
         self.batch_size, self.lr, self.precision = batch_size, float(lr), precision
@@ -512,6 +522,8 @@ class FusedSGDStep:
         check_tensor("perm", perm, ndim=1, dtypes=INDEX_DTYPES)
         if perm.shape != self.perm.shape:
             raise ValueError(f"perm has shape {tuple(perm.shape)}, expected {tuple(self.perm.shape)}")
+        if perm.device.type == "cpu":  # on the GPU reading it would be a host sync: a GPU perm's values are trusted
+            check_perm(perm, self.perm.shape[0])
         self.perm.copy_(perm, non_blocking=True)
 
     def _launch(self, n_run: int) -> None:
@@ -569,12 +581,13 @@ define_op("tk::softmax_regression_sgd_step", _sgd_step_op,
 
 def sgd_step(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, perm: torch.Tensor,
              buf: StepBuffers, batch_size: int, lr: float, precision: str = "ieee") -> None:
-    """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place). Labels on
-    the CPU are checked here; on the GPU that would be a host sync per step, so the kernel flags an
-    out-of-range label instead and ``buf.check()`` raises."""
+    """One validated fused SGD step as a torch op (updates weight, bias and ``buf`` in place). Labels and perm
+    on the CPU are checked here; on the GPU that would be a host sync per step, so the kernel flags an
+    out-of-range label instead and ``buf.check()`` raises (a GPU perm's values are trusted)."""
     validate(weight, bias, x, y, perm, batch_size, lr, precision)
     if y.device.type == "cpu" and not is_tracing(y):
         check_labels(y, weight.shape[0])
+        check_perm(perm, x.shape[0])
     if tuple(buf.zacc.shape) != (2, BLOCK_C, block_b_for(batch_size)):
         raise ValueError(f"buf was allocated for another batch size: zacc {tuple(buf.zacc.shape)}")
     torch.ops.tk.softmax_regression_sgd_step(weight, bias, x, y, perm, *buf.tensors(), batch_size,
