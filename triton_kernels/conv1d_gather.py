@@ -60,7 +60,7 @@ def _gather_sum(idx_ptrs, l_ok, w_ptr, offs_n, n_ok, C, stride_il, stride_wn, st
     for t in tl.static_range(KSIZE):
         raw = tl.load(idx_ptrs + t * stride_il, mask=l_ok, other=0)
         ok = l_ok & (raw >= 0) & (raw < C)  # in the index's own dtype: an int64 beyond int32 is out of range too
-        ch = tl.where(ok, raw, 0).to(tl.int32)
+        ch = raw.to(tl.int32)  # (read only where ok)
         acc += tl.load(w_ptr + ch[:, None] * stride_wc + offs_n[None, :] * stride_wn + t * stride_wt,
                        mask=ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
     return acc
