@@ -57,12 +57,9 @@ from .batchnorm_fold import DTYPES, fold_into_conv  # noqa: F401  (fold_into_con
 from .batchnorm_kernels import _bn_apply_kernel, _bn_bwd_dx_kernel, _bn_bwd_reduce_kernel, _bn_stats_kernel
 from .launcher import BoundKernel, bind
 from .runtime import cdiv, is_fake as _is_fake, is_tracing
-from .runtime import (Autotuner, Config, check_tensor, dependent_launch, next_power_of_2, num_sms,
-                      register_op, register_tuner)
+from .runtime import (INTERPRETER_STORE_DTYPES, Autotuner, Config, check_tensor, dependent_launch, next_power_of_2,
+                      num_sms, register_op, register_tuner)
 from .stream_buffers import arrival_counters as _counters
-
-# bf16 stores in the interpreter truncate instead of rounding to nearest: refused there
-INTERPRETER_DTYPES = (torch.float32, torch.float16)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -514,7 +511,7 @@ _bn_apply_call = register_op("tk::batch_norm_act_inference", _bn_apply_op)
 # Public functions
 # ----------------------------------------------------------------------------------------------------
 def _validate(x, running_mean, running_var, weight, bias, momentum, eps, residual) -> None:
-    check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     C = x.shape[1]
     for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
         if t is not None:

@@ -41,11 +41,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, INTERPRETER_DTYPES, bias_relu_backward,
+from .conv1d import (ACTIVATIONS, DTYPES, INDEX_DTYPES, bias_relu_backward,
                      conv1d_weight_grad, needs_grad, validate_weight)
 from .gemm_kernels import _apply_act
-from .runtime import (cdiv, Autotuner, Config, bucket, check_tensor, is_fake, launch, next_power_of_2, register_op,
-                      register_tuner)
+from .runtime import (INTERPRETER_STORE_DTYPES, cdiv, Autotuner, Config, bucket, check_tensor, is_fake, launch,
+                      next_power_of_2, register_op, register_tuner)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -554,7 +554,7 @@ def layer_norm_relu_maxpool_cl(x: torch.Tensor, ln_weight: torch.Tensor | None, 
     """Inference: relu(max_pool1d(layer_norm(x, [C, L]), pool)) for a channels-last x (B, L, C) (the
     LayerNorm's ln_weight / ln_bias in nn layout (C, L)); y (B, L // pool, C), or (B, C, L // pool) with
     channels_first (the layout torch flattens)."""
-    check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    check_tensor("x", x, ndim=3, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     B, L, C = x.shape
     _check_ln(ln_weight, ln_bias, (C, L), eps, pool, L, x.device)
     if needs_grad(x, ln_weight, ln_bias):

@@ -50,8 +50,8 @@ from .cross_entropy_kernels import (_ce_denominator_kernel, _ce_finalize_kernel,
 from .launcher import BoundKernel, bind
 from .runtime import is_fake as _is_fake
 from .runtime import (INTERPRET, INTERPRETER_STORE_DTYPES, Autotuner, Config, EagerNode, bucket, check_choice,
-                      check_tensor, config_from, config_str, next_power_of_2, num_sms, register_op, register_tuner,
-                      remember_call)
+                      check_tensor, config_from, config_str, first_outside, next_power_of_2, num_sms, register_op,
+                      register_tuner, remember_call)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -457,10 +457,11 @@ def _validate(logits, target, weight, ignore_index, reduction, label_smoothing, 
     if tuple(target.shape) != tuple(expect):
         raise ValueError(f"target has shape {tuple(target.shape)} but logits of shape {tuple(logits.shape)} "
                          f"need target of shape {tuple(expect)}")
-    V = logits.shape[0 if logits.ndim == 1 else 1]
+    class_dim = 0 if logits.ndim == 1 else 1
+    V = logits.shape[class_dim]
     if V == 0:
-        raise ValueError(f"logits of shape {tuple(logits.shape)} have no classes (dim {0 if logits.ndim == 1 else 1} "
-                         "is empty); cross_entropy needs at least one")
+        raise ValueError(f"logits of shape {tuple(logits.shape)} have no classes (dim {class_dim} is empty); "
+                         "cross_entropy needs at least one")
     if weight is not None:
         check_tensor("weight", weight, ndim=1, dtypes=DTYPES, device=logits.device)
         if weight.shape[0] != V:
@@ -475,9 +476,8 @@ def _validate(logits, target, weight, ignore_index, reduction, label_smoothing, 
 
 def check_targets(target: torch.Tensor, num_classes: int, ignore_index: int = -100) -> None:
     """Raise ValueError if a target (other than ignore_index) is outside [0, num_classes). Host sync."""
-    bad = ((target < 0) | (target >= num_classes)) & (target != ignore_index)
-    if bool(bad.any()):
-        first = target[bad].reshape(-1)[0].item()
+    first = first_outside(target, num_classes, ignore_index)
+    if first is not None:
         raise ValueError(f"target holds class index {first} outside [0, {num_classes}) "
                          f"(and not ignore_index={ignore_index})")
 

@@ -27,11 +27,10 @@ import triton
 import triton.language as tl
 
 from .batchnorm import _dense_strides, _memory_format, _pixel_strides
-from .runtime import cdiv, check_tensor, next_power_of_2, register_op
+from .runtime import INTERPRETER_STORE_DTYPES, cdiv, check_tensor, next_power_of_2, register_op
 from .runtime import launch as _launch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-INTERPRETER_DTYPES = (torch.float32, torch.float16)  # bf16 stores truncate in the interpreter
 MAX_CLASSES = 256  # the (BLOCK_N, BLOCK_K) logits tile lives in registers
 BLOCK_N = 16
 BLOCK_C = 64
@@ -157,7 +156,6 @@ def pool_head_backward(dlogits: torch.Tensor, x: torch.Tensor, pooled: torch.Ten
     K = weight.shape[0]
     dev = x.device
     dw = torch.empty((K, C), device=dev, dtype=torch.float32)
-    db = torch.empty((K,), device=dev, dtype=torch.float32)
     dx = None
     if need_dx:
         fmt = _memory_format(x)
@@ -169,6 +167,7 @@ def pool_head_backward(dlogits: torch.Tensor, x: torch.Tensor, pooled: torch.Ten
                     BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, BLOCK_K=_block_k(K), num_warps=4)
     if C == 0:  # no channel block, so no program of the kernel below to write db
         return dx, dw, dlogits.sum(0, dtype=torch.float32)
+    db = torch.empty((K,), device=dev, dtype=torch.float32)
     _launch(_head_dw_kernel, (cdiv(C, BLOCK_C),), dlogits, pooled, dw, db, N, C, K, dlogits.stride(0),
             dlogits.stride(1), BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, BLOCK_K=_block_k(K), num_warps=4)
     return dx, dw, db
@@ -210,7 +209,7 @@ _pool_head_call = register_op("tk::pool_head", _pool_head_op, setup_context=_set
 def pool_head(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``F.linear(F.adaptive_avg_pool2d(x, 1).flatten(1), weight, bias)`` for x (N, C, H, W) fp32 / fp16 /
     bf16 and weight (K, C), K <= 256; differentiable in x, weight and bias; logits in x's dtype."""
-    check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_DTYPES)
+    check_tensor("x", x, ndim=4, dtypes=DTYPES, interpreter_dtypes=INTERPRETER_STORE_DTYPES)
     check_tensor("weight", weight, ndim=2, dtypes=DTYPES, device=x.device)
     if weight.shape[1] != x.shape[1]:
         raise ValueError(f"weight has {weight.shape[1]} input features but x has {x.shape[1]} channels")

@@ -166,6 +166,15 @@ def check_dense(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} has {t.numel()} elements; at most 2**31 - 1 per tensor")
 
 
+def first_outside(t: torch.Tensor, n: int, ignore: Optional[int] = None) -> Optional[int]:
+    """The first value of the integer tensor t outside [0, n) (other than ``ignore``), or None: what an index
+    check names. Reads t: one host sync for a tensor on the GPU."""
+    bad = (t < 0) | (t >= n)
+    if ignore is not None:
+        bad &= t != ignore
+    return int(t[bad].reshape(-1)[0]) if bool(bad.any()) else None
+
+
 # the dtypes an op whose kernels store their outputs in the input's dtype computes right in the CPU interpreter:
 # its bf16 stores truncate instead of rounding to nearest (up to 1 ulp off torch's result)
 INTERPRETER_STORE_DTYPES = (torch.float32, torch.float16)

@@ -78,7 +78,8 @@ import triton.language as tl
 
 from .grid_sync import MAX_SPIN
 from .runtime import cdiv, is_fake as _is_fake, is_tracing, launch as _launch
-from .runtime import INTERPRET, Autotuner, Config, bucket, check_choice, check_tensor, define_op, num_sms, register_tuner
+from .runtime import (INTERPRET, Autotuner, Config, bucket, check_choice, check_tensor, define_op, first_outside,
+                      num_sms, register_tuner)
 
 BLOCK_C = 16  # classes padded to the smallest tl.dot tile
 MAX_BATCH = 1024  # the whole batch is one register tile of each program
@@ -371,18 +372,18 @@ def validate(weight, bias, x, y, perm, batch_size, lr, precision="ieee") -> None
 def check_labels(y: torch.Tensor, num_classes: int) -> None:
     """Raise ValueError naming y if a label is outside [0, num_classes) (torch's cross-entropy raises
     too). Reads the labels: one host sync for labels on the GPU."""
-    bad = (y < 0) | (y >= num_classes)
-    if bool(bad.any()):
-        raise ValueError(f"y holds label {int(y[bad][0])} outside [0, {num_classes}) "
+    first = first_outside(y, num_classes)
+    if first is not None:
+        raise ValueError(f"y holds label {first} outside [0, {num_classes}) "
                          f"(weight has {num_classes} classes)")
 
 
 def check_perm(perm: torch.Tensor, rows: int) -> None:
     """Raise ValueError naming perm if a row index is outside [0, rows) (the kernel would read past x). Reads
     perm: one host sync for a perm on the GPU."""
-    bad = (perm < 0) | (perm >= rows)
-    if bool(bad.any()):
-        raise ValueError(f"perm holds row index {int(perm[bad][0])} outside [0, {rows}) (x has {rows} rows)")
+    first = first_outside(perm, rows)
+    if first is not None:
+        raise ValueError(f"perm holds row index {first} outside [0, {rows}) (x has {rows} rows)")
 
 
 @dataclasses.dataclass
