@@ -163,9 +163,9 @@ def test_gpu_views(case, isolated):
 
 
 def test_step_tensor_must_hold_one_element():
-    p, g, m, v = (torch.randn(10) for _ in range(4))
+    p, g, m, v = (torch.randn(10, device=DEVICE) for _ in range(4))
     with pytest.raises(ValueError, match="step must hold one element"):
-        adam_step(p, g, m, v, torch.ones(2))
+        adam_step(p, g, m, v, torch.ones(2, device=DEVICE))
 
 
 @pytest.mark.gpu
