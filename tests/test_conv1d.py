@@ -265,7 +265,7 @@ def test_gather_matches_dense_one_hot_conv(k, index_dtype):
     w64, b64 = w.double().requires_grad_(), b.double().requires_grad_()
     ref = ref_conv(one_hot_cl(idx, C, torch.float64), w64, b64, "relu")
     assert_close(y, ref, torch.float32)
-    g = torch.randn(ref.shape, dtype=torch.float64)
+    g = torch.randn(ref.shape, dtype=torch.float64, device=DEVICE)
     y.backward(g.float())
     ref.backward(g)
     assert_close(ws.grad, w64.grad, torch.float32, name="dw")
