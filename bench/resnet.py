@@ -125,6 +125,9 @@ def parse_args(argv=None) -> argparse.Namespace:
       "gradients' size: one all-reduce after the backward (and the one-launch prologue kept)")
     a("--machine", default=None, help="the machine kind, recorded in every row's params (e.g. nvidia-h100-x4)")
     a("--no-cudnn-benchmark", action="store_true", help="keep cuDNN's heuristic algorithm choice")
+    a("--autograd-threads", choices=("on", "off"), default="on", help="off: the backward runs on the calling thread "
+      "(torch.autograd.set_multithreading_enabled(False)) instead of autograd's device thread, which must take the GIL "
+      "for every Python autograd node (the Triton ops'); torch's default is on")
     a("--no-progress", action="store_true")
     a("--log-every", type=int, default=50, help="progress-bar loss update every N steps (a host sync)")
     a("--debug-kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL after step N
@@ -386,6 +389,7 @@ class Trainer:
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
         # graphs need the autocast cache off
         self.autocast_cache = not isinstance(forward, (GraphedModel, StepGraph))
+        self.autograd_threads = args.autograd_threads == "on"
 
     def forward_backward(self, module, x, y):
         """(logits, loss) of ``module`` on a batch, the gradients of the (scaled) loss in every ``.grad``."""
@@ -394,7 +398,8 @@ class Trainer:
             out = module(x)
             loss = self.criterion(out, y)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        with torch.autograd.set_multithreading_enabled(self.autograd_threads):
+            self.scaler.scale(loss).backward()
         return out, loss
 
     def step(self, x, y):
@@ -685,7 +690,8 @@ def base_params(args, data_name: str, device, world: int = 1) -> dict:
             "data_path": data_path(args, device), "gpus": world if device.type == "cuda" else 0,
             "processes": world, "no_batch_norm": args.no_batch_norm,
             **({"machine": args.machine} if args.machine else {}),
-            **({"ddp_bucket_mb": bucket} if bucket else {})}
+            **({"ddp_bucket_mb": bucket} if bucket else {}),
+            **({"autograd_threads": "off"} if args.autograd_threads == "off" else {})}
 
 
 def ddp_bucket_mb(args, world: int) -> float | None:

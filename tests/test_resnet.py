@@ -386,6 +386,22 @@ def test_bench_steps_rows_and_curves(tmp_path):
     assert len(curves["losses"]["eager"]) == 5
 
 
+def test_bench_steps_with_autograd_threads_off(tmp_path):
+    """--autograd-threads off: the backward on the calling thread gives the same losses, and the rows say so
+    (the default's rows keep their params)."""
+    curves = {}
+    for threads in ("on", "off"):
+        out = tmp_path / threads
+        assert bench.resnet.main(["--synthetic", "--train-limit", "32", "--batch-size", "16", "--bench-steps", "1",
+                                  "--bench-rounds", "1", "--warmup-iters", "1", "--backend", "eager", "--out-dir",
+                                  str(out), "--autograd-threads", threads, *TINY_ARGS]) == 0
+        rows = json.loads(next(out.glob("resnet-steps-*.json")).read_text())
+        params = json.loads([r for r in rows if r["metric"] == "step_ms"][0]["params"])
+        assert params.get("autograd_threads") == (None if threads == "on" else "off")
+        curves[threads] = json.loads(next(out.glob("*curves.json")).read_text())["losses"]["eager"]
+    assert curves["on"] == curves["off"]
+
+
 def test_sweep_profiler_and_scaling_modes(tmp_path):
     base = ["--synthetic", "--train-limit", "80", "--test-limit", "16", "--batch-size", "16", *TINY_ARGS]
     assert bench.resnet.main(base + ["--sweep-workers", "0,1", "--sweep-steps", "2", "--out-dir", str(tmp_path)]) == 0
