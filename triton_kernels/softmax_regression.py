@@ -524,7 +524,7 @@ class FusedSGDStep:
         if perm.shape != self.perm.shape:
             raise ValueError(f"perm has shape {tuple(perm.shape)}, expected {tuple(self.perm.shape)}")
         if perm.device.type == "cpu":  # on the GPU reading it would be a host sync: a GPU perm's values are trusted
-            check_perm(perm, self.perm.shape[0])
+            check_perm(perm, self.x.shape[0])
         self.perm.copy_(perm, non_blocking=True)
 
     def _launch(self, n_run: int) -> None:
