@@ -9,6 +9,7 @@ errors.
     --quick                   small sizes (GPU: the acceptance sizes)
     --full                    in the CPU interpreter: the GPU sizes (prints an estimate first; hours)
     --repeat N                interleaved timing rounds (speedup CI)
+    --host-cores one          time with every thread of the process on one core (rows say host_cores: one)
     --out DIR                 where CSV + JSON go (default results/<device>/; CPU interpreter:
                               .local/results/cpu-interpreter/, git-ignored); rows merge by key
     --show                    print the committed GPU results of this suite instead of running
@@ -33,7 +34,8 @@ import torch
 from triton_kernels.runtime import INTERPRET, device_name
 
 from . import results
-from .harness import BACKENDS, DEFAULT_BACKENDS, Case, RunConfig, base_backend, run_cases
+from .harness import (BACKENDS, DEFAULT_BACKENDS, HOST_CORES, Case, RunConfig, base_backend, check_host_cores,
+                      run_cases)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -169,6 +171,9 @@ def parser(description: str, module: str = "bench") -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small sizes (GPU: the acceptance sizes)")
     p.add_argument("--repeat", type=int, default=None,
                    help="interleaved timing rounds (default: rounds of ~4 calls a backend, 5-250 of them)")
+    p.add_argument("--host-cores", choices=HOST_CORES, default="all",
+                   help="one: the timing runs with every thread of the process (autograd's device threads too) on "
+                        "one core, as under taskset -c N; its rows say host_cores: one (default all: as scheduled)")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/; CPU: "
                                                ".local/results/cpu-interpreter/); rows merge by key")
     p.add_argument("--show", action="store_true", help="print committed results instead of running")
@@ -357,7 +362,11 @@ def main(suite: str, build: Callable[..., list[Case]], description: str, argv: S
         if not args.full:
             cpu_notice(module, f"{len(cases)} " + ("case(s) at the requested shapes" if shapes else
                                                     "tiny case(s), about a minute"))
-    cfg = RunConfig(backends=backends, rounds=args.repeat, seed=args.seed)
+    try:
+        check_host_cores(args.host_cores)
+    except ValueError as e:
+        raise SystemExit(f"--host-cores: {e}") from None
+    cfg = RunConfig(backends=backends, rounds=args.repeat, seed=args.seed, host_cores=args.host_cores)
     rows = run_cases(cases, cfg, on_rows=lambda rs: results.write_rows(rs, args.out, suite, tag=tag))
     rows += autotune_rows(suite)
     print_table([r for r in rows if r["case"] != "autotune"], suite)

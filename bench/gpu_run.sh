@@ -25,7 +25,8 @@
 #                replayed from CUDA graphs of the model (+graph) and of the whole forward + loss + backward
 #                (+stepgraph) (~550 s; MODEL=resnet34 for ResNet-34; the SGD step: default fused, the Triton SGD on the
 #                triton backends and torch's fused=True on the others; SGD=torch-fused|auto|... as bench.resnet --sgd;
-#                AUTOGRAD_THREADS=off runs each eager backward on the calling thread, bench.resnet --autograd-threads)
+#                AUTOGRAD_THREADS=off runs each eager backward on the calling thread, bench.resnet --autograd-threads;
+#                HOST_CORES=one times the steps with every thread on one core, bench.resnet --host-cores)
 #   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
 #              bench.ncu_roofline's counters plus every sm__ops_path_tensor_src_* counter ncu lists, then its
 #              per-kernel roofline (ncu_roofline_resnet18_step.png and the ncu_roofline rows)            (~120 s)
@@ -133,7 +134,7 @@ for stage in "$@"; do
       timeout 590 python3 -m bench.resnet --model "${MODEL:-resnet18}" --synthetic --batch-size 512 --amp bf16 --sgd "${SGD:-fused}" \
         --backend eager,eager+graph,eager+stepgraph,compile,compile+graph,compile+stepgraph,triton,triton+graph,triton+stepgraph \
         --bench-steps 50 --bench-rounds 5 --warmup-iters 150 \
-        --autograd-threads "${AUTOGRAD_THREADS:-on}" \
+        --autograd-threads "${AUTOGRAD_THREADS:-on}" --host-cores "${HOST_CORES:-all}" \
         --out-dir "${OUT:-/tmp/resnet_step}" 2>&1 | grep -v -i warn | tail -30 ;;
     resnet-roofline)
       dir=$(res_dir)

@@ -17,8 +17,10 @@ Failures (OOM, compile error, unsupported dtype) become rows with a status; the 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -166,6 +168,47 @@ class CudaGraphed:
 # ----------------------------------------------------------------------------------------------------
 # Timing
 # ----------------------------------------------------------------------------------------------------
+HOST_CORES = ("all", "one")
+
+
+def check_host_cores(mode: str) -> None:
+    """Raise a clear error where ``mode`` is not a host_cores setting this machine can apply."""
+    if mode not in HOST_CORES:
+        raise ValueError(f"host_cores: expected one of {HOST_CORES}, got {mode!r}")
+    if mode != "all" and (not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task")):
+        raise ValueError(f"host_cores {mode!r} needs Linux (os.sched_setaffinity on every thread of the process)")
+
+
+@contextlib.contextmanager
+def host_cores(mode: str = "all"):
+    """Run the block with every thread of this process on the cores ``mode`` names, then restore each
+    thread's own set: "all" leaves them as they are; "one" pins every thread (autograd's device threads
+    included, and any thread started inside the block) to the lowest core the process may use, as
+    ``taskset -c N`` would. An eager fwd+bwd call's host path hands the backward to autograd's device thread
+    and back; on a many-core host the scheduler may run the two threads on different cores, which a user can
+    avoid this way. Linux only."""
+    check_host_cores(mode)
+    if mode == "all":
+        yield None
+        return
+    tasks = "/proc/self/task"
+    process_cores = os.sched_getaffinity(0)
+    core = min(process_cores)
+    saved = {}
+    for tid in map(int, os.listdir(tasks)):
+        try:
+            saved[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, {core})
+        except ProcessLookupError:  # the thread ended meanwhile
+            saved.pop(tid, None)
+    try:
+        yield core
+    finally:
+        for tid in map(int, os.listdir(tasks)):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, saved.get(tid, process_cores))
+
+
 def time_call(fn: Callable[[], Any], rep: int, *, flush: bool = True, device: torch.device | None = None) -> list[float]:
     """``rep`` per-call times in ms: CUDA events (L2 flushed before each call when ``flush``), or
     perf_counter on the CPU (interpreter: not a performance figure)."""
@@ -277,6 +320,7 @@ class RunConfig:
     warm_limit_bytes: float = 16e6  # also time warm (no flush) below this working set
     seed: int = 0
     check: bool = True
+    host_cores: str = "all"     # "one": the timing runs with every thread on one core (host_cores); rows say so
 
 
 def _as_tuple(x):
@@ -313,6 +357,8 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
     """Check and time one case on every requested backend; returns long-format rows (the check's rows,
     then the timing's)."""
     device = default_device()
+    if cfg.host_cores != "all":  # its own rows: the setting is part of their key
+        case = dataclasses.replace(case, params={**case.params, "host_cores": cfg.host_cores})
     try:
         inputs = case.inputs(cfg.seed, device)
     except Exception as e:  # e.g. OOM building inputs
@@ -320,7 +366,8 @@ def run_case(case: Case, cfg: RunConfig) -> list[dict]:
                           note=f"inputs: {type(e).__name__}: {e}"[:300]) for b in cfg.backends]
     ready, errors, rows = check_case(case, cfg, inputs, device)
     if ready:
-        rows += time_case(case, cfg, inputs, ready, errors, device)
+        with host_cores(cfg.host_cores):
+            rows += time_case(case, cfg, inputs, ready, errors, device)
     return rows
 
 

@@ -52,7 +52,7 @@ from models.resnet import BACKENDS, resnet
 
 from . import resnet_data
 from . import results
-from .harness import quantile
+from .harness import HOST_CORES, check_host_cores, quantile
 
 SUITE = "resnet"
 OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam")
@@ -128,6 +128,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--autograd-threads", choices=("on", "off"), default="on", help="off: the backward runs on the calling thread "
       "(torch.autograd.set_multithreading_enabled(False)) instead of autograd's device thread, which must take the GIL "
       "for every Python autograd node (the Triton ops'); torch's default is on")
+    a("--host-cores", choices=HOST_CORES, default="all", help="with --bench-steps, one: the timing rounds run with "
+      "every thread of the process (autograd's device threads too) on one core, as under taskset -c N, after the "
+      "warm-up (tuning, compilation) on all; the rows say host_cores: one (default all: as scheduled)")
     a("--no-progress", action="store_true")
     a("--log-every", type=int, default=50, help="progress-bar loss update every N steps (a host sync)")
     a("--debug-kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL after step N
@@ -147,6 +150,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--compile-mode {args.compile_mode} makes CUDA graphs of its own, which compile+stepgraph's "
                 "graph cannot hold; use the default or max-autotune-no-cudagraphs")
     args.backends = backends
+    if args.host_cores != "all" and not args.bench_steps:
+        p.error("--host-cores: the setting applies to the timing rounds of --bench-steps")
+    try:
+        check_host_cores(args.host_cores)
+    except ValueError as e:
+        p.error(f"--host-cores: {e}")
     if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
         p.error("--epochs, --batch-size and --lr must be positive")
     try:
@@ -691,7 +700,8 @@ def base_params(args, data_name: str, device, world: int = 1) -> dict:
             "processes": world, "no_batch_norm": args.no_batch_norm,
             **({"machine": args.machine} if args.machine else {}),
             **({"ddp_bucket_mb": bucket} if bucket else {}),
-            **({"autograd_threads": "off"} if args.autograd_threads == "off" else {})}
+            **({"autograd_threads": "off"} if args.autograd_threads == "off" else {}),
+            **({"host_cores": args.host_cores} if args.host_cores != "all" else {})}
 
 
 def ddp_bucket_mb(args, world: int) -> float | None:

@@ -33,7 +33,7 @@ from triton_kernels.runtime import CudaEventTimer, atomic_write_text
 
 from . import resnet_data
 from . import results
-from .harness import _classify, bootstrap_ratio_ci, median, quantile
+from .harness import _classify, bootstrap_ratio_ci, host_cores, median, quantile
 from .resnet import (SUITE, Dist, Trainer, base_params, build_model, ddp_bucket_mb, new_model, run_tag, sgd_params,
                      seed_everything, sync)
 
@@ -107,13 +107,14 @@ def bench_steps(args, dist: Dist) -> int:
             run.pop("trainer", None)
             print(f"[resnet] {b}: {run['note']}", file=sys.stderr)
     ok = [b for b in args.backends if "trainer" in runs[b]]
-    for r in range(rounds):
-        batches = [batch(warm + r * timed + i) for i in range(timed)]
-        for b in ok:
-            times, losses = _step_times(runs[b]["trainer"], batches, device)
-            runs[b]["times"] += times
-            runs[b]["round_medians"].append(median(times))
-            runs[b]["losses"] += losses
+    with host_cores(args.host_cores):
+        for r in range(rounds):
+            batches = [batch(warm + r * timed + i) for i in range(timed)]
+            for b in ok:
+                times, losses = _step_times(runs[b]["trainer"], batches, device)
+                runs[b]["times"] += times
+                runs[b]["round_medians"].append(median(times))
+                runs[b]["losses"] += losses
     for b in ok:
         runs[b]["losses"] = [float(v) for v in torch.stack(runs[b]["losses"]).cpu()] if runs[b]["losses"] else []
         runs[b]["peak_mb"] = _peak_mb(runs[b]["trainer"], batch(warm + rounds * timed), device)

@@ -1,5 +1,7 @@
 """The shared harness: statistics, row schema, failure rows, correctness gate, CLI."""
 import json
+import os
+import threading
 
 import pytest
 import torch
@@ -157,6 +159,55 @@ def test_cli_flags_and_table(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main("unit", build, "d", ["--op", "nothing-matches", "--out", str(tmp_path)])
     assert rows
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
+def test_host_cores_one_pins_every_thread_and_restores():
+    """host_cores("one") pins the threads already running and those started inside the block to one core,
+    and gives every thread its own set back afterwards; "all" changes nothing; a bad setting is an error."""
+    before = os.sched_getaffinity(0)
+    started, release, tids = threading.Event(), threading.Event(), []
+
+    def wait():
+        tids.append(threading.get_native_id())
+        started.set()
+        release.wait()
+
+    old = threading.Thread(target=wait)
+    old.start()
+    started.wait()
+    try:
+        with harness.host_cores("one") as core:
+            assert core == min(before)
+            assert os.sched_getaffinity(0) == {core} and os.sched_getaffinity(tids[0]) == {core}
+            seen = []
+            new = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+            new.start()
+            new.join()
+            assert seen == [{core}]
+        assert os.sched_getaffinity(0) == before and os.sched_getaffinity(tids[0]) == before
+    finally:
+        release.set()
+        old.join()
+    with harness.host_cores("all") as core:
+        assert core is None and os.sched_getaffinity(0) == before
+    with pytest.raises(ValueError, match="host_cores"):
+        harness.check_host_cores("two")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
+def test_host_cores_rows_say_so(tmp_path):
+    """--host-cores one: the rows carry the setting in their params (their own key); the default's do not."""
+    def build(quick):
+        return [_case({"eager": lambda x: x * 2, "triton": lambda x: x + x})]
+
+    for mode in ("all", "one"):
+        rows = cli.main("unit", build, "d", ["--backends", "eager,triton", "--repeat", "1", "--host-cores", mode,
+                                             "--out", str(tmp_path / mode)])
+        assert {json.loads(r["params"]).get("host_cores") for r in rows if r["case"] == "double"} == \
+            {None if mode == "all" else "one"}
+    with pytest.raises(SystemExit):
+        cli.main("unit", build, "d", ["--host-cores", "two", "--out", str(tmp_path)])
 
 
 def test_cli_show_reads_committed(tmp_path, capsys):

@@ -402,6 +402,21 @@ def test_bench_steps_with_autograd_threads_off(tmp_path):
     assert curves["on"] == curves["off"]
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
+def test_bench_steps_on_one_host_core(tmp_path):
+    """--host-cores one times the steps with every thread on one core (the rows say so, the process's cores
+    are its own again afterwards); without --bench-steps it is refused by name."""
+    before = os.sched_getaffinity(0)
+    assert bench.resnet.main(["--synthetic", "--train-limit", "32", "--batch-size", "16", "--bench-steps", "1",
+                              "--bench-rounds", "1", "--warmup-iters", "1", "--backend", "eager", "--out-dir",
+                              str(tmp_path), "--host-cores", "one", *TINY_ARGS]) == 0
+    assert os.sched_getaffinity(0) == before
+    rows = json.loads(next(tmp_path.glob("resnet-steps-*.json")).read_text())
+    assert json.loads([r for r in rows if r["metric"] == "step_ms"][0]["params"])["host_cores"] == "one"
+    with pytest.raises(SystemExit):
+        bench.resnet.parse_args(["--synthetic", "--host-cores", "one"])
+
+
 def test_sweep_profiler_and_scaling_modes(tmp_path):
     base = ["--synthetic", "--train-limit", "80", "--test-limit", "16", "--batch-size", "16", *TINY_ARGS]
     assert bench.resnet.main(base + ["--sweep-workers", "0,1", "--sweep-steps", "2", "--out-dir", str(tmp_path)]) == 0
