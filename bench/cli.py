@@ -9,7 +9,7 @@ errors.
     --quick                   small sizes (GPU: the acceptance sizes)
     --full                    in the CPU interpreter: the GPU sizes (prints an estimate first; hours)
     --repeat N                interleaved timing rounds (speedup CI)
-    --host-cores one          time with every thread of the process on one core (rows say host_cores: one)
+    --host-cores one|N        time with every thread of the process on one core (rows say host_cores: one|N)
     --out DIR                 where CSV + JSON go (default results/<device>/; CPU interpreter:
                               .local/results/cpu-interpreter/, git-ignored); rows merge by key
     --show                    print the committed GPU results of this suite instead of running
@@ -171,9 +171,10 @@ def parser(description: str, module: str = "bench") -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small sizes (GPU: the acceptance sizes)")
     p.add_argument("--repeat", type=int, default=None,
                    help="interleaved timing rounds (default: rounds of ~4 calls a backend, 5-250 of them)")
-    p.add_argument("--host-cores", choices=HOST_CORES, default="all",
-                   help="one: the timing runs with every thread of the process (autograd's device threads too) on "
-                        "one core, as under taskset -c N; its rows say host_cores: one (default all: as scheduled)")
+    p.add_argument("--host-cores", default="all", metavar="|".join(HOST_CORES),
+                   help="one (the highest-numbered core the process may use) or a core number: the timing runs "
+                        "with every thread of the process (autograd's device threads too) on that core, as under "
+                        "taskset -c N; its rows say host_cores: one|N (default all: as scheduled)")
     p.add_argument("--out", default=None, help="output directory (default results/<device>/; CPU: "
                                                ".local/results/cpu-interpreter/); rows merge by key")
     p.add_argument("--show", action="store_true", help="print committed results instead of running")

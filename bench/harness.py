@@ -168,32 +168,46 @@ class CudaGraphed:
 # ----------------------------------------------------------------------------------------------------
 # Timing
 # ----------------------------------------------------------------------------------------------------
-HOST_CORES = ("all", "one")
+HOST_CORES = ("all", "one", "N")  # N: a core number
+
+
+def pinned_core(mode: str) -> int | None:
+    """The core a host_cores setting pins to (None for "all"), or a clear error where this machine cannot apply
+    it: "one" is the highest-numbered core the process may use (core 0 usually takes the host's interrupts), a
+    number is that core."""
+    if mode == "all":
+        return None
+    if mode != "one" and not str(mode).isdigit():
+        raise ValueError(f"host_cores: expected all, one or a core number, got {mode!r}")
+    if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
+        raise ValueError(f"host_cores {mode!r} needs Linux (os.sched_setaffinity on every thread of the process)")
+    allowed = os.sched_getaffinity(0)
+    if mode == "one":
+        return max(allowed)
+    if int(mode) not in allowed:
+        raise ValueError(f"host_cores: core {mode} is not one this process may use ({sorted(allowed)})")
+    return int(mode)
 
 
 def check_host_cores(mode: str) -> None:
     """Raise a clear error where ``mode`` is not a host_cores setting this machine can apply."""
-    if mode not in HOST_CORES:
-        raise ValueError(f"host_cores: expected one of {HOST_CORES}, got {mode!r}")
-    if mode != "all" and (not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task")):
-        raise ValueError(f"host_cores {mode!r} needs Linux (os.sched_setaffinity on every thread of the process)")
+    pinned_core(mode)
 
 
 @contextlib.contextmanager
 def host_cores(mode: str = "all"):
     """Run the block with every thread of this process on the cores ``mode`` names, then restore each
-    thread's own set: "all" leaves them as they are; "one" pins every thread (autograd's device threads
-    included, and any thread started inside the block) to the lowest core the process may use, as
+    thread's own set: "all" leaves them as they are; "one" or a core number pins every thread (autograd's
+    device threads included, and any thread started inside the block) to one core (pinned_core), as
     ``taskset -c N`` would. An eager fwd+bwd call's host path hands the backward to autograd's device thread
     and back; on a many-core host the scheduler may run the two threads on different cores, which a user can
     avoid this way. Linux only."""
-    check_host_cores(mode)
-    if mode == "all":
+    core = pinned_core(mode)
+    if core is None:
         yield None
         return
     tasks = "/proc/self/task"
     process_cores = os.sched_getaffinity(0)
-    core = min(process_cores)
     saved = {}
     for tid in map(int, os.listdir(tasks)):
         try:
@@ -320,7 +334,7 @@ class RunConfig:
     warm_limit_bytes: float = 16e6  # also time warm (no flush) below this working set
     seed: int = 0
     check: bool = True
-    host_cores: str = "all"     # "one": the timing runs with every thread on one core (host_cores); rows say so
+    host_cores: str = "all"     # "one" / a core number: the timing runs with every thread on one core; rows say so
 
 
 def _as_tuple(x):

@@ -128,9 +128,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--autograd-threads", choices=("on", "off"), default="on", help="off: the backward runs on the calling thread "
       "(torch.autograd.set_multithreading_enabled(False)) instead of autograd's device thread, which must take the GIL "
       "for every Python autograd node (the Triton ops'); torch's default is on")
-    a("--host-cores", choices=HOST_CORES, default="all", help="with --bench-steps, one: the timing rounds run with "
-      "every thread of the process (autograd's device threads too) on one core, as under taskset -c N, after the "
-      "warm-up (tuning, compilation) on all; the rows say host_cores: one (default all: as scheduled)")
+    a("--host-cores", default="all", metavar="|".join(HOST_CORES), help="with --bench-steps, one (the "
+      "highest-numbered core the process may use) or a core number: the timing rounds run with every thread of the "
+      "process (autograd's device threads too) on that core, as under taskset -c N, after the warm-up (tuning, "
+      "compilation) on all; the rows say host_cores: one|N (default all: as scheduled)")
     a("--no-progress", action="store_true")
     a("--log-every", type=int, default=50, help="progress-bar loss update every N steps (a host sync)")
     a("--debug-kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL after step N

@@ -163,8 +163,9 @@ def test_cli_flags_and_table(tmp_path, capsys):
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
 def test_host_cores_one_pins_every_thread_and_restores():
-    """host_cores("one") pins the threads already running and those started inside the block to one core,
-    and gives every thread its own set back afterwards; "all" changes nothing; a bad setting is an error."""
+    """host_cores("one") pins the threads already running and those started inside the block to one core
+    (the highest-numbered), and gives every thread its own set back afterwards; a core number pins to that
+    core; "all" changes nothing; a bad setting or a core the process may not use is an error."""
     before = os.sched_getaffinity(0)
     started, release, tids = threading.Event(), threading.Event(), []
 
@@ -178,7 +179,7 @@ def test_host_cores_one_pins_every_thread_and_restores():
     started.wait()
     try:
         with harness.host_cores("one") as core:
-            assert core == min(before)
+            assert core == max(before)
             assert os.sched_getaffinity(0) == {core} and os.sched_getaffinity(tids[0]) == {core}
             seen = []
             new = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
@@ -191,21 +192,25 @@ def test_host_cores_one_pins_every_thread_and_restores():
         old.join()
     with harness.host_cores("all") as core:
         assert core is None and os.sched_getaffinity(0) == before
-    with pytest.raises(ValueError, match="host_cores"):
-        harness.check_host_cores("two")
+    with harness.host_cores(str(min(before))) as core:
+        assert core == min(before) and os.sched_getaffinity(0) == {core}
+    assert os.sched_getaffinity(0) == before
+    for bad in ("two", str(max(before) + 1)):
+        with pytest.raises(ValueError, match="host_cores"):
+            harness.check_host_cores(bad)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
 def test_host_cores_rows_say_so(tmp_path):
-    """--host-cores one: the rows carry the setting in their params (their own key); the default's do not."""
+    """--host-cores one|N: the rows carry the setting in their params (their own key); the default's do not."""
     def build(quick):
         return [_case({"eager": lambda x: x * 2, "triton": lambda x: x + x})]
 
-    for mode in ("all", "one"):
+    for mode in ("all", "one", str(min(os.sched_getaffinity(0)))):
         rows = cli.main("unit", build, "d", ["--backends", "eager,triton", "--repeat", "1", "--host-cores", mode,
                                              "--out", str(tmp_path / mode)])
         assert {json.loads(r["params"]).get("host_cores") for r in rows if r["case"] == "double"} == \
-            {None if mode == "all" else "one"}
+            {None if mode == "all" else mode}
     with pytest.raises(SystemExit):
         cli.main("unit", build, "d", ["--host-cores", "two", "--out", str(tmp_path)])
 
