@@ -173,8 +173,7 @@ HOST_CORES = ("all", "one", "N")  # N: a core number
 
 def pinned_core(mode: str) -> int | None:
     """The core a host_cores setting pins to (None for "all"), or a clear error where this machine cannot apply
-    it: "one" is the highest-numbered core the process may use (core 0 usually takes the host's interrupts), a
-    number is that core."""
+    it: "one" is the highest-numbered core the process may use, a number is that core."""
     if mode == "all":
         return None
     if mode != "one" and not str(mode).isdigit():
