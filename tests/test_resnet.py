@@ -387,8 +387,9 @@ def test_bench_steps_rows_and_curves(tmp_path):
 
 
 def test_bench_steps_with_autograd_threads_off(tmp_path):
-    """--autograd-threads off: the backward on the calling thread gives the same losses, and the rows say so
-    (the default's rows keep their params)."""
+    """--autograd-threads off: the backward on the calling thread gives the same losses (bit-equal on the CPU;
+    on a GPU within what run-to-run algorithm choices move them), and the rows say so (the default's rows keep
+    their params)."""
     curves = {}
     for threads in ("on", "off"):
         out = tmp_path / threads
@@ -399,7 +400,10 @@ def test_bench_steps_with_autograd_threads_off(tmp_path):
         params = json.loads([r for r in rows if r["metric"] == "step_ms"][0]["params"])
         assert params.get("autograd_threads") == (None if threads == "on" else "off")
         curves[threads] = json.loads(next(out.glob("*curves.json")).read_text())["losses"]["eager"]
-    assert curves["on"] == curves["off"]
+    if torch.cuda.is_available():  # cuDNN's benchmarked algorithms and atomics differ from run to run
+        assert curves["on"] == pytest.approx(curves["off"], rel=1e-3)
+    else:
+        assert curves["on"] == curves["off"]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
