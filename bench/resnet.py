@@ -126,8 +126,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--machine", default=None, help="the machine kind, recorded in every row's params (e.g. nvidia-h100-x4)")
     a("--no-cudnn-benchmark", action="store_true", help="keep cuDNN's heuristic algorithm choice")
     a("--autograd-threads", choices=("on", "off"), default="on", help="off: the backward runs on the calling thread "
-      "(torch.autograd.set_multithreading_enabled(False)) instead of autograd's device thread, which must take the GIL "
-      "for every Python autograd node (the Triton ops'); torch's default is on")
+      "(torch.autograd.set_multithreading_enabled(False)) instead of autograd's device thread: no hand-off to another "
+      "thread and back per backward call; torch's default is on")
     a("--host-cores", default="all", metavar="|".join(HOST_CORES), help="with --bench-steps, one (the "
       "highest-numbered core the process may use) or a core number: the timing rounds run with every thread of the "
       "process (autograd's device threads too) on that core, as under taskset -c N, after the warm-up (tuning, "
@@ -153,6 +153,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.backends = backends
     if args.host_cores != "all" and not args.bench_steps:
         p.error("--host-cores: the setting applies to the timing rounds of --bench-steps")
+    if args.host_cores != "all" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        p.error("--host-cores: one process's setting; under torchrun every rank would run on the same core")
     try:
         check_host_cores(args.host_cores)
     except ValueError as e:

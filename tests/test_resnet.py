@@ -407,9 +407,9 @@ def test_bench_steps_with_autograd_threads_off(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="sched_setaffinity is Linux's")
-def test_bench_steps_on_one_host_core(tmp_path):
+def test_bench_steps_on_one_host_core(tmp_path, monkeypatch):
     """--host-cores one times the steps with every thread on one core (the rows say so, the process's cores
-    are its own again afterwards); without --bench-steps it is refused by name."""
+    are its own again afterwards); without --bench-steps, or under torchrun, it is refused by name."""
     before = os.sched_getaffinity(0)
     assert bench.resnet.main(["--synthetic", "--train-limit", "32", "--batch-size", "16", "--bench-steps", "1",
                               "--bench-rounds", "1", "--warmup-iters", "1", "--backend", "eager", "--out-dir",
@@ -419,6 +419,9 @@ def test_bench_steps_on_one_host_core(tmp_path):
     assert json.loads([r for r in rows if r["metric"] == "step_ms"][0]["params"])["host_cores"] == "one"
     with pytest.raises(SystemExit):
         bench.resnet.parse_args(["--synthetic", "--host-cores", "one"])
+    monkeypatch.setenv("WORLD_SIZE", "2")  # under torchrun every rank would pin to the same core
+    with pytest.raises(SystemExit):
+        bench.resnet.parse_args(["--synthetic", "--bench-steps", "1", "--host-cores", "one"])
 
 
 def test_sweep_profiler_and_scaling_modes(tmp_path):
