@@ -34,7 +34,7 @@ import torch
 from triton_kernels.runtime import INTERPRET, device_name
 
 from . import results
-from .harness import (BACKENDS, DEFAULT_BACKENDS, HOST_CORES, Case, RunConfig, base_backend, check_host_cores,
+from .harness import (BACKENDS, DEFAULT_BACKENDS, HOST_CORES, Case, RunConfig, base_backend, pinned_core,
                       run_cases)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -364,7 +364,7 @@ def main(suite: str, build: Callable[..., list[Case]], description: str, argv: S
             cpu_notice(module, f"{len(cases)} " + ("case(s) at the requested shapes" if shapes else
                                                     "tiny case(s), about a minute"))
     try:
-        check_host_cores(args.host_cores)
+        pinned_core(args.host_cores)
     except ValueError as e:
         raise SystemExit(f"--host-cores: {e}") from None
     cfg = RunConfig(backends=backends, rounds=args.repeat, seed=args.seed, host_cores=args.host_cores)

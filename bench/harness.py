@@ -188,11 +188,6 @@ def pinned_core(mode: str) -> int | None:
     return int(mode)
 
 
-def check_host_cores(mode: str) -> None:
-    """Raise a clear error where ``mode`` is not a host_cores setting this machine can apply."""
-    pinned_core(mode)
-
-
 @contextlib.contextmanager
 def host_cores(mode: str = "all"):
     """Run the block with every thread of this process on the cores ``mode`` names, then restore each

@@ -52,7 +52,7 @@ from models.resnet import BACKENDS, resnet
 
 from . import resnet_data
 from . import results
-from .harness import HOST_CORES, check_host_cores, quantile
+from .harness import HOST_CORES, pinned_core, quantile
 
 SUITE = "resnet"
 OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam")
@@ -151,14 +151,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--compile-mode {args.compile_mode} makes CUDA graphs of its own, which compile+stepgraph's "
                 "graph cannot hold; use the default or max-autotune-no-cudagraphs")
     args.backends = backends
-    if args.host_cores != "all" and not args.bench_steps:
-        p.error("--host-cores: the setting applies to the timing rounds of --bench-steps")
-    if args.host_cores != "all" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        p.error("--host-cores: one process's setting; under torchrun every rank would run on the same core")
-    try:
-        check_host_cores(args.host_cores)
-    except ValueError as e:
-        p.error(f"--host-cores: {e}")
+    if args.host_cores != "all":
+        if not args.bench_steps:
+            p.error("--host-cores: the setting applies to the timing rounds of --bench-steps")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            p.error("--host-cores: one process's setting; under torchrun every rank would run on the same core")
+        try:
+            pinned_core(args.host_cores)
+        except ValueError as e:
+            p.error(f"--host-cores: {e}")
     if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
         p.error("--epochs, --batch-size and --lr must be positive")
     try:
