@@ -23,8 +23,9 @@
 #   charcnn    bench.char_cnn train (needs .data/ag_news), then the batch-512 rows (~500 s: a call of its own)
 #   resnet-step  ResNet-18 training step, batch 512 bf16, synthetic data, eager / compile / triton, each also
 #                replayed from CUDA graphs of the model (+graph) and of the whole forward + loss + backward
-#                (+stepgraph) (~250 s from a cold tuning cache; MODEL=resnet34 for ResNet-34; the SGD step: default fused, the Triton SGD on the
-#                triton backends and torch's fused=True on the others; SGD=torch-fused|auto|... as bench.resnet --sgd;
+#                (+stepgraph) (~250 s from a cold tuning cache; MODEL=resnet34 for ResNet-34; the SGD step: default
+#                fused, the Triton SGD on the triton backends and torch's fused=True on the others;
+#                SGD=torch-fused|auto|... as bench.resnet --sgd;
 #                AUTOGRAD_THREADS=off runs each eager backward on the calling thread, bench.resnet --autograd-threads;
 #                HOST_CORES=one times the steps with every thread on one core, bench.resnet --host-cores)
 #   resnet-roofline  one NVTX-marked eager ResNet-18 step (batch 512 bf16, synthetic) under Nsight Compute with
