@@ -132,9 +132,9 @@ def tma_device(device: torch.device | str) -> bool:
 def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_device: bool) -> dict:
     """The flags gemm_forward derives from A and B: the precision it runs, unit column strides, whether
     the TMA kernel can run, whether a re-laid-out copy of B would stay TMA-aligned (tf32 with an
-    N-major B, or 16-bit with a K-major B), and whether the Gluon tf32 kernel runs on A (nmajor) or on a
+    N-major B, or 16-bit with a K-major B), whether the Gluon tf32 kernel runs on A (nmajor) or on a
     row-major copy of it (nmajor_copy_a): gemm.nmajor_eligible's conditions, a TMA device taken for a
-    Hopper (32-bit indices)."""
+    Hopper (32-bit indices); and whether the fp64-accumulating kernel is offered (f64: gemm.f64_eligible's)."""
     from triton_kernels import gemm
     from triton_kernels.tma import _tma_eligible
 
@@ -146,7 +146,7 @@ def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_d
     relayout = tma and gemm.relayout_eligible(b, prec)
     nmajor, nmajor_copy = gemm.nmajor_flags(a, b, prec, False, hopper=on_tma_device) if tma else (False, False)
     return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout, "nmajor": nmajor,
-            "nmajor_copy_a": nmajor_copy}
+            "nmajor_copy_a": nmajor_copy, "f64": prec == "ieee" and a.dtype == torch.float32 and on_tma_device}
 
 
 def _gemm_operands(M, N, K, dtype, layout, device, g=None):
@@ -164,7 +164,7 @@ def _gemm_plan(shape: dict, dtype: torch.dtype, variant: dict, device) -> Plan:
     a, b = _gemm_operands(M, N, K, dtype, variant["layout"], device)
     f = gemm_layout_flags(a, b, variant["precision"], tma_device(device))
     ctx = spaces.context("gemm", M=M, N=N, K=K, dtype=dtype, tma=f["tma"], relayout=f["relayout"], nmajor=f["nmajor"],
-                         nmajor_copy_a=f["nmajor_copy_a"], activation=variant["act"])
+                         nmajor_copy_a=f["nmajor_copy_a"], activation=variant["act"], f64=f["f64"])
     from triton_kernels.gemm import GemmKey
 
     key = GemmKey(m=bucket(M), n=bucket(N), k=bucket(K), dtype=dtype, precision=f["prec"], activation=variant["act"],

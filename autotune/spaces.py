@@ -273,6 +273,15 @@ GEMM_FP32_CONFIGS = [
     _gemm_cfg(128, 256, 32, 8, 4), _gemm_cfg(256, 128, 16, 8, 3), _gemm_cfg(128, 64, 32, 4, 4),
     _gemm_cfg(64, 128, 32, 4, 4),
 ]
+# fp32 "ieee" on Hopper: the pointer kernel with PRECISION "fp64" (F64=1): the fp32 tiles widened in registers,
+# exact products summed in fp64 on the fp64 tensor cores (gemm_kernels._mma), which run at the FFMA rate's peak (H100
+# / H200: 67 TFLOP/s each) but reach ~90 % of it where FFMA loops reach ~70 %. An fp64 accumulator takes two
+# registers. On an H200 against cuBLAS's fp32 SGEMM at 4096^3 / 8192^3: 64 x 128 x 16 on 4 warps, 4 stages 1.18x /
+# 1.22x, 64 x 64 x 16 1.13x / 1.17x; 128 x 128 x 16 on 8 warps 1.08x; BLOCK_K 32 on 4 warps spills
+GEMM_F64_CONFIGS = [Config({**c.kwargs, "F64": 1}, c.num_warps, c.num_stages) for c in (
+    _gemm_cfg(64, 128, 16, 4, 4), _gemm_cfg(64, 64, 16, 4, 5), _gemm_cfg(128, 128, 32, 8, 3),
+    _gemm_cfg(256, 64, 16, 8, 3), _gemm_cfg(128, 128, 16, 8, 4), _gemm_cfg(64, 32, 16, 4, 4),
+    _gemm_cfg(32, 64, 16, 4, 4), _gemm_cfg(32, 32, 32, 4, 3))]
 # tf32 with A row-major and B N-major on Hopper: the Gluon kernel (gemm_gluon.py; NMAJOR=1), B read where it
 # lies as the register operand of C^T = B^T A^T. Two consumer warpgroups (8 warps of math) each own a 64 x BLOCK_M
 # accumulator. 256 x 128, 4 stages of 256 x 32 + 32 x 128 fp32 = 192 KB: on an H100 against cuBLAS (`a @ b`, GPU
@@ -288,16 +297,19 @@ GEMM_INTERPRET_CONFIG = _gemm_cfg(32, 32, 32, 4, 1)
 # every config the GEMM tuner may try (its persistent cache is keyed by a hash of these)
 GEMM_TUNER_CONFIGS = (GEMM_CONFIGS + GEMM_TMA_CONFIGS + GEMM_TMA_RELAYOUT_CONFIGS + GEMM_SPLITK_CONFIGS
                       + GEMM_SPLITK_SKINNY_CONFIGS + GEMM_FP32_CONFIGS + GEMM_TF32_NMAJOR_CONFIGS
-                      + GEMM_TF32_NMAJOR_COPY_A_CONFIGS)
+                      + GEMM_TF32_NMAJOR_COPY_A_CONFIGS + GEMM_F64_CONFIGS)
 SPLITK_MAX_TILES = 64   # split-K is offered when C has fewer 128 x 128 tiles than this ...
 SPLITK_MIN_K = 1024     # ... and K is at least this long
 
 
 def _gemm_context(M: int, N: int, K: int, dtype: Any = "float32", tma: bool = False, relayout: bool = False,
-                  nmajor: bool = False, nmajor_copy_a: bool = False, activation: str | None = None) -> dict:
-    return {"M": int(M), "N": int(N), "K": int(K), "elem": elem_bytes(dtype), "tma": bool(tma),
+                  nmajor: bool = False, nmajor_copy_a: bool = False, activation: str | None = None,
+                  f64: bool = False) -> dict:
+    """f64: the fp64-accumulating pointer kernel can serve this GEMM (fp32 "ieee" on Hopper: gemm.f64_eligible)."""
+    elem = elem_bytes(dtype)
+    return {"M": int(M), "N": int(N), "K": int(K), "elem": elem, "tma": bool(tma),
             "relayout": bool(tma and relayout), "nmajor": bool(tma and nmajor),
-            "nmajor_copy_a": bool(tma and nmajor_copy_a), "activation": activation}
+            "nmajor_copy_a": bool(tma and nmajor_copy_a), "activation": activation, "f64": bool(f64 and elem == 4)}
 
 
 def _tiles(c: Config) -> tuple[int, int, int]:
@@ -346,6 +358,7 @@ def _splitk_wanted(ctx: dict) -> bool:
 
 def _acc_registers(c: Config, ctx: dict, accumulators: int = 1) -> bool:
     bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+    accumulators *= 2 if c.kwargs.get("F64", 0) else 1  # an fp64 accumulator takes two registers
     return bm * bn * accumulators <= MAX_ACC_REGS * WARP * c.num_warps
 
 
@@ -363,6 +376,8 @@ def _gemm_tuner(ctx: dict) -> list[Config]:
     if ctx["elem"] == 4:  # the 4-byte tiles, each only where its kernel can run
         pool += [c for c in GEMM_FP32_CONFIGS if (not c.kwargs.get("TMA") or ctx["tma"])
                  and (not c.kwargs.get("B_RELAYOUT") or ctx["relayout"])]
+    if ctx["f64"]:  # first: at large shapes they beat every FFMA tile
+        pool = GEMM_F64_CONFIGS + pool
     pool = list(dict.fromkeys(pool))
     for c in pool:
         if (_gemm_smem(c, ctx) and _gemm_epilogue_smem(c, ctx) and _gemm_not_too_large(c, ctx)
@@ -405,13 +420,15 @@ GEMM = _register(Space(
         # split-K only where C has few tiles and K is long (elsewhere every SM already has a tile)
         Variant("splitk", _GEMM_TILES + (("SPLIT_K", (2, 4, 8, 16)),), _GEMM_WARPS, _GEMM_STAGES,
                 when=_splitk_wanted),
+        # fp32 "ieee" on Hopper: exact products summed in fp64 (gemm_kernels._mma)
+        Variant("f64", _GEMM_TILES, _GEMM_WARPS, _GEMM_STAGES, fixed=(("F64", 1),), when=lambda ctx: ctx["f64"]),
     ),
     rules=(
         Rule("shared_memory", "hardware", _gemm_smem, "num_stages x (A tile + B tile) bytes <= SMEM_LIMIT"),
         Rule("epilogue_shared_memory", "hardware", _gemm_epilogue_smem,
              "16-warp TMA tiles, any epilogue but the erf GELU: the stages plus a C tile <= SMEM_LIMIT"),
         Rule("registers", "hardware", _acc_registers,
-             "BLOCK_M x BLOCK_N fp32 accumulators <= MAX_ACC_REGS per thread"),
+             "BLOCK_M x BLOCK_N accumulators (two registers each in fp64) <= MAX_ACC_REGS per thread"),
         _THREADS_RULE, _NOT_TOO_LARGE_RULE, _NOT_TOO_SMALL_RULE,
         Rule("split_k_slices", "shape", _splitk_slices, "split-K: every K slice at least two BLOCK_K steps"),
     ),
@@ -421,7 +438,7 @@ GEMM = _register(Space(
     doc="C = act(A @ B + bias): M, N, K; dtype; tma: TMA can read A and B (Hopper, 16-byte aligned rows); "
         "relayout: the re-laid-out copy of B would stay TMA-aligned; nmajor: tf32, A row-major, B N-major on "
         "Hopper (the Gluon kernel); nmajor_copy_a: the same on a row-major copy of an M-major A; activation: the "
-        "epilogue's (None: any)",
+        "epilogue's (None: any); f64: fp32 'ieee' on Hopper (the fp64-accumulating pointer kernel)",
 ))
 
 

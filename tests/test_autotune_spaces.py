@@ -28,6 +28,7 @@ def test_gemm_candidates_are_the_tuners():
         for es, (tma, relayout) in itertools.product((2, 4), ((False, False), (True, False), (True, True))):
             assert spaces.candidates("gemm", M=M, N=N, K=K, dtype=es, tma=tma, relayout=relayout) == \
                 prune(M, N, K, es, tma, relayout), (M, N, K, es, tma, relayout)
+        assert spaces.candidates("gemm", M=M, N=N, K=K, dtype=4, f64=True) == prune(M, N, K, 4, f64=True)
     assert ALL_TUNERS["gemm"].configs == spaces.GEMM_TUNER_CONFIGS  # the list its cache file is keyed by
 
 
@@ -87,11 +88,11 @@ def test_row_kernel_candidates_are_the_tuners():
 
 
 SHAPES = {
-    "gemm": [dict(M=M, N=N, K=K, dtype=d, tma=t, relayout=r, nmajor=n, nmajor_copy_a=c) for M, N, K in
+    "gemm": [dict(M=M, N=N, K=K, dtype=d, tma=t, relayout=r, nmajor=n, nmajor_copy_a=c, f64=f) for M, N, K in
              [(16, 16, 16), (128, 10, 784), (1024, 16, 16), (4096, 1024, 8704), (8192, 8192, 8192), (100, 3000, 33)]
              for d in ("bfloat16", "float32")
              for t, r, n, c in ((False, False, False, False), (True, False, False, False), (True, True, False, False),
-                                (True, True, True, False), (True, True, False, True))],
+                                (True, True, True, False), (True, True, False, True)) for f in (False, True)],
     "gemm_backward": [dict(M=M, N=N, K=K, dtype=d) for M, N, K in [(128, 10, 784), (1024, 16, 16), (512, 1024, 8704),
                                                                    (1, 1, 1)] for d in ("bfloat16", "float32")],
     "conv1d": [dict(M=M, N=N, C=C, dtype=d, pool=p) for M, N, C in [(4, 16, 3), (5000, 256, 256), (64, 1024, 70)]
@@ -157,6 +158,26 @@ def test_the_16_warp_tma_tile_is_offered_only_where_its_epilogue_fits():
         assert all((c in listed) == offered for c in sixteen), activation
         assert all(("epilogue_shared_memory" in spaces.rejected("gemm", c, **shape, activation=activation))
                    == (not offered) for c in sixteen), activation
+
+
+def test_f64_candidates_come_first_for_fp32_ieee_on_hopper_only():
+    """The fp64-accumulating tiles (F64=1) head the list where gemm.f64_eligible holds (fp32 "ieee" on Hopper), are
+    absent elsewhere and for 16-bit operands, and count two registers per fp64 accumulator; the sweep's layout flags
+    say the same."""
+    shape = dict(M=4096, N=4096, K=4096)
+    listed = spaces.candidates("gemm", **shape, dtype="float32", f64=True)
+    n = sum(1 for c in listed if c.kwargs.get("F64"))
+    assert n and all(c.kwargs.get("F64") for c in listed[:n])
+    assert not any(c.kwargs.get("F64") for c in spaces.candidates("gemm", **shape, dtype="float32"))
+    assert not any(c.kwargs.get("F64") for c in spaces.candidates("gemm", **shape, dtype="bfloat16", f64=True))
+    tile = Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8, "F64": 1}, 4, 3)
+    assert "registers" in spaces.rejected("gemm", tile, **shape, dtype="float32", f64=True)
+    assert spaces.rejected("gemm", Config(tile.kwargs, 8, 3), **shape, dtype="float32", f64=True) == []
+    assert spaces.rejected("gemm", Config(tile.kwargs, 8, 3), **shape, dtype="float32") == ["variant"]
+    a, b = torch.empty(64, 64, device="meta"), torch.empty(64, 64, device="meta")
+    assert kernels.gemm_layout_flags(a, b, "ieee", True)["f64"]
+    assert not any(kernels.gemm_layout_flags(*ops, prec, hopper)["f64"] for ops, prec, hopper in (
+        ((a, b), "tf32", True), ((a, b), "ieee", False), ((a.bfloat16(), b.bfloat16()), "ieee", True)))
 
 
 def test_bad_arguments_name_themselves():

@@ -7,7 +7,7 @@ import torch
 
 from models.layers import MLP, Linear
 from triton_kernels import gemm, gemm_backward, gemm_eager, runtime, stream_buffers
-from triton_kernels.testing import assert_close, poison_, rel_err
+from triton_kernels.testing import assert_close, assert_within_two_roundings, poison_, rel_err
 
 from .conftest import DEVICE, GPU
 
@@ -452,6 +452,39 @@ def test_split_k_is_offered_only_for_few_tiles_and_long_k():
     assert all(8704 >= 2 * c.kwargs["SPLIT_K"] * c.kwargs["BLOCK_K"] for c in splits(512, 1024, 8704))
 
 
+F64_SMALL = gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "F64": 1}, 4, 1)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("K", [200, 31])
+def test_f64_accumulation(ta, tb, act, K):
+    """The fp64-accumulating pointer kernel (F64=1: the tuner's fp32 "ieee" candidates on Hopper), forced: Z within
+    two fp32 roundings of float64, then the same epilogue (activation, residual) as the fp32 kernels."""
+    M, N = 45, 70
+    a = torch.randn(K, M).t() if ta else torch.randn(M, K)
+    b = torch.randn(N, K).t() if tb else torch.randn(K, N)
+    bias, res = torch.randn(N), torch.randn(M, N)
+    c, z = gemm.gemm_forward(a, b, bias, res, act, save_preact=True, out=poison_(torch.empty(M, N)), config=F64_SMALL)
+    assert_within_two_roundings(z, a, b, bias)
+    assert_close(c, REF_ACT[act](a.double() @ b.double() + bias.double()) + res.double(), torch.float32)
+
+
+def test_f64_config_is_refused_where_it_cannot_run():
+    """F64=1 runs fp32 operands in precision "ieee" on the pointer kernel only; anything else is refused by name
+    before a launch. The tuner offers it on Hopper alone (f64_eligible), never in the interpreter."""
+    a, b = torch.randn(8, 16), torch.randn(16, 8)
+    for call in (lambda: gemm.gemm_forward(a, b, precision="tf32", config=F64_SMALL),
+                 lambda: gemm.gemm_forward(a.half(), b.half(), config=F64_SMALL),
+                 lambda: gemm.gemm_forward(a, b, config=gemm.Config({**F64_SMALL.kwargs, "SPLIT_K": 2}, 4, 1)),
+                 lambda: gemm.gemm_forward(a, b, config=gemm.Config({**F64_SMALL.kwargs, "TMA": 1}, 4, 1))):
+        with pytest.raises(ValueError, match="F64"):
+            call()
+    assert not gemm.f64_eligible(a.to(DEVICE), "tf32") and not gemm.f64_eligible(a.to(DEVICE).half(), "ieee")
+    if not GPU:
+        assert not gemm.f64_eligible(a, "ieee")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [c for c in __import__("autotune.spaces", fromlist=["_"]).GEMM_SPLITK_CONFIGS],
                          ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K")))
@@ -487,6 +520,27 @@ def test_gpu_every_tma_tile_on_an_odd_shape(cfg, b_kmajor):
                              out=poison_(torch.empty(M, N, device="cuda", dtype=torch.bfloat16)))
     ref = REF_ACT[act](a.double() @ b.double() + bias.double()) + res.double()
     assert_close(c, ref, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_nmajor", "b_kmajor"])
+@pytest.mark.parametrize("cfg", __import__("autotune.spaces", fromlist=["_"]).GEMM_F64_CONFIGS,
+                         ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+                         + f"w{c.num_warps}s{c.num_stages}")
+def test_gpu_every_f64_tile_on_an_odd_shape(cfg, b_kmajor):
+    """Every tile of the fp64-accumulating kernel, forced, on fp32 operands no tile divides (B also as nn.Linear's
+    weight), with bias, GELU and residual: Z within two fp32 roundings of float64. On Hopper the tuner offers them
+    for fp32 "ieee" (f64_eligible)."""
+    M, N, K = 1000, 777, 1500
+    a = torch.randn(M, K, device="cuda")
+    b = torch.randn(N, K, device="cuda").t() if b_kmajor else torch.randn(K, N, device="cuda")
+    bias, res = torch.randn(N, device="cuda"), torch.randn(M, N, device="cuda")
+    c, z = gemm.gemm_forward(a, b, bias, res, "gelu", save_preact=True, config=cfg,
+                             out=poison_(torch.empty(M, N, device="cuda")))
+    assert_within_two_roundings(z, a, b, bias)
+    assert_close(c, REF_ACT["gelu"](z.double()) + res.double(), torch.float32)
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    assert gemm.f64_eligible(a, "ieee") == hopper and not gemm.f64_eligible(a, "tf32")
 
 
 def test_tf32x3_precision_is_accepted_everywhere():

@@ -19,7 +19,8 @@ import torch
 
 from models.layers import Linear
 from triton_kernels import gemm, tma
-from triton_kernels.testing import assert_close, poison_
+from autotune import spaces
+from triton_kernels.testing import assert_close, assert_within_two_roundings, poison_
 
 from .conftest import DEVICE, GPU
 from .view_matrix import Arg, ViewCase, check_case, view_cases
@@ -208,9 +209,8 @@ TMA_TILE = {2: gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROU
             4: gemm.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "TMA": 1}, 8, 3)}
 
 
-def _tma_operands(layout: str, dtype, device):
-    """(a, b, bias, residual) for M = N = K = 256 with a and b both in ``layout``."""
-    n = 256
+def _tma_operands(layout: str, dtype, device, n: int = 256):
+    """(a, b, bias, residual) for M = N = K = n with a and b both in ``layout``."""
     mk = lambda *s: torch.randn(*s, dtype=torch.float64).to(device=device, dtype=dtype)  # noqa: E731
     if layout == "contiguous":
         a, b = mk(n, n), mk(n, n)
@@ -269,6 +269,36 @@ def test_forcing_tma_on_a_layout_it_cannot_read_is_refused():
     a = torch.randn(64 * 48 + 1)[1:].view(64, 48)
     with pytest.raises(ValueError, match="TMA"):
         gemm.gemm_forward(a, torch.randn(48, 64), config=TMA_TILE[4])
+
+
+# ------------------------------------------------------------------------ fp64-accumulating kernel views
+F64_LAYOUTS = ["contiguous", "col_slice16", "transposed_slice", "offset1", "expanded"]
+F64_TILE = {"cpu": gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "F64": 1}, 4, 1),
+            "cuda": spaces.GEMM_F64_CONFIGS[0]}
+
+
+def f64_case(layout: str, n: int, device: str = "cpu") -> None:
+    """The fp64-accumulating pointer kernel (F64=1: the tuner's fp32 "ieee" candidates on Hopper), forced through
+    config=, on fp32 views of n^3 operands with a strided bias and an expanded residual: it reads every layout in
+    place, unaligned and stride 0 included; Z within two fp32 roundings of float64 (testing.assert_within_two_roundings)."""
+    a, b, bias, residual = _tma_operands(layout, torch.float32, device, n)
+    out = poison_(torch.empty(n, n, device=device))
+    c, z = gemm.gemm_forward(a, b, bias, residual, "gelu", save_preact=True, out=out, config=F64_TILE[device])
+    assert_within_two_roundings(z, a, b, bias)
+    assert_close(c, torch.nn.functional.gelu(z.double()) + residual.double(), torch.float32, name="C")
+
+
+@pytest.mark.skipif(GPU, reason="runs on the GPU below")
+@pytest.mark.parametrize("layout", F64_LAYOUTS)
+def test_f64_views(layout):
+    f64_case(layout, 40)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [256, 141])
+@pytest.mark.parametrize("layout", F64_LAYOUTS)
+def test_gpu_f64_views(isolated, layout, n):
+    isolated("tests.test_gemm_views:f64_case", layout, n, "cuda")
 
 
 # ------------------------------------------------------------------------------------ NaN / inf

@@ -2,7 +2,8 @@
 
 Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides, stride 0 (expanded) and
 unaligned base addresses included: every operand is indexed with its strides and read in place, never
-copied. Inputs fp32 / fp16 / bf16 with fp32 accumulation; fp32 runs in "ieee" (exact fp32 FMA), "tf32" (tensor
+copied. Inputs fp32 / fp16 / bf16, accumulated in fp32; fp32 runs in "ieee" (fp32 FMA, or on Hopper where the tuner
+finds it faster exact products summed in fp64 on the fp64 tensor cores: F64 configs, more accurate), "tf32" (tensor
 cores) or "tf32x3" (three tf32 products, about fp32's accuracy on the tensor cores) precision, by default the one
 torch's own matmul would use (runtime.torch_matmul_precision). act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu"
 is the exact erf GELU (nn.GELU()), "gelu_tanh" the tanh approximation (nn.GELU(approximate="tanh")); all propagate
@@ -39,7 +40,7 @@ from autotune import spaces
 
 from . import double_backward, gemm_backward
 from .gemm_kernels import (_act_bwd_columns_kernel, _act_bwd_kernel, _epilogue, _epilogue_tile, _gemm_kernel,
-                           _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel,
+                           _gemm_splitk_partial_kernel, _gemm_splitk_reduce_kernel, _gemm_tma_kernel, _mma,
                            _transpose_kernel)
 from .gemm_gluon import AVAILABLE as GLUON_AVAILABLE, _gemm_tf32_nmajor_kernel
 from .launcher import BoundKernel, bind, launch_and_fix
@@ -96,19 +97,20 @@ class GemmKey(NamedTuple):
 
 
 _tuner = register_tuner(Autotuner("gemm", [_gemm_kernel, _gemm_tma_kernel, _gemm_splitk_partial_kernel,
-                                           _gemm_splitk_reduce_kernel, _epilogue_tile, _epilogue],
+                                           _gemm_splitk_reduce_kernel, _epilogue_tile, _epilogue, _mma],
                                   spaces.GEMM_TUNER_CONFIGS, interpret_config=INTERPRET_CONFIG))
 
 
 def _prune(M: int, N: int, K: int, elem: int, tma: bool = False, relayout: bool = False,
-           nmajor: bool = False, nmajor_copy_a: bool = False, activation: str | None = None) -> list[Config]:
+           nmajor: bool = False, nmajor_copy_a: bool = False, activation: str | None = None,
+           f64: bool = False) -> list[Config]:
     """The declared GEMM space's candidates for this shape, best guess first: the lists above (TMA ones
     where TMA can read the operands, re-laid-out ones where the copy of B stays TMA-aligned, the Gluon kernel's
-    where it can run, on A or on a row-major copy of A: see nmajor_eligible), minus what overflows shared
-    memory (the epilogue's included, which depends on the activation), tiles far larger than the problem and tiny
-    tiles on a large problem."""
+    where it can run, on A or on a row-major copy of A: see nmajor_eligible; the fp64-accumulating ones where
+    f64_eligible), minus what overflows shared memory (the epilogue's included, which depends on the activation),
+    tiles far larger than the problem and tiny tiles on a large problem."""
     return spaces.candidates("gemm", M=M, N=N, K=K, dtype=elem, tma=tma, relayout=relayout, nmajor=nmajor,
-                             nmajor_copy_a=nmajor_copy_a, activation=activation)
+                             nmajor_copy_a=nmajor_copy_a, activation=activation, f64=f64)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -159,6 +161,13 @@ def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False, hoppe
     if copy_a:
         return (a.shape[1] * a.element_size()) % 16 == 0
     return a.stride(1) == 1 and tma_layout(a) == (False, a.stride(0))
+
+
+def f64_eligible(a, prec: str) -> bool:
+    """Whether the tuner offers the fp64-accumulating pointer kernel (F64=1 configs; gemm_kernels._mma): fp32 "ieee"
+    on Hopper, whose fp64 tensor cores run at the FFMA peak (a config given by the caller may ask for it anywhere)."""
+    return (prec == "ieee" and a.dtype == torch.float32 and not INTERPRET and a.is_cuda
+            and torch.cuda.get_device_capability(a.device)[0] == 9)
 
 
 def relayout_eligible(b, prec: str) -> bool:
@@ -225,7 +234,9 @@ _REDUCE_BLOCK = (32, 32) if INTERPRET else (32, 128)  # the split-K reduction's 
 def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: int) -> _Plan:
     """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
     ``flags`` (the kernels' other constexprs)."""
-    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "NMAJOR", "A_RELAYOUT")}
+    flags = {**flags, "PRECISION": "fp64"} if cfg.kwargs.get("F64", 0) else flags  # fp32 "ieee", sums in fp64
+    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "NMAJOR", "A_RELAYOUT",
+                                                              "F64")}
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     split = cfg.kwargs.get("SPLIT_K", 1)
     if split > 1:
@@ -329,6 +340,7 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
     prec, activation, has_bias, has_res, a_unit, b_unit, tma, relayout, save_z, index_64 = key[4:14]
     sms = sm_count(a, default=_INTERPRETER_SMS)
     nmajor, nmajor_copy = nmajor_flags(a, b, prec, index_64) if tma else (False, False)
+    f64 = f64_eligible(a, prec)
 
     def plan_for(cfg: Config) -> _Plan:
         # a B_RELAYOUT config tuned on a shape whose copy of B stays TMA-aligned, met on one of the
@@ -347,14 +359,19 @@ def _make_plan(key: tuple, flags: dict, a, b, c, bias, residual, z, M: int, N: i
                        has_bias=has_bias, has_residual=has_res, a_unit_stride=a_unit, b_unit_stride=b_unit, tma=tma,
                        save_preact=save_z)
     es = a.element_size()
-    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor, nmajor_copy, activation),
+    cfg = _tuner.pick(tune_key, run, lambda: _prune(M, N, K, es, tma, relayout, nmajor, nmajor_copy, activation, f64),
                       tracing=is_fake(a, b), interpret_config=INTERPRET_CONFIG)
     return plan_for(cfg)
 
 
 def _forced_plan(config: Config, flags: dict, a, b):
     """(plan, B as the kernel reads it) for a config given by the caller; a TMA config on operands that
-    TMA cannot read is a ValueError (the tuner never offers one: see _tma_eligible)."""
+    TMA cannot read is a ValueError (the tuner never offers one: see _tma_eligible), as is an F64 one on anything
+    but fp32 "ieee" or combined with another kernel's flag."""
+    if config.kwargs.get("F64", 0) and (flags["PRECISION"] != "ieee" or a.dtype != torch.float32
+                                        or config.kwargs.get("TMA", 0) or config.kwargs.get("SPLIT_K", 1) > 1):
+        raise ValueError(f"config {config}: F64=1, the fp64-accumulating pointer kernel, runs fp32 operands in "
+                         f"precision 'ieee' without TMA or SPLIT_K; got {a.dtype} in precision {flags['PRECISION']!r}")
     if not config.kwargs.get("TMA", 0):
         return _bind(config, flags, False, False, False, 0), b
     if config.kwargs.get("NMAJOR", 0):
@@ -628,11 +645,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
          activation: str = "none", precision: str | None = None, *, config: Config | None = None) -> torch.Tensor:
     """C = act(A @ B + bias) (+ residual), differentiable and torch.compile-friendly.
 
-    precision (fp32 inputs): "ieee" (exact fp32), "tf32" (tensor cores), "tf32x3" (three tf32 products, hi*hi +
-    hi*lo + lo*hi: about fp32 accuracy on the tensor cores) or None: torch's own matmul's ("tf32" where torch
-    allows TF32 for matmuls, else "ieee"). Under autocast A, B and bias are cast to its dtype, as torch casts
-    linear's, and C comes in it (runtime.torch_matmul_operands; a residual is read as it is). config: the forward
-    GEMM's launch configuration (tests choose a kernel path with it); default, and always for the backward's: tuned.
+    precision (fp32 inputs): "ieee" (fp32 FMA, or on Hopper exact products summed in fp64), "tf32" (tensor cores),
+    "tf32x3" (three tf32 products, hi*hi + hi*lo + lo*hi: about fp32 accuracy on the tensor cores) or None: torch's
+    own matmul's ("tf32" where torch allows TF32 for matmuls, else "ieee"). Under autocast A, B and bias are cast to
+    its dtype, as torch casts linear's, and C comes in it (runtime.torch_matmul_operands; a residual is read as it
+    is). config: the forward GEMM's launch configuration (tests choose a kernel path with it); default, and always
+    for the backward's: tuned.
     """
     precision, a, b, bias = torch_matmul_operands(precision, a, b, bias)  # autocast's casts, torch's tf32 setting
     key, call = gemm_eager.lookup("gemm", a, b, bias, residual, activation, precision, config)

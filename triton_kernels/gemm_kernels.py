@@ -29,6 +29,19 @@ def _apply_act(z, ACT: tl.constexpr):
 
 
 @triton.jit
+def _mma(a, b, acc, PRECISION: tl.constexpr):
+    """acc + a @ b for one K step. PRECISION "ieee", "tf32", "tf32x3": tl.dot's input precision, fp32 accumulator.
+    "fp64" (fp32 operands, fp64 accumulator): both tiles widened to fp64 (exactly), so each product of two fp32
+    values is exact (48 of fp64's 53 significand bits) and the sums are fp64's, on the fp64 tensor cores (DMMA
+    on Hopper); the tile is rounded to fp32 once, in the epilogue. Never less accurate than fp32 FMA."""
+    if PRECISION == "fp64":
+        acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, out_dtype=tl.float64)
+    else:
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """Grouped ordering of C tiles: GROUP_M tile-rows at a time, column by column inside a group, so
     tiles running together share B columns and a few A rows (L2 reuse)."""
@@ -110,8 +123,9 @@ def _gemm_kernel(
     """One program computes a BLOCK_M x BLOCK_N tile of C.
 
     Tiling: the program walks K in steps of BLOCK_K, loading an A tile (BLOCK_M x BLOCK_K) and a B tile
-    (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers; Triton pipelines the loads
-    over `num_stages` shared-memory buffers and issues tensor-core MMAs (wgmma on Hopper).
+    (BLOCK_K x BLOCK_N) and accumulating their product in fp32 registers (fp64 with PRECISION "fp64", see
+    `_mma`); Triton pipelines the loads over `num_stages` shared-memory buffers and issues tensor-core MMAs
+    (wgmma on Hopper; FFMA for fp32 "ieee", DMMA for "fp64").
     Tile order: grouped (see `_tile_coords`). Epilogue: see `_epilogue_tile` and `_epilogue`.
     PDL: see `_gemm_tma_kernel`.
     """
@@ -137,18 +151,18 @@ def _gemm_kernel(
     a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64 if PRECISION == "fp64" else tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = _mma(a, b, acc, PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    _epilogue_tile(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, bias_ptr, res_ptr, z_ptr, stride_cm,
-                   stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES, SAVE_Z,
-                   ACT, INDEX_64)
+    _epilogue_tile(acc.to(tl.float32), pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, bias_ptr, res_ptr, z_ptr,
+                   stride_cm, stride_cn, stride_bias, stride_rm, stride_rn, stride_zm, stride_zn, HAS_BIAS, HAS_RES,
+                   SAVE_Z, ACT, INDEX_64)
     if PDL:
         gdc_wait()
 

@@ -100,3 +100,17 @@ def second_derivatives(fn, inputs: list, out_weight: torch.Tensor, directions: l
     grads = torch.autograd.grad(loss, inputs, create_graph=True)
     total = sum((g.double() * d).sum() for g, d in zip(grads, directions))
     return grads, torch.autograd.grad(total, inputs, allow_unused=True, materialize_grads=True)
+
+
+def assert_within_two_roundings(z, a, b, bias, name="Z"):
+    """Z = A @ B + bias as the fp64-accumulating kernel makes it: each product exact, the sums fp64's (off by at most
+    K 2^-53 sum |a b|), rounded to fp32 (half an ulp of the product), then + bias, rounded again (half an ulp of Z).
+    fp32 FMA over K terms may be off by ~K ulps; this bound is what sets the two apart."""
+    a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+    product = a64 @ b64
+    z_ref = product + bias.detach().double().cpu()
+    eps = torch.finfo(torch.float32).eps
+    bound = 0.5 * eps * (product.abs() + z_ref.abs()) + a.shape[1] * 2.0 ** -53 * (a64.abs() @ b64.abs())
+    err = (z.detach().double().cpu() - z_ref).abs()
+    assert bool((err <= bound).all()), (f"{name}: {int((err > bound).sum())} entries beyond two fp32 roundings, "
+                                        f"worst {float((err / bound).max()):.2f}x the bound")
