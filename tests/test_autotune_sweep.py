@@ -164,13 +164,15 @@ def tried_by_the_tuner(M, N, K, dtype_name, layout, precision, cache_dir):
     (trials,) = tuner.trials.values()
     flags = kernels.gemm_layout_flags(a, b, precision, kernels.tma_device(a.device))
     want = spaces.candidates("gemm", M=M, N=N, K=K, dtype=dtype, tma=flags["tma"], relayout=flags["relayout"],
-                             nmajor=flags["nmajor"], nmajor_copy_a=flags["nmajor_copy_a"], activation="none")
+                             nmajor=flags["nmajor"], nmajor_copy_a=flags["nmajor_copy_a"], activation="none",
+                             f64=flags["f64"])
     return [t["config"] for t in trials], [c.to_json() for c in want]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("M,N,K,dtype,layout,precision", [(4096, 1024, 8704, "bfloat16", "nt", "ieee"),
                                                           (2048, 2048, 512, "float32", "nn", "tf32"),
+                                                          (1024, 1024, 1024, "float32", "nn", "ieee"),
                                                           (96, 200, 40, "float16", "nn", "ieee")])
 def test_gpu_tuner_space_is_what_the_tuner_tries(M, N, K, dtype, layout, precision, tmp_path):
     import concurrent.futures
