@@ -62,21 +62,21 @@ def _case_id(case) -> str:
     return text + (f"-dim{''.join(map(str, dims))}" if dims else "")
 
 
-def _functions(op: str, activation: str):
-    """(fn, ref) for check_case. For relu the reference takes the kernel's side of the kink: a
+def _functions(op: str, activation: str, config=None):
+    """(fn, ref) for check_case (``config``: the forward GEMM's, forced; None: tuned). For relu the reference takes the kernel's side of the kink: a
     pre-activation within rounding of 0 (seen: 6.9e-7 among 98k fp32 values) can fall on either side,
     and each flip moves a whole gradient entry; so ref applies relu as the mask of the kernel's own
     pre-activation sign (the same GEMM launched without the activation), which leaves the forward value
     unaffected and checks every gradient exactly."""
     if op == "gemm":
         def kernel(a, b, bias, residual, act):
-            return gemm.gemm(a, b, bias, residual, act)
+            return gemm.gemm(a, b, bias, residual, act, config=config)
 
         def pre(a, b, bias, residual):
             return a @ b + bias
     else:
         def kernel(x, weight, bias, residual, act):
-            return gemm.linear(x, weight, bias, act, residual)
+            return gemm.linear(x, weight, bias, act, residual, config=config)
 
         def pre(x, weight, bias, residual):
             return torch.nn.functional.linear(x, weight, bias)
@@ -96,49 +96,56 @@ def _functions(op: str, activation: str):
 
 
 def view_case(op: str, arg: str, layout: str, dims, dtype_name: str, activation: str,
-              sizes: tuple[int, int, int], device: str = "cpu") -> None:
-    """One case of the matrix (module level, so that the GPU tests can run it in the worker process)."""
+              sizes: tuple[int, int, int], device: str = "cpu", forward: str = "tuned") -> None:
+    """One case of the matrix (module level, so that the GPU tests can run it in the worker process); ``forward``
+    "f64": the forward GEMM forced onto the fp64-accumulating kernel (F64_TILE), the backward's tuned."""
     args = _args(op, sizes)
     if dims is not None:
         args[arg] = dataclasses.replace(args[arg], broadcast=tuple(dims))
-    fn, ref = _functions(op, activation)
+    fn, ref = _functions(op, activation, F64_TILE[device] if forward == "f64" else None)
     check_case(ViewCase(arg, layout), args, fn, ref, dtype=getattr(torch, dtype_name), device=device)
 
 
+# the fp64-accumulating kernel's tile forced where a run says "f64" (here and in the F64 views below)
+F64_TILE = {"cpu": gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "F64": 1}, 4, 1),
+            "cuda": spaces.GEMM_F64_CONFIGS[0]}
+
 # CPU: each op's full matrix under a few (dtype, activation, N) combinations that together cover both
 # dtypes, all three activations and both widths (N = 7 and N = 33: one and two 32-wide tiles) per op;
-# M = 9 and K = 13 wrap inside every 32-wide tile.
+# M = 9 and K = 13 wrap inside every 32-wide tile. A fourth field "f64": the forward on the F64 kernel.
 CPU_RUNS = {
     "gemm": [("float32", "none", 33), ("float32", "relu", 7), ("float32", "gelu", 33), ("float16", "relu", 33),
-             ("float16", "gelu", 7)],
-    "linear": [("float32", "relu", 33), ("float16", "none", 7)],
+             ("float16", "gelu", 7), ("float32", "relu", 33, "f64")],
+    "linear": [("float32", "relu", 33), ("float16", "none", 7), ("float32", "gelu", 7, "f64")],
     "linear3d": [("float32", "gelu", 7), ("float16", "relu", 33)],
 }
-CPU_PARAMS = [pytest.param(op, case, dtype_name, act, n, id=f"{op}-{dtype_name}-{act}-N{n}-{_case_id(case)}")
-              for op, runs in CPU_RUNS.items() for dtype_name, act, n in runs for case in matrix(op)]
+CPU_PARAMS = [pytest.param(op, case, run[0], run[1], run[2], run[3] if len(run) > 3 else "tuned",
+                           id=f"{op}-{run[0]}-{run[1]}-N{run[2]}-{_case_id(case)}" + ("-f64" if len(run) > 3 else ""))
+              for op, runs in CPU_RUNS.items() for run in runs for case in matrix(op)]
 
 
 @pytest.mark.skipif(GPU, reason="the interpreter's matrix (the GPU runs its own below)")
-@pytest.mark.parametrize("op,case,dtype_name,act,n", CPU_PARAMS)
-def test_views(op, case, dtype_name, act, n):
+@pytest.mark.parametrize("op,case,dtype_name,act,n,forward", CPU_PARAMS)
+def test_views(op, case, dtype_name, act, n, forward):
     arg, layout, dims = case
-    view_case(op, arg, layout, dims, dtype_name, act, (9, 13, n))
+    view_case(op, arg, layout, dims, dtype_name, act, (9, 13, n), forward=forward)
 
 
 # GPU: sizes not multiples of 16 (the wrap inside a tile lands on an unaligned address) and aligned ones
 GPU_RUNS = [("float32", "gelu", (130, 150, 141)), ("bfloat16", "relu", (130, 150, 141)),
             ("float16", "none", (130, 150, 141)), ("bfloat16", "gelu", (256, 128, 192)),
-            ("float32", "relu", (256, 128, 192))]
-GPU_PARAMS = [pytest.param(op, case, dtype_name, act, sizes,
-                           id=f"{op}-{dtype_name}-{act}-{'x'.join(map(str, sizes))}-{_case_id(case)}")
-              for dtype_name, act, sizes in GPU_RUNS for op in OPS for case in matrix(op)]
+            ("float32", "relu", (256, 128, 192)), ("float32", "relu", (130, 150, 141), "f64")]
+GPU_PARAMS = [pytest.param(op, case, run[0], run[1], run[2], run[3] if len(run) > 3 else "tuned",
+                           id=f"{op}-{run[0]}-{run[1]}-{'x'.join(map(str, run[2]))}-{_case_id(case)}"
+                           + ("-f64" if len(run) > 3 else ""))
+              for run in GPU_RUNS for op in OPS for case in matrix(op)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op,case,dtype_name,act,sizes", GPU_PARAMS)
-def test_gpu_views(isolated, op, case, dtype_name, act, sizes):
+@pytest.mark.parametrize("op,case,dtype_name,act,sizes,forward", GPU_PARAMS)
+def test_gpu_views(isolated, op, case, dtype_name, act, sizes, forward):
     arg, layout, dims = case
-    isolated("tests.test_gemm_views:view_case", op, arg, layout, dims, dtype_name, act, sizes, "cuda")
+    isolated("tests.test_gemm_views:view_case", op, arg, layout, dims, dtype_name, act, sizes, "cuda", forward)
 
 
 # ---------------------------------------------------------------------------------- reported GPU cases
@@ -273,8 +280,6 @@ def test_forcing_tma_on_a_layout_it_cannot_read_is_refused():
 
 # ------------------------------------------------------------------------ fp64-accumulating kernel views
 F64_LAYOUTS = ["contiguous", "col_slice16", "transposed_slice", "offset1", "expanded"]
-F64_TILE = {"cpu": gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "F64": 1}, 4, 1),
-            "cuda": spaces.GEMM_F64_CONFIGS[0]}
 
 
 def f64_case(layout: str, n: int, device: str = "cpu") -> None:
