@@ -70,6 +70,7 @@ def gemm_features(shape: dict, elem: int, variant: dict, kwargs: dict, warps: in
         "log_bytes": _log2((M * K + K * N + M * N) * elem), "elem": float(elem),
         "log_bm": _log2(bm), "log_bn": _log2(bn), "log_bk": _log2(bk), "log_group": _log2(group),
         "log_warps": _log2(warps), "stages": float(stages), "tma": float(tma), "relayout": float(relayout),
+        "f64": float(kwargs.get("F64", 0) or 0),  # the fp64-accumulating kernel (fp32 "ieee" on Hopper)
         "a_t": float(layout[0] == "t"), "b_t": float(layout[1] == "t"),
         "log_tiles": _log2(tiles), "log_waves": _log2(tiles / sms), "last_wave": tiles / (waves * sms),
         "pad_m": _log2(tiles_m * bm / M), "pad_n": _log2(tiles_n * bn / N), "pad_k": _log2(k_steps * bk / K),

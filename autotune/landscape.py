@@ -31,6 +31,7 @@ COLUMN_DOCS = {
     "BLOCK_M": "tile rows", "BLOCK_N": "tile columns", "BLOCK_K": "K step", "GROUP_M": "tile-rows per group (L2 order)",
     "TMA": "1: the persistent TMA kernel", "B_RELAYOUT": "1: TMA kernel on a re-laid-out copy of B",
     "SPLIT_K": "programs per C tile, each over a slice of K (fp32 partials added by a second kernel)",
+    "F64": "1: fp32 'ieee' with exact products summed in fp64 (the fp64 tensor cores; Hopper)",
     "num_warps": "warps per program", "num_stages": "pipeline stages",
     "status": "ok / wrong / out-of-resources / compile-error / error",
     "ms": "median time per call (ms)", "ms_p20": "20th percentile (ms)", "ms_p80": "80th percentile (ms)",
