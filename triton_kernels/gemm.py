@@ -3,7 +3,7 @@
 Shapes: A (M, K), B (K, N), bias (N,), residual (M, N), C (M, N); any strides, stride 0 (expanded) and
 unaligned base addresses included: every operand is indexed with its strides and read in place, never
 copied. Inputs fp32 / fp16 / bf16, accumulated in fp32; fp32 runs in "ieee" (fp32 FMA, or on Hopper where the tuner
-finds it faster exact products summed in fp64 on the fp64 tensor cores: F64 configs, more accurate), "tf32" (tensor
+finds it faster exact products summed in fp64 on the fp64 tensor cores, F64 configs: more accurate), "tf32" (tensor
 cores) or "tf32x3" (three tf32 products, about fp32's accuracy on the tensor cores) precision, by default the one
 torch's own matmul would use (runtime.torch_matmul_precision). act in {"none", "relu", "gelu", "gelu_tanh"}: "gelu"
 is the exact erf GELU (nn.GELU()), "gelu_tanh" the tanh approximation (nn.GELU(approximate="tanh")); all propagate

@@ -33,7 +33,8 @@ def _mma(a, b, acc, PRECISION: tl.constexpr):
     """acc + a @ b for one K step. PRECISION "ieee", "tf32", "tf32x3": tl.dot's input precision, fp32 accumulator.
     "fp64" (fp32 operands, fp64 accumulator): both tiles widened to fp64 (exactly), so each product of two fp32
     values is exact (48 of fp64's 53 significand bits) and the sums are fp64's, on the fp64 tensor cores (DMMA
-    on Hopper); the tile is rounded to fp32 once, in the epilogue. Never less accurate than fp32 FMA."""
+    on Hopper); the tile is rounded to fp32 once, in the epilogue: within half an ulp (plus fp64's rounding) of the
+    exact sum, where fp32 FMA may drift by ~K ulps."""
     if PRECISION == "fp64":
         acc = tl.dot(a.to(tl.float64), b.to(tl.float64), acc, out_dtype=tl.float64)
     else:
