@@ -5,6 +5,7 @@ import contextlib
 import pytest
 import torch
 
+from autotune import spaces
 from models.layers import MLP, Linear
 from triton_kernels import gemm, gemm_backward, gemm_eager, runtime, stream_buffers
 from triton_kernels.testing import assert_close, assert_within_two_roundings, poison_, rel_err
@@ -441,8 +442,6 @@ def test_split_k(ta, tb, act, K):
 
 
 def test_split_k_is_offered_only_for_few_tiles_and_long_k():
-    from autotune import spaces
-
     def splits(M, N, K):
         return [c for c in spaces.candidates("gemm", M=M, N=N, K=K, dtype="bfloat16") if "SPLIT_K" in c.kwargs]
 
@@ -486,7 +485,7 @@ def test_f64_config_is_refused_where_it_cannot_run():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [c for c in __import__("autotune.spaces", fromlist=["_"]).GEMM_SPLITK_CONFIGS],
+@pytest.mark.parametrize("cfg", spaces.GEMM_SPLITK_CONFIGS,
                          ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K")))
 def test_gpu_split_k_study_shape(cfg):
     """Every split-K candidate at the Char-CNN FC shape (512 x 8704 -> 1024, bf16, nn.Linear's weight
@@ -499,11 +498,13 @@ def test_gpu_split_k_study_shape(cfg):
     assert_close(c, torch.relu(x.double() @ w.double().t() + bias.double()), torch.bfloat16)
 
 
+def _tile_id(c) -> str:
+    return "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) + f"w{c.num_warps}s{c.num_stages}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_nmajor", "b_kmajor"])
-@pytest.mark.parametrize("cfg", __import__("autotune.spaces", fromlist=["_"]).GEMM_TMA_CONFIGS,
-                         ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-                         + f"w{c.num_warps}s{c.num_stages}")
+@pytest.mark.parametrize("cfg", spaces.GEMM_TMA_CONFIGS, ids=_tile_id)
 def test_gpu_every_tma_tile_on_an_odd_shape(cfg, b_kmajor):
     """Every 16-bit tile of the persistent TMA kernel, forced, on a shape no tile divides (M, N and K each end in a
     partial tile; rows still 16-byte aligned, as TMA needs), with bias, ReLU and residual, against float64. The
@@ -524,9 +525,7 @@ def test_gpu_every_tma_tile_on_an_odd_shape(cfg, b_kmajor):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_nmajor", "b_kmajor"])
-@pytest.mark.parametrize("cfg", __import__("autotune.spaces", fromlist=["_"]).GEMM_F64_CONFIGS,
-                         ids=lambda c: "x".join(str(c.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-                         + f"w{c.num_warps}s{c.num_stages}")
+@pytest.mark.parametrize("cfg", spaces.GEMM_F64_CONFIGS, ids=_tile_id)
 def test_gpu_every_f64_tile_on_an_odd_shape(cfg, b_kmajor):
     """Every tile of the fp64-accumulating kernel, forced, on fp32 operands no tile divides (B also as nn.Linear's
     weight), with bias, GELU and residual: Z within two fp32 roundings of float64. On Hopper the tuner offers them
