@@ -151,7 +151,9 @@ def cases(quick: bool = False, shapes=None, dtypes=None, tiny=None) -> list[Case
             linear_case(4096, 4096, 4096, f32, "none", tf32=True),
             linear_case(8192, 8192, 8192, f32, "none", tf32=True),
             # and its backward, whose dX = dY @ W reads W N-major (gemm_gluon's kernel on Hopper)
-            linear_case(4096, 4096, 4096, f32, "none", backward=True, tf32=True)]
+            linear_case(4096, 4096, 4096, f32, "none", backward=True, tf32=True),
+            # fp32 (ieee) forward + backward: three GEMMs on transposed views (on Hopper the fp64-accumulating tiles)
+            linear_case(4096, 4096, 4096, f32, "none", backward=True)]
     for n in (256, 512, 1024, 2048, 8192):  # square sweep (latency vs size)
         out.append(matmul_case(n, n, n, bf16))
     for n in (1024, 2048, 8192):
