@@ -1,4 +1,5 @@
 """The shared harness: statistics, row schema, failure rows, correctness gate, CLI."""
+import dataclasses
 import json
 import os
 import threading
@@ -245,6 +246,18 @@ def test_plot_writes_pngs(tmp_path):
     assert plot.main([str(tmp_path), "--out", str(out)]) == 0
     assert (out / "speedup_vs_eager.png").exists() and (out / "latency_c_float32.png").exists()
     assert not list(tmp_path.glob("*.png"))  # --out is where they go, nowhere else
+
+
+def test_roofline_floor_of_an_fp32_case_counts_the_fp64_units():
+    """An fp32 case's FLOP ceiling is the faster of the fp32 and fp64 GEMM peaks (fp32 products are exact in fp64, and
+    the GEMM's F64 tiles run there); tf32 and 16-bit cases keep their own; without an fp64 peak, fp32's alone."""
+    case = harness.Case(suite="unit", name="g", params={"N": 1}, dtype=torch.float32, inputs=lambda seed, dev: (),
+                        fns={}, reference=None, flops=1e12, bytes=1.0)
+    ceilings = {"copy_gbps": 3000.0, "gemm_tflops": {"float32": 50.0, "float64": 64.0, "tf32": 400.0}}
+    assert harness.roofline_floor_ms(case, ceilings) == pytest.approx(1e3 / 64.0)
+    assert harness.roofline_floor_ms(case, {**ceilings, "gemm_tflops": {"float32": 50.0}}) == pytest.approx(1e3 / 50.0)
+    tf32 = dataclasses.replace(case, tf32=True)
+    assert harness.roofline_floor_ms(tf32, ceilings) == pytest.approx(1e3 / 400.0)
 
 
 def test_roofline_points_and_plot(tmp_path):
