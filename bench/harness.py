@@ -295,8 +295,8 @@ def roofline_floor_ms(case: Case, ceilings: dict | None) -> float | None:
     key = "tf32" if case.tf32 else str(case.dtype).replace("torch.", "")
     peaks = ceilings.get("gemm_tflops", {})
     peak = peaks.get(key)
-    if key == "float32" and peaks.get("float64"):  # fp32 products are exact in fp64: the fp64 units count too
-        peak = max(peak or 0.0, peaks["float64"])
+    if key == "float32" and peaks.get("fp32_on_fp64"):  # fp32 products are exact in fp64: the fp64 units count too
+        peak = max(peak or 0.0, peaks["fp32_on_fp64"])
     bw = ceilings.get("copy_gbps")
     t_f = case.flops / (peak * 1e12) * 1e3 if (peak and case.flops) else 0.0
     t_b = case.bytes / (bw * 1e9) * 1e3 if (bw and case.bytes) else 0.0

@@ -10,9 +10,10 @@ it draws the committed GPU results (results/<device>/ with a ceilings.json) into
 (git-ignored), never over the committed roofline.png. Only rows of the ceilings' device are drawn.
 
 Copy bandwidth counts bytes read + written of a large device-to-device copy; GEMM peaks are cuBLAS
-8192^3 products on random data (bf16, fp16, tf32, fp32 ieee, fp64). % of roofline for a case is
-max(FLOPs / peak[dtype], bytes / copy bandwidth) / measured time; an fp32 case's peak is the faster of fp32's and
-fp64's (fp32 products are exact in fp64: the GEMM's F64 tiles run fp32 "ieee" on the fp64 tensor cores).
+8192^3 products on random data (bf16, fp16, tf32, fp32 ieee; "fp32_on_fp64": fp64 products of fp64 copies of fp32
+data, the work the GEMM's F64 tiles give the fp64 tensor cores; full-mantissa fp64 data draws more power and ran ~12 %
+slower on an H200). % of roofline for a case is max(FLOPs / peak[dtype], bytes / copy bandwidth) / measured time; an
+fp32 case's peak is the faster of "float32" and "fp32_on_fp64" (fp32 products are exact in fp64).
 """
 from __future__ import annotations
 
@@ -45,13 +46,13 @@ def measure(out: str | None = None, size_gb: float = 2.0, n: int = 8192) -> dict
     peaks = {}
     for name, dtype, tf32 in (("bfloat16", torch.bfloat16, False), ("float16", torch.float16, False),
                               ("tf32", torch.float32, True), ("float32", torch.float32, False),
-                              ("float64", torch.float64, False)):
+                              ("fp32_on_fp64", torch.float64, False)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        a = torch.randn(n, n, device="cuda", dtype=dtype)
-        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        a = torch.randn(n, n, device="cuda").to(dtype)  # fp32 data: for fp32_on_fp64, fp64 copies of it
+        b = torch.randn(n, n, device="cuda").to(dtype)
         c = torch.empty(n, n, device="cuda", dtype=dtype)
         time_call(lambda: torch.matmul(a, b, out=c), 2)  # warm-up (cuBLAS handle, heuristics)
-        ts = time_call(lambda: torch.matmul(a, b, out=c), 5 if name in ("float32", "float64") else 20)
+        ts = time_call(lambda: torch.matmul(a, b, out=c), 5 if name in ("float32", "fp32_on_fp64") else 20)
         peaks[name] = 2 * n ** 3 / (median(ts) * 1e-3) / 1e12
         rows.append(results.make_row("roofline", "gemm_peak", {"M": n, "N": n, "K": n}, name, "cublas", "tflops",
                                      peaks[name], "TFLOP/s", p20=2 * n ** 3 / (quantile(ts, 0.8) * 1e-3) / 1e12,

@@ -253,7 +253,7 @@ def test_roofline_floor_of_an_fp32_case_counts_the_fp64_units():
     the GEMM's F64 tiles run there); tf32 and 16-bit cases keep their own; without an fp64 peak, fp32's alone."""
     case = harness.Case(suite="unit", name="g", params={"N": 1}, dtype=torch.float32, inputs=lambda seed, dev: (),
                         fns={}, reference=None, flops=1e12, bytes=1.0)
-    ceilings = {"copy_gbps": 3000.0, "gemm_tflops": {"float32": 50.0, "float64": 64.0, "tf32": 400.0}}
+    ceilings = {"copy_gbps": 3000.0, "gemm_tflops": {"float32": 50.0, "fp32_on_fp64": 64.0, "tf32": 400.0}}
     assert harness.roofline_floor_ms(case, ceilings) == pytest.approx(1e3 / 64.0)
     assert harness.roofline_floor_ms(case, {**ceilings, "gemm_tflops": {"float32": 50.0}}) == pytest.approx(1e3 / 50.0)
     tf32 = dataclasses.replace(case, tf32=True)
