@@ -63,11 +63,11 @@ def _case_id(case) -> str:
 
 
 def _functions(op: str, activation: str, config=None):
-    """(fn, ref) for check_case (``config``: the forward GEMM's, forced; None: tuned). For relu the reference takes the kernel's side of the kink: a
-    pre-activation within rounding of 0 (seen: 6.9e-7 among 98k fp32 values) can fall on either side,
-    and each flip moves a whole gradient entry; so ref applies relu as the mask of the kernel's own
-    pre-activation sign (the same GEMM launched without the activation), which leaves the forward value
-    unaffected and checks every gradient exactly."""
+    """(fn, ref) for check_case (``config``: the forward GEMM's, forced; None: tuned). For relu the reference
+    takes the kernel's side of the kink: a pre-activation within rounding of 0 (seen: 6.9e-7 among 98k fp32
+    values) can fall on either side, and each flip moves a whole gradient entry; so ref applies relu as the
+    mask of the kernel's own pre-activation sign (the same GEMM launched without the activation), which
+    leaves the forward value unaffected and checks every gradient exactly."""
     if op == "gemm":
         def kernel(a, b, bias, residual, act):
             return gemm.gemm(a, b, bias, residual, act, config=config)
@@ -285,7 +285,8 @@ F64_LAYOUTS = ["contiguous", "col_slice16", "transposed_slice", "offset1", "expa
 def f64_case(layout: str, n: int, device: str = "cpu") -> None:
     """The fp64-accumulating pointer kernel (F64=1: the tuner's fp32 "ieee" candidates on Hopper), forced through
     config=, on fp32 views of n^3 operands with a strided bias and an expanded residual: it reads every layout in
-    place, unaligned and stride 0 included; Z within two fp32 roundings of float64 (testing.assert_within_two_roundings)."""
+    place, unaligned and stride 0 included; Z within two fp32 roundings of float64
+    (testing.assert_within_two_roundings)."""
     a, b, bias, residual = _tma_operands(layout, torch.float32, device, n)
     out = poison_(torch.empty(n, n, device=device))
     c, z = gemm.gemm_forward(a, b, bias, residual, "gelu", save_preact=True, out=out, config=F64_TILE[device])
