@@ -146,7 +146,7 @@ def gemm_layout_flags(a: torch.Tensor, b: torch.Tensor, precision: str, on_tma_d
     relayout = tma and gemm.relayout_eligible(b, prec)
     nmajor, nmajor_copy = gemm.nmajor_flags(a, b, prec, False, hopper=on_tma_device) if tma else (False, False)
     return {"prec": prec, "a_unit": a_unit, "b_unit": b_unit, "tma": tma, "relayout": relayout, "nmajor": nmajor,
-            "nmajor_copy_a": nmajor_copy, "f64": prec == "ieee" and a.dtype == torch.float32 and on_tma_device}
+            "nmajor_copy_a": nmajor_copy, "f64": gemm.f64_eligible(a, prec, hopper=on_tma_device)}
 
 
 def _gemm_operands(M, N, K, dtype, layout, device, g=None):

@@ -23,6 +23,7 @@ from autotune import spaces
 from triton_kernels.testing import assert_close, assert_within_two_roundings, poison_
 
 from .conftest import DEVICE, GPU
+from .test_gemm import F64_SMALL
 from .view_matrix import Arg, ViewCase, check_case, view_cases
 
 REF_ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu}
@@ -107,8 +108,7 @@ def view_case(op: str, arg: str, layout: str, dims, dtype_name: str, activation:
 
 
 # the fp64-accumulating kernel's tile forced where a run says "f64" (here and in the F64 views below)
-F64_TILE = {"cpu": gemm.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "F64": 1}, 4, 1),
-            "cuda": spaces.GEMM_F64_CONFIGS[0]}
+F64_TILE = {"cpu": F64_SMALL, "cuda": spaces.GEMM_F64_CONFIGS[0]}
 
 # CPU: each op's full matrix under a few (dtype, activation, N) combinations that together cover both
 # dtypes, all three activations and both widths (N = 7 and N = 33: one and two 32-wide tiles) per op;

@@ -163,11 +163,12 @@ def nmajor_eligible(a, b, prec: str, index_64: bool, copy_a: bool = False, hoppe
     return a.stride(1) == 1 and tma_layout(a) == (False, a.stride(0))
 
 
-def f64_eligible(a, prec: str) -> bool:
-    """Whether the tuner offers the fp64-accumulating pointer kernel (F64=1 configs; gemm_kernels._mma): fp32 "ieee"
-    on Hopper, whose fp64 tensor cores run at the FFMA peak (a config given by the caller may ask for it anywhere)."""
-    return (prec == "ieee" and a.dtype == torch.float32 and not INTERPRET and a.is_cuda
-            and torch.cuda.get_device_capability(a.device)[0] == 9)
+def f64_eligible(a, prec: str, hopper: bool | None = None) -> bool:
+    """Whether the tuner offers the fp64-accumulating kernel (F64=1 configs; gemm_kernels._mma): fp32 "ieee" on Hopper
+    (``hopper``: default asked of a's device; sweeps plan on meta tensors). A given config may ask for it anywhere."""
+    if hopper is None:
+        hopper = not INTERPRET and a.is_cuda and torch.cuda.get_device_capability(a.device)[0] == 9
+    return prec == "ieee" and a.dtype == torch.float32 and hopper
 
 
 def relayout_eligible(b, prec: str) -> bool:
@@ -235,8 +236,7 @@ def _bind(cfg: Config, flags: dict, a_t: bool, b_t: bool, relayout: bool, sms: i
     """The plan of ``cfg`` (TMA=1: the persistent TMA kernel, A / B layouts a_t / b_t) with the epilogue
     ``flags`` (the kernels' other constexprs)."""
     flags = {**flags, "PRECISION": "fp64"} if cfg.kwargs.get("F64", 0) else flags  # fp32 "ieee", sums in fp64
-    tiles = {k: v for k, v in cfg.kwargs.items() if k not in ("TMA", "B_RELAYOUT", "SPLIT_K", "NMAJOR", "A_RELAYOUT",
-                                                              "F64")}
+    tiles = {k: v for k, v in cfg.kwargs.items() if k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}  # not the flags
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     split = cfg.kwargs.get("SPLIT_K", 1)
     if split > 1:
